@@ -1,0 +1,38 @@
+# Idemgate. `make run` starts the gateway on the embedded store in front of
+# the example CRM; `make test` runs vet and the whole test suite.
+GO      ?= go
+TAGS    := nobadger,nomysql,nopgx
+BIN     := bin/idemgate
+
+.PHONY: all build run demo test vet lint clean
+
+all: build
+
+build:
+	$(GO) build -tags $(TAGS) -o $(BIN) ./cmd/idemgate
+	$(GO) build -o bin/crm ./examples/crm
+	$(GO) build -o bin/demo ./examples/demo
+
+# The gateway (Caddyfile.example, embedded store) on :8080 in front of the
+# example CRM on 127.0.0.1:9001. Ctrl-C stops both.
+run: build
+	@bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
+	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
+	$(BIN) run --config Caddyfile.example --adapter caddyfile
+
+# One webhook delivered three times (two racing): one deal is created.
+demo: build
+	@examples/demo/run.sh
+
+vet:
+	$(GO) vet ./...
+
+lint: vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+test: build vet
+	IDEMGATE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 12m ./...
+
+clean:
+	rm -rf bin
