@@ -53,6 +53,10 @@ func main() {
 	flag.Parse()
 
 	client := &http.Client{Timeout: 15 * time.Second}
+	if err := waitReady(client, *upstream+"/stats", *gateway+"/"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	print := func(d delivery) {
 		if d.err != nil {
 			fmt.Printf("delivery %d: error: %v\n", d.attempt, d.err)
@@ -98,4 +102,23 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("\ndelivery attempts: 3\ndeals created in the CRM: %d\n", stats.DealsCreated)
+}
+
+// waitReady polls the given URLs until each answers at all, for at most 15 s.
+func waitReady(client *http.Client, urls ...string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for _, u := range urls {
+		for {
+			resp, err := client.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s is not answering: %v", u, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
 }

@@ -6,11 +6,4 @@ log=$(mktemp -d)
 bin/crm -listen 127.0.0.1:9001 >"$log/crm.log" 2>&1 & crm=$!
 bin/idemgate run --config Caddyfile.example --adapter caddyfile >"$log/gateway.log" 2>&1 & gw=$!
 trap 'kill $gw $crm 2>/dev/null; wait 2>/dev/null; rm -rf "$log"' EXIT
-for _ in $(seq 1 100); do
-	if curl -fsS -o /dev/null http://127.0.0.1:9001/stats 2>/dev/null &&
-		curl -fsS -o /dev/null http://localhost:2019/config/ 2>/dev/null; then
-		break
-	fi
-	sleep 0.1
-done
 bin/demo -gateway http://127.0.0.1:8080 -upstream http://127.0.0.1:9001
