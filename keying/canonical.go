@@ -1,0 +1,251 @@
+package keying
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// ErrMalformedJSON is wrapped by every error about a request body (or a value
+// given to Canonicalize) that is not valid JSON, or that nests deeper than
+// MaxDepth.
+var ErrMalformedJSON = errors.New("request body is not valid JSON")
+
+// MaxDepth is the deepest nesting of objects and arrays that Canonicalize
+// (and so every body placeholder and Fingerprint) accepts. Deeper documents
+// are rejected with an error wrapping ErrMalformedJSON. The bound keeps the
+// work per request linear in practice: each nesting level re-scans its
+// contents once.
+const MaxDepth = 128
+
+// errTooDeep is returned for documents nested deeper than MaxDepth.
+var errTooDeep = fmt.Errorf("%w: nested deeper than %d levels", ErrMalformedJSON, MaxDepth)
+
+// errInvalid is returned for documents gjson does not accept as valid.
+var errInvalid = fmt.Errorf("%w: syntax error", ErrMalformedJSON)
+
+// Canonicalize appends the canonical form of the JSON value json to dst and
+// returns the extended buffer. json is not retained or modified. When json is
+// not valid JSON (or nests deeper than MaxDepth) it returns dst unchanged and
+// an error wrapping ErrMalformedJSON.
+//
+// The canonical form has no insignificant white space; object members are
+// sorted by the byte order of their unescaped keys; when a key occurs more
+// than once in one object only its last value is kept (as most JSON parsers
+// do); strings are re-escaped canonically (see the package documentation),
+// so "\u0041" and "A" are equal; numbers are kept exactly as written (1.0 and
+// 1 differ); true, false and null are unchanged. Array order is kept.
+// The canonical form is itself valid JSON and canonical.
+func Canonicalize(dst, json []byte) ([]byte, error) {
+	s := bytesToString(json)
+	if !gjson.Valid(s) {
+		return dst, errInvalid
+	}
+	c := getCanonicalizer()
+	defer putCanonicalizer(c)
+	out, err := c.value(dst, gjson.Parse(s).Raw, 0)
+	if err != nil {
+		return dst, err
+	}
+	return out, nil
+}
+
+// canonicalizeValid is Canonicalize for input already known to be valid.
+func canonicalizeValid(dst []byte, s string) ([]byte, error) {
+	c := getCanonicalizer()
+	defer putCanonicalizer(c)
+	return c.value(dst, gjson.Parse(s).Raw, 0)
+}
+
+// member is one object member waiting to be sorted.
+type member struct {
+	key string // unescaped key
+	raw string // the member's raw value
+	// rawKey is the key's raw JSON text (with quotes) when it has no escapes,
+	// so it can be copied as is; "" otherwise.
+	rawKey string
+}
+
+// canonicalizer holds the scratch stack of object members shared by all
+// nesting levels of one call, so that sorting needs no allocation per object.
+type canonicalizer struct {
+	members []member
+	err     error
+}
+
+var canonicalizerPool = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+func getCanonicalizer() *canonicalizer { return canonicalizerPool.Get().(*canonicalizer) }
+
+func putCanonicalizer(c *canonicalizer) {
+	if cap(c.members) > 4096 {
+		c.members = nil // do not pin huge buffers
+	}
+	c.members = c.members[:0]
+	c.err = nil
+	canonicalizerPool.Put(c)
+}
+
+// value appends the canonical form of the raw JSON value raw (trimmed, valid).
+func (c *canonicalizer) value(dst []byte, raw string, depth int) ([]byte, error) {
+	if raw == "" {
+		return dst, errInvalid
+	}
+	switch raw[0] {
+	case '{':
+		if depth >= MaxDepth {
+			return dst, errTooDeep
+		}
+		return c.object(dst, raw, depth+1)
+	case '[':
+		if depth >= MaxDepth {
+			return dst, errTooDeep
+		}
+		return c.array(dst, raw, depth+1)
+	case '"':
+		if strings.IndexByte(raw, '\\') < 0 {
+			// Without escapes a valid JSON string is already canonical.
+			return append(dst, raw...), nil
+		}
+		return appendString(dst, gjson.Parse(raw).Str), nil
+	default: // number, true, false, null: as written
+		return append(dst, raw...), nil
+	}
+}
+
+func (c *canonicalizer) array(dst []byte, raw string, depth int) ([]byte, error) {
+	dst = append(dst, '[')
+	first := true
+	gjson.Parse(raw).ForEach(func(_, v gjson.Result) bool {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst, c.err = c.value(dst, v.Raw, depth)
+		return c.err == nil
+	})
+	if c.err != nil {
+		return dst, c.err
+	}
+	return append(dst, ']'), nil
+}
+
+func (c *canonicalizer) object(dst []byte, raw string, depth int) ([]byte, error) {
+	start := len(c.members)
+	gjson.Parse(raw).ForEach(func(k, v gjson.Result) bool {
+		m := member{key: k.Str, raw: v.Raw}
+		if strings.IndexByte(k.Raw, '\\') < 0 {
+			m.rawKey = k.Raw
+		}
+		c.members = append(c.members, m)
+		return true
+	})
+	end := len(c.members)
+	// A stable sort keeps duplicate keys in document order, so the last
+	// of each run of equal keys is the one that wins.
+	slices.SortStableFunc(c.members[start:end], func(a, b member) int {
+		return strings.Compare(a.key, b.key)
+	})
+	dst = append(dst, '{')
+	first := true
+	var err error
+	for i := start; i < end; i++ {
+		// Index c.members afresh: nested objects may grow (and move) it.
+		m := c.members[i]
+		if i+1 < end && c.members[i+1].key == m.key {
+			continue // a later duplicate wins
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		if m.rawKey != "" {
+			dst = append(dst, m.rawKey...)
+		} else {
+			dst = appendString(dst, m.key)
+		}
+		dst = append(dst, ':')
+		if dst, err = c.value(dst, m.raw, depth); err != nil {
+			break
+		}
+	}
+	c.members = c.members[:start]
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, '}'), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a canonical JSON string: '"' and '\' are
+// escaped with a backslash; \b \f \n \r \t use their short escapes; other
+// control characters below 0x20 use \u00xx with lowercase hex; every other
+// byte, including non-ASCII UTF-8, DEL and bytes that are not valid UTF-8,
+// is copied unchanged.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// bytesToString returns b as a string without copying. The caller must not
+// modify b while the string is in use.
+func bytesToString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// stringToBytes returns s as a byte slice without copying. The result must
+// not be modified.
+func stringToBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// isJSONSpace reports whether c is JSON insignificant white space.
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// isBlank reports whether b is empty or only JSON white space.
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if !isJSONSpace(c) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,197 @@
+package keying
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/tidwall/gjson"
+)
+
+// bodyState records what is known about the request body as JSON.
+type bodyState uint8
+
+const (
+	bodyUnknown bodyState = iota // not looked at yet
+	bodyEmpty                    // empty or only white space
+	bodyJSON                     // valid JSON; Input.canon holds its canonical form
+	bodyInvalid                  // not valid JSON (or too deep); Input.jsonErr says why
+)
+
+// Input is one request's data as the keying functions see it. Each kind of
+// data is parsed lazily, at most once: the query string on the first
+// {query.*}, the form on the first {form.*}, and the body's JSON validity and
+// canonical form on the first {body.*} placeholder or Fingerprint call, so
+// the key, the scope and the fingerprint of one request share one JSON pass.
+//
+// An Input is meant for one request and one goroutine; it is not safe for
+// concurrent use. The body is not copied: the caller must not modify it while
+// the Input is in use.
+type Input struct {
+	method   string
+	header   http.Header
+	rawQuery string
+	body     []byte
+
+	query       url.Values
+	queryParsed bool
+	form        url.Values
+	formParsed  bool
+
+	state   bodyState
+	canon   string // canonical JSON of the body when state == bodyJSON
+	jsonErr error  // why the body is not JSON when state == bodyInvalid
+}
+
+// NewInput returns the Input for one request: its method, header (the
+// request's http.Header, canonical keys), raw query string (URL.RawQuery,
+// without '?') and the request body already read (bounded by the caller).
+// header may be nil and body may be empty.
+func NewInput(method string, header http.Header, rawQuery string, body []byte) *Input {
+	return &Input{method: method, header: header, rawQuery: rawQuery, body: body}
+}
+
+// Method returns the request method given to NewInput.
+func (in *Input) Method() string { return in.method }
+
+// json parses the body once and returns its canonical form.
+// It returns ("", nil) for an empty body.
+func (in *Input) json() (string, error) {
+	if in.state == bodyUnknown {
+		in.parseJSON()
+	}
+	switch in.state {
+	case bodyJSON:
+		return in.canon, nil
+	case bodyInvalid:
+		return "", in.jsonErr
+	}
+	return "", nil
+}
+
+func (in *Input) parseJSON() {
+	if isBlank(in.body) {
+		in.state = bodyEmpty
+		return
+	}
+	s := bytesToString(in.body)
+	if !gjson.Valid(s) {
+		in.state, in.jsonErr = bodyInvalid, errInvalid
+		return
+	}
+	// The canonical form is never longer than the input: white space is
+	// dropped and canonical escapes are never longer than the ones replaced.
+	buf, err := canonicalizeValid(make([]byte, 0, len(in.body)), s)
+	if err != nil {
+		in.state, in.jsonErr = bodyInvalid, err
+		return
+	}
+	// buf is owned by in and never written again, so it can back a string.
+	in.state, in.canon = bodyJSON, bytesToString(buf)
+}
+
+// headerValue returns the first value of the header name (canonical form),
+// trimmed, and unquoted when it is a Structured Field string (RFC 8941).
+func (in *Input) headerValue(name string) string {
+	vs := in.header[name]
+	if len(vs) == 0 {
+		return ""
+	}
+	return unquoteSF(strings.Trim(vs[0], " \t"))
+}
+
+// unquoteSF returns the string of a Structured Field string item such as
+// "abc" (parameters are ignored), or v itself when v is not one.
+func unquoteSF(v string) string {
+	if len(v) < 2 || v[0] != '"' {
+		return v
+	}
+	// Fast path: "..." with only plain visible characters inside.
+	if inner := v[1 : len(v)-1]; v[len(v)-1] == '"' && plainSFChars(inner) {
+		return inner
+	}
+	item, err := httpsfv.UnmarshalItem([]string{v})
+	if err != nil {
+		return v
+	}
+	if s, ok := item.Value.(string); ok {
+		return s
+	}
+	return v
+}
+
+// plainSFChars reports whether s may appear unescaped inside an SF string.
+func plainSFChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func (in *Input) queryValue(name string) string {
+	if !in.queryParsed {
+		in.queryParsed = true
+		// ParseQuery keeps every pair it could decode; a bad pair only
+		// makes that one parameter unavailable.
+		in.query, _ = url.ParseQuery(in.rawQuery)
+	}
+	return in.query.Get(name)
+}
+
+const formType = "application/x-www-form-urlencoded"
+
+func (in *Input) formValue(name string) string {
+	if !in.formParsed {
+		in.formParsed = true
+		if in.isForm() {
+			in.form, _ = url.ParseQuery(string(in.body))
+		}
+	}
+	return in.form.Get(name)
+}
+
+// isForm reports whether the Content-Type is application/x-www-form-urlencoded.
+func (in *Input) isForm() bool {
+	ct := in.header["Content-Type"]
+	if len(ct) == 0 {
+		return false
+	}
+	mt, _, _ := strings.Cut(ct[0], ";")
+	return strings.EqualFold(strings.Trim(mt, " \t"), formType)
+}
+
+// bodyValue resolves a gjson path against the canonical body: strings give
+// their unescaped text, numbers their text as written, booleans true/false;
+// objects, arrays, null and missing values give "".
+func (in *Input) bodyValue(path string) (string, error) {
+	doc, err := in.json()
+	if err != nil || doc == "" {
+		return "", err
+	}
+	r := gjson.Get(doc, path)
+	switch r.Type {
+	case gjson.String:
+		return r.Str, nil
+	case gjson.Number, gjson.True, gjson.False:
+		return r.Raw, nil
+	}
+	return "", nil
+}
+
+// lookup returns the value of one placeholder part.
+func (in *Input) lookup(p part) (string, error) {
+	switch p.src {
+	case srcHeader:
+		return in.headerValue(p.text), nil
+	case srcQuery:
+		return in.queryValue(p.text), nil
+	case srcForm:
+		return in.formValue(p.text), nil
+	case srcBody:
+		return in.bodyValue(p.text)
+	}
+	return p.text, nil
+}
