@@ -1,0 +1,130 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartStopRestart(t *testing.T) {
+	s := Start(t, "--maxmemory", "64mb")
+	if !strings.HasPrefix(s.Addr, "127.0.0.1:") || s.Port <= 0 {
+		t.Fatalf("Addr %q Port %d: want a loopback address with a port", s.Addr, s.Port)
+	}
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	mm, err := c.ConfigGet(ctx, "maxmemory").Result()
+	if err != nil {
+		t.Fatalf("CONFIG GET: %v", err)
+	}
+	if got := mm["maxmemory"]; got != fmt.Sprint(64<<20) {
+		t.Fatalf("extra args not applied: maxmemory = %q", got)
+	}
+	for _, p := range []string{"save", "appendonly", "bind"} {
+		v, err := c.ConfigGet(ctx, p).Result()
+		if err != nil {
+			t.Fatalf("CONFIG GET %s: %v", p, err)
+		}
+		want := map[string]string{"save": "", "appendonly": "no", "bind": "127.0.0.1"}[p]
+		if v[p] != want {
+			t.Errorf("%s = %q, want %q", p, v[p], want)
+		}
+	}
+
+	s.Stop()
+	if s.Running() {
+		t.Fatal("Running() after Stop")
+	}
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING succeeded against a stopped server")
+	}
+	s.Stop() // idempotent
+
+	port := s.Port
+	s.Restart(t)
+	if s.Port != port {
+		t.Fatalf("Restart moved the port from %d to %d", port, s.Port)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("after Restart EXISTS k = %d, %v; want an empty data set", n, err)
+	}
+}
+
+func TestTwoServersAreIndependent(t *testing.T) {
+	a, b := Start(t), Start(t)
+	if a.Port == b.Port {
+		t.Fatalf("both servers on port %d", a.Port)
+	}
+	ctx := context.Background()
+	if err := a.Client(t).Set(ctx, "only-a", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Client(t).Exists(ctx, "only-a").Result(); err != nil || n != 0 {
+		t.Fatalf("b sees a's key: %d, %v", n, err)
+	}
+}
+
+// recordingTB captures Skip and Fatal instead of acting on them.
+type recordingTB struct {
+	testing.TB
+	skipped, fatal string
+}
+
+func (r *recordingTB) Helper() {}
+func (r *recordingTB) Skipf(format string, args ...any) {
+	r.skipped = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestMissingBinary(t *testing.T) {
+	t.Setenv(BinaryEnv, "/nonexistent/redis-server-for-test")
+	if Available() {
+		t.Fatal("Available() with a missing binary")
+	}
+	for _, tc := range []struct {
+		require  string
+		wantSkip bool
+	}{
+		{"", true},
+		{"0", true},
+		{"1", false},
+	} {
+		t.Run("require="+tc.require, func(t *testing.T) {
+			t.Setenv(RequireEnv, tc.require)
+			r := &recordingTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Start(r)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("Start hung")
+			}
+			if tc.wantSkip {
+				if r.skipped == "" || r.fatal != "" {
+					t.Fatalf("skipped=%q fatal=%q, want a skip", r.skipped, r.fatal)
+				}
+				if !strings.Contains(r.skipped, "redis-server not available") || !strings.Contains(r.skipped, RequireEnv+"=1") {
+					t.Fatalf("skip message not clear: %q", r.skipped)
+				}
+			} else if r.fatal == "" || r.skipped != "" {
+				t.Fatalf("skipped=%q fatal=%q, want a failure", r.skipped, r.fatal)
+			}
+		})
+	}
+}
