@@ -1,0 +1,151 @@
+package caddymodule
+
+import (
+	"path/filepath"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/idemgate/idemgate/config"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("idempotency", parseCaddyfile)
+	// After encode (so replays are stored uncompressed) and the
+	// authentication directives before it (so unauthenticated requests
+	// never reach the store); before handle, route and reverse_proxy.
+	httpcaddyfile.RegisterDirectiveOrder("idempotency", httpcaddyfile.After, "encode")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	handler := new(Handler)
+	err := handler.UnmarshalCaddyfile(h.Dispenser)
+	return handler, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
+//
+//	idempotency {
+//	    rules        <file>                 # YAML route rules, inlined while adapting
+//	    store        embedded | <redis-url> [<redis-url>...]
+//	    master_name  <name>                 # Sentinel: the addresses are sentinels
+//	    cluster                             # Cluster: the addresses are seeds
+//	    username     <user>
+//	    password     <password>
+//	    db           <n>
+//	    tls
+//	    tls_server_name <name>
+//	    key_prefix   <prefix>
+//	    pool_size    <n>
+//	    dial_timeout <duration>
+//	    op_timeout   <duration>
+//	}
+//
+// The rules file is read while the Caddyfile is adapted and its rules are
+// inlined into the JSON config, so editing it and running `caddy reload`
+// applies the change; a file that fails validation fails the reload with
+// its file, line and field, and the running config keeps serving. A
+// relative path is taken from the Caddyfile's directory.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "rules":
+			var file string
+			if !d.AllArgs(&file) {
+				return d.ArgErr()
+			}
+			if !filepath.IsAbs(file) && d.File() != "" {
+				file = filepath.Join(filepath.Dir(d.File()), file)
+			}
+			rules, err := config.Load(file)
+			if err != nil {
+				return d.Errf("rules: %v", err)
+			}
+			h.Rules = *rules
+		case "store":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			if len(args) == 1 && args[0] == "embedded" {
+				h.Store.Addresses = nil
+				continue
+			}
+			h.Store.Addresses = args
+		case "master_name":
+			if !d.AllArgs(&h.Store.MasterName) {
+				return d.ArgErr()
+			}
+		case "cluster":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Store.Cluster = true
+		case "username":
+			if !d.AllArgs(&h.Store.Username) {
+				return d.ArgErr()
+			}
+		case "password":
+			if !d.AllArgs(&h.Store.Password) {
+				return d.ArgErr()
+			}
+		case "tls":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Store.TLS = true
+		case "tls_server_name":
+			if !d.AllArgs(&h.Store.TLSServerName) {
+				return d.ArgErr()
+			}
+		case "key_prefix":
+			if !d.AllArgs(&h.Store.KeyPrefix) {
+				return d.ArgErr()
+			}
+		case "db", "pool_size":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				return d.Errf("%s: %q is not a non-negative number", opt, s)
+			}
+			if opt == "db" {
+				h.Store.DB = n
+			} else {
+				h.Store.PoolSize = n
+			}
+		case "dial_timeout", "op_timeout":
+			var s string
+			if !d.AllArgs(&s) {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(s)
+			if err != nil || dur <= 0 {
+				return d.Errf("%s: %q is not a positive duration", opt, s)
+			}
+			if opt == "dial_timeout" {
+				h.Store.DialTimeout = caddy.Duration(dur)
+			} else {
+				h.Store.OpTimeout = caddy.Duration(dur)
+			}
+		default:
+			return d.Errf("unrecognized idempotency option '%s'", opt)
+		}
+	}
+	if len(h.Routes) == 0 {
+		return d.Err("idempotency: a rules file is required (rules <file>)")
+	}
+	return nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

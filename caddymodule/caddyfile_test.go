@@ -1,0 +1,106 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func adapt(t *testing.T, file string) ([]byte, error) {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": file})
+	return out, err
+}
+
+// TestCaddyfileGolden adapts Caddyfiles to JSON and compares with golden
+// files: the rules file is inlined, and the directive sorts after
+// basic_auth and encode and before reverse_proxy without a global order.
+func TestCaddyfileGolden(t *testing.T) {
+	for _, name := range []string{"embedded", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			out, err := adapt(t, filepath.Join("testdata", name+".caddyfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, out, "", "\t"); err != nil {
+				t.Fatal(err)
+			}
+			pretty.WriteByte('\n')
+			golden := filepath.Join("testdata", name+".json")
+			if *update {
+				if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(pretty.Bytes(), want) {
+				t.Errorf("adapted JSON differs from %s (run go test -update):\n%s", golden, pretty.String())
+			}
+		})
+	}
+}
+
+func TestCaddyfileOrder(t *testing.T) {
+	out, err := adapt(t, filepath.Join("testdata", "redis.caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	order := []string{`"handler":"authentication"`, `"handler":"encode"`, `"handler":"idempotency"`, `"handler":"reverse_proxy"`}
+	last := -1
+	for _, h := range order {
+		i := strings.Index(s, h)
+		if i < 0 || i < last {
+			t.Fatalf("handler order wrong: want %v in that order in\n%s", order, s)
+		}
+		last = i
+	}
+}
+
+func TestCaddyfileErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := "routes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n  - name: b\n    match: { path: /b }\n    key: [\"{header.K}\"]\n    on_unknown_outcome: maybe\n"
+	good := "routes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "routes.yaml"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "good.yaml"), []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, caddyfile, want string }{
+		{"invalid rules name file line and field", "idempotency {\n rules routes.yaml\n}", `routes.yaml:8: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store`},
+		{"missing rules", "idempotency {\n store embedded\n}", "a rules file is required"},
+		{"unknown option", "idempotency {\n rules good.yaml\n colour blue\n}", "unrecognized idempotency option 'colour'"},
+		{"bad timeout", "idempotency {\n rules good.yaml\n op_timeout soon\n}", `op_timeout: "soon" is not a positive duration`},
+		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, "Caddyfile")
+			if err := os.WriteFile(file, []byte(":8080 {\n"+tc.caddyfile+"\n}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := adapt(t, file)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,131 @@
+package caddymodule
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"hash"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// capture passes a guarded response through to the client while keeping a
+// bounded copy and a SHA-256 digest of the whole body.
+//
+// When the client has gone away, writes to it fail; capture then keeps
+// accepting the upstream's bytes so the call finishes and its result is
+// stored for the client's retry.
+type capture struct {
+	w   http.ResponseWriter
+	max int64
+
+	status    int         // final status; 0 until WriteHeader(>=200)
+	header    http.Header // snapshot taken at WriteHeader
+	buf       *bytes.Buffer
+	size      int64
+	digest    hash.Hash
+	overflow  bool // body exceeded max: only status, headers and digest are kept
+	streaming bool // an event stream: never replayable
+	clientErr error
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBuffer() *bytes.Buffer {
+	b := bufPool.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+// putBuffer returns b to the pool unless it grew too large to keep.
+func putBuffer(b *bytes.Buffer) {
+	if b == nil || b.Cap() > 4<<20 {
+		return
+	}
+	bufPool.Put(b)
+}
+
+func newCapture(w http.ResponseWriter, max int64) *capture {
+	return &capture{w: w, max: max, buf: getBuffer(), digest: sha256.New()}
+}
+
+func (c *capture) Header() http.Header { return c.w.Header() }
+
+func (c *capture) WriteHeader(status int) {
+	if c.status != 0 {
+		return // superfluous; the client already has a status
+	}
+	if status >= 200 || status == http.StatusSwitchingProtocols {
+		c.status = status
+		c.header = c.w.Header().Clone()
+		if strings.HasPrefix(c.header.Get("Content-Type"), "text/event-stream") {
+			c.streaming = true
+		}
+	}
+	if c.clientErr == nil {
+		c.w.WriteHeader(status)
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	c.digest.Write(p)
+	c.size += int64(len(p))
+	if !c.overflow {
+		if c.size > c.max {
+			c.overflow = true
+			putBuffer(c.buf)
+			c.buf = nil
+		} else {
+			c.buf.Write(p)
+		}
+	}
+	if c.clientErr == nil {
+		if _, err := c.w.Write(p); err != nil {
+			c.clientErr = err
+		}
+	}
+	return len(p), nil
+}
+
+// FlushError flushes to the client; a client that has gone away is not an
+// error for the upstream call.
+func (c *capture) FlushError() error {
+	if c.clientErr != nil {
+		return nil
+	}
+	if err := http.NewResponseController(c.w).Flush(); err != nil {
+		c.clientErr = err
+	}
+	return nil
+}
+
+// Flush implements http.Flusher.
+func (c *capture) Flush() { _ = c.FlushError() }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+// body returns the captured body; nil when it overflowed.
+func (c *capture) body() []byte {
+	if c.buf == nil {
+		return nil
+	}
+	return c.buf.Bytes()
+}
+
+func (c *capture) sum() []byte { return c.digest.Sum(nil) }
+
+// release returns the pooled buffer; the capture is unusable afterwards.
+func (c *capture) release() {
+	putBuffer(c.buf)
+	c.buf = nil
+}
+
+// Interface guards
+var (
+	_ http.ResponseWriter = (*capture)(nil)
+	_ http.Flusher        = (*capture)(nil)
+)

@@ -1,0 +1,71 @@
+package caddymodule
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// metrics are created once per process and registered with every new
+// config's registry: Caddy makes a fresh registry on each config load, and
+// collectors registered only into the first one stop showing after a reload.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	executions  *prometheus.CounterVec
+	storeErrors *prometheus.CounterVec
+	storeTime   *prometheus.HistogramVec
+}
+
+var processMetrics = &metrics{
+	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "requests_total",
+		Help:      "Guarded requests by route and decision outcome.",
+	}, []string{"route", "outcome"}),
+	executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "upstream_executions_total",
+		Help:      "Upstream calls made for guarded requests, by route and recorded result (completed, released, not_sent, held).",
+	}, []string{"route", "result"}),
+	storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "store_errors_total",
+		Help:      "Record store failures by route and step.",
+	}, []string{"route", "op"}),
+	storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "idemgate",
+		Name:      "store_duration_seconds",
+		Help:      "Latency of record store calls by operation.",
+		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 2.5},
+	}, []string{"op", "result"}),
+}
+
+// registerMetrics registers the process's collectors with reg (which may
+// be nil when metrics are off), tolerating an earlier registration.
+func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
+	if reg == nil {
+		return processMetrics
+	}
+	for _, c := range []prometheus.Collector{
+		processMetrics.requests, processMetrics.executions,
+		processMetrics.storeErrors, processMetrics.storeTime,
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				logger.Warn("registering idempotency metrics", zap.Error(err))
+			}
+		}
+	}
+	return processMetrics
+}
+
+func (m *metrics) observeStore(op string, began time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.storeTime.WithLabelValues(op, result).Observe(time.Since(began).Seconds())
+}

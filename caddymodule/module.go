@@ -1,0 +1,123 @@
+// Package caddymodule is the Caddy side of Idemgate: the HTTP handler
+// http.handlers.idempotency, its Caddyfile directive, and the shared
+// record-store connections.
+//
+// A guarded request goes through the handler top to bottom:
+// match route → derive key → claim → forward → record → complete.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler guards unmodified upstream APIs against duplicate execution.
+// Requests that match a route rule are keyed, claimed atomically in the
+// record store, forwarded once, and their responses stored and replayed to
+// retries. Requests that match no rule pass through untouched.
+type Handler struct {
+	// RulesFile is the path of a YAML file with route rules (`defaults:` and
+	// `routes:`), read when the config is provisioned and Routes is empty.
+	// The Caddyfile `rules` option does not use this field: it reads the file
+	// while adapting and inlines the rules, so a changed file is a changed
+	// config and `caddy reload` applies it.
+	RulesFile string `json:"rules_file,omitempty"`
+
+	// Rules are the inline route rules, in the same schema as the YAML file:
+	// `defaults` (the policy every route inherits) and `routes` (matched in
+	// order; the first match guards the request).
+	config.Rules
+
+	// Store selects the record store. Without addresses it is the embedded
+	// store: an in-process Redis-compatible server for one instance, not
+	// durable.
+	Store StoreConfig `json:"store,omitempty"`
+
+	routes   []*route
+	store    *store.Store
+	storeKey string
+	logger   *zap.Logger
+	metrics  *metrics
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.idempotency",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision loads the route rules and connects to the record store.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+
+	if h.RulesFile != "" && len(h.Routes) == 0 {
+		rules, err := config.Load(h.RulesFile)
+		if err != nil {
+			return err
+		}
+		h.Rules = *rules
+	}
+	resolved, err := h.Rules.Resolve()
+	if err != nil {
+		return fmt.Errorf("idempotency rules: %w", err)
+	}
+	h.routes, err = compileRoutes(ctx, resolved)
+	if err != nil {
+		return err
+	}
+
+	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
+
+	h.store, h.storeKey, err = acquireStore(h.Store, h.logger)
+	if err != nil {
+		return fmt.Errorf("idempotency store: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the provisioned handler.
+func (h *Handler) Validate() error {
+	if len(h.routes) == 0 {
+		return errors.New("idempotency: no routes configured (set rules or routes)")
+	}
+	return nil
+}
+
+// Cleanup releases this config's reference to the shared store connection.
+// It is safe to call when Provision failed.
+func (h *Handler) Cleanup() error {
+	if h.storeKey == "" {
+		return nil
+	}
+	return releaseStore(h.storeKey)
+}
+
+// opTimeout bounds every store call made outside a request's own lifetime.
+func (h *Handler) opTimeout() time.Duration {
+	if d := time.Duration(h.Store.OpTimeout); d > 0 {
+		return d
+	}
+	return 2 * time.Second
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,61 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// problemBase is where the problem types are documented.
+const problemBase = "https://github.com/idemgate/idemgate/blob/main/docs/problems.md#"
+
+// problem is an RFC 9457 problem detail. Titles follow the IETF
+// Idempotency-Key draft where it names one.
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail,omitempty"`
+	Route    string   `json:"route,omitempty"`
+	RecordID string   `json:"record_id,omitempty"`
+	Tried    []string `json:"templates_tried,omitempty"`
+
+	retryAfter int // seconds; 0 = no Retry-After header
+}
+
+var (
+	probKeyMissing = problem{Type: problemBase + "key-missing", Title: "Idempotency-Key is missing", Status: http.StatusBadRequest}
+	probKeyInvalid = problem{Type: problemBase + "key-invalid", Title: "Idempotency-Key is invalid", Status: http.StatusBadRequest}
+	probBadJSON    = problem{Type: problemBase + "malformed-body", Title: "Request body is not valid JSON", Status: http.StatusBadRequest}
+	probBadBody    = problem{Type: problemBase + "unreadable-body", Title: "Request body could not be read", Status: http.StatusBadRequest}
+	probTooLarge   = problem{Type: problemBase + "body-too-large", Title: "Request body is too large", Status: http.StatusRequestEntityTooLarge}
+	probKeyReused  = problem{Type: problemBase + "key-reused", Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity}
+	probInFlight   = problem{Type: problemBase + "in-flight", Title: "A request is outstanding for this Idempotency-Key", Status: http.StatusConflict, retryAfter: 1}
+	probUnknown    = problem{Type: problemBase + "outcome-unknown", Title: "Outcome unknown: the operation is held for an operator", Status: http.StatusConflict}
+	probStoreDown  = problem{Type: problemBase + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, retryAfter: 2}
+)
+
+// write sends p as application/problem+json.
+func (p problem) write(w http.ResponseWriter) error {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/problem+json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	hdr.Set("Cache-Control", "no-store")
+	if p.retryAfter > 0 {
+		hdr.Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	w.WriteHeader(p.Status)
+	_, err = w.Write(body)
+	return err
+}
+
+// with returns a copy of p with detail and route set.
+func (p problem) with(detail, route string) problem {
+	p.Detail = detail
+	p.Route = route
+	return p
+}

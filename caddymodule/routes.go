@@ -1,0 +1,72 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/idemgate/idemgate/config"
+)
+
+// route is one resolved rule, ready for the request path.
+type route struct {
+	config.Resolved
+
+	methods   map[string]bool
+	path      caddyhttp.MatchPath
+	fpRule    string // the encoded fingerprint rule, stored with each record
+	templates string // the key templates, for the "missing key" problem
+	retry     map[int]bool
+}
+
+func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {
+	routes := make([]*route, 0, len(resolved))
+	for _, res := range resolved {
+		rt := &route{
+			Resolved: res,
+			methods:  make(map[string]bool, len(res.Methods)),
+			path:     caddyhttp.MatchPath{res.Path},
+			fpRule:   res.Fingerprint.Encode(),
+			retry:    make(map[int]bool, len(res.RetryStatuses)),
+		}
+		for _, m := range res.Methods {
+			rt.methods[strings.ToUpper(m)] = true
+		}
+		for _, s := range res.RetryStatuses {
+			rt.retry[s] = true
+		}
+		rt.templates = strings.Join(rt.templateList(), ", ")
+		if err := rt.path.Provision(ctx); err != nil {
+			return nil, fmt.Errorf("route %s: path: %w", res.Name, err)
+		}
+		routes = append(routes, rt)
+	}
+	return routes, nil
+}
+
+// templateList names the key templates, for the "missing key" problem.
+func (rt *route) templateList() []string {
+	names := make([]string, len(rt.Key))
+	for i, t := range rt.Key {
+		names[i] = t.String()
+	}
+	return names
+}
+
+// match returns the first route guarding r, or nil. Safe methods are never
+// guarded.
+func (h *Handler) match(r *http.Request) *route {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return nil
+	}
+	for _, rt := range h.routes {
+		if rt.methods[r.Method] && rt.path.Match(r) {
+			return rt
+		}
+	}
+	return nil
+}
