@@ -1,0 +1,64 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// embeddedTick is how often the embedded server's key TTLs are advanced.
+// miniredis only expires keys when told to; expiry is therefore up to one
+// tick late. Leases are unaffected: they compare against TIME.
+const embeddedTick = time.Second
+
+// OpenEmbedded starts an in-process Redis-compatible server (miniredis) on a
+// random 127.0.0.1 port and connects to it with the same client options and
+// scripts as Open. It serves one gateway instance and keeps nothing across
+// restarts. Addrs, MasterName, Cluster, Username, Password, DB and TLS are
+// ignored. Close stops the server.
+func OpenEmbedded(opts Options) (*Store, error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("store: start embedded server: %w", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(embeddedTick)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	shutdown := func() {
+		close(stop)
+		<-done
+		m.Close()
+	}
+
+	uo := Options{
+		Addrs:       []string{m.Addr()},
+		PoolSize:    opts.PoolSize,
+		DialTimeout: opts.DialTimeout,
+		OpTimeout:   opts.OpTimeout,
+	}.universalOptions()
+	client := redis.NewClient(uo.Simple())
+	s := New(client, opts.KeyPrefix, opts.OpTimeout)
+	s.onClose = shutdown
+	s.embedded = m
+	if err := s.start(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,225 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// State is the life-cycle state of a record, as operators see it.
+type State string
+
+// Record states.
+const (
+	// StateInFlight: a claimant owns the key and is calling the upstream.
+	StateInFlight State = "in_flight"
+	// StateCompleted: the outcome is stored and is replayed to retries.
+	StateCompleted State = "completed"
+	// StateUnknown: nobody knows whether the side effect happened; the record
+	// is held for an operator (stored as "unknown").
+	StateUnknown State = "outcome_unknown"
+	// StateReleased: the attempt is known not to have taken effect; the next
+	// claim executes again.
+	StateReleased State = "released"
+)
+
+// Record is one idempotency record as stored in Redis.
+type Record struct {
+	// ID is the record id (keying.KeyID), also the Redis hash tag.
+	ID              string
+	Route           string
+	Operation       string
+	Fingerprint     string
+	FingerprintRule string
+	State           State
+	// Token is the current claimant's fencing token.
+	Token string
+	// StartedAt is when the current (latest) execution was claimed.
+	StartedAt   time.Time
+	CompletedAt time.Time
+	LeaseUntil  time.Time
+	// Attempts counts every Claim that reached this record; Executions
+	// counts the claims that were allowed to call the upstream.
+	Attempts   int64
+	Executions int64
+	Status     int
+	Header     http.Header
+	Body       []byte
+	// BodyOmitted is true when the response was too large to store: only
+	// status, headers and Digest were kept.
+	BodyOmitted bool
+	// Digest is the lowercase hex SHA-256 of the full response body.
+	Digest     string
+	ExternalID string
+	// Reason says why the outcome is unknown (e.g. "lease_expired").
+	Reason string
+}
+
+func stateFromStored(s string) State {
+	switch s {
+	case stInFlight:
+		return StateInFlight
+	case stCompleted:
+		return StateCompleted
+	case stUnknown:
+		return StateUnknown
+	case stReleased:
+		return StateReleased
+	}
+	return State(s)
+}
+
+var errShortReply = errors.New("store: malformed record reply")
+
+// decodeRecord builds a Record from HMGET values in fields order. It returns
+// nil, nil when the record does not exist (no state field).
+func decodeRecord(id string, v []any) (*Record, error) {
+	if len(v) < numFields {
+		return nil, errShortReply
+	}
+	st, ok := v[iState].(string)
+	if !ok {
+		if v[iState] == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("store: record %s: state has type %T", id, v[iState])
+	}
+	r := &Record{
+		ID:              id,
+		State:           stateFromStored(st),
+		Token:           str(v[iToken]),
+		Route:           str(v[iRoute]),
+		Operation:       str(v[iOperation]),
+		Fingerprint:     str(v[iFingerprint]),
+		FingerprintRule: str(v[iFingerprintRule]),
+		BodyOmitted:     str(v[iBodyOmitted]) == "1",
+		Digest:          str(v[iDigest]),
+		ExternalID:      str(v[iExternalID]),
+		Reason:          str(v[iReason]),
+	}
+	var err error
+	var n int64
+	if r.StartedAt, err = msTime(v[iStartedAt]); err != nil {
+		return nil, fieldErr(id, fStartedAt, err)
+	}
+	if r.CompletedAt, err = msTime(v[iCompletedAt]); err != nil {
+		return nil, fieldErr(id, fCompletedAt, err)
+	}
+	if r.LeaseUntil, err = msTime(v[iLeaseUntil]); err != nil {
+		return nil, fieldErr(id, fLeaseUntil, err)
+	}
+	if r.Attempts, err = integer(v[iAttempts]); err != nil {
+		return nil, fieldErr(id, fAttempts, err)
+	}
+	if r.Executions, err = integer(v[iExecutions]); err != nil {
+		return nil, fieldErr(id, fExecutions, err)
+	}
+	if n, err = integer(v[iStatus]); err != nil {
+		return nil, fieldErr(id, fStatus, err)
+	}
+	r.Status = int(n)
+	if hd := str(v[iHeader]); hd != "" {
+		r.Header = decodeHeader(hd)
+	}
+	if bd := str(v[iBody]); bd != "" {
+		r.Body = []byte(bd)
+	}
+	return r, nil
+}
+
+func fieldErr(id, field string, err error) error {
+	return fmt.Errorf("store: record %s: field %s: %w", id, field, err)
+}
+
+// str returns a reply element as a string ("" for nil).
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+func integer(v any) (int64, error) {
+	switch x := v.(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		return x, nil
+	case string:
+		if x == "" {
+			return 0, nil
+		}
+		return strconv.ParseInt(x, 10, 64)
+	}
+	return 0, fmt.Errorf("unexpected type %T", v)
+}
+
+func msTime(v any) (time.Time, error) {
+	ms, err := integer(v)
+	if err != nil || ms == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// encodeHeader writes h in HTTP wire format, "Name: value\r\n" per value,
+// names in sorted order. Names that cannot appear on the wire (empty or
+// containing ':', CR or LF) are skipped; CR and LF inside values become
+// spaces, as net/http does when it writes headers.
+func encodeHeader(h http.Header) string {
+	if len(h) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(h))
+	size := 0
+	for name, vv := range h {
+		if name == "" || strings.ContainsAny(name, ":\r\n") {
+			continue
+		}
+		names = append(names, name)
+		for _, v := range vv {
+			size += len(name) + len(v) + 4
+		}
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.Grow(size)
+	for _, name := range names {
+		for _, v := range h[name] {
+			b.WriteString(name)
+			b.WriteString(": ")
+			if strings.ContainsAny(v, "\r\n") {
+				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+			}
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	return b.String()
+}
+
+// decodeHeader is the inverse of encodeHeader. Names are kept exactly as
+// stored (no re-canonicalisation), values byte for byte.
+func decodeHeader(s string) http.Header {
+	h := make(http.Header, strings.Count(s, "\r\n"))
+	for s != "" {
+		line, rest, _ := strings.Cut(s, "\r\n")
+		s = rest
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name == "" {
+			continue
+		}
+		value = strings.TrimPrefix(value, " ")
+		h[name] = append(h[name], value)
+	}
+	return h
+}

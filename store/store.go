@@ -1,0 +1,424 @@
+// Package store keeps idempotency records in Redis.
+//
+// A record is one Redis hash under prefix + "{" + id + "}"; the id is the hash
+// tag, so every record lives in one Cluster slot. Every state change is one
+// Lua script on that one key (EVALSHA, falling back to EVAL once after a
+// script cache flush): one round trip, atomic, Cluster-safe. Scripts read the
+// time from the Redis server (TIME), never from the gateway's clock, so
+// several gateways with skewed clocks agree on lease expiry.
+//
+// Claims are fenced by a token chosen by the claimant: Renew, Complete,
+// Release and MarkUnknown succeed only while the record still carries that
+// token. A false result means someone else owns the record now; it is not an
+// error. The scripts are safe to retry with the same token (a Claim whose
+// reply was lost and is sent again still reports the claim as the caller's).
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Defaults applied when a duration argument is zero.
+const (
+	DefaultKeyPrefix = "idemgate:"
+	DefaultOpTimeout = 2 * time.Second
+	DefaultDialTime  = 2 * time.Second
+	DefaultLease     = 30 * time.Second
+	DefaultTTL       = 24 * time.Hour
+	DefaultHoldTTL   = 720 * time.Hour
+)
+
+// ErrInvalidID is returned for a record id that is empty, longer than 128
+// bytes or not made of [0-9A-Za-z_-] (ids are hex digests; braces would break
+// the Cluster hash tag).
+var ErrInvalidID = errors.New("store: invalid record id")
+
+// Options configure Open and OpenEmbedded.
+type Options struct {
+	// Addrs are host:port addresses: one for a single node, the seed nodes
+	// for Cluster, the Sentinels when MasterName is set.
+	Addrs []string
+	// MasterName selects Sentinel failover to this master.
+	MasterName string
+	// Cluster selects Redis Cluster.
+	Cluster bool
+	// Username and Password authenticate to Redis (and to the Sentinels).
+	Username, Password string
+	// DB is the database number (single node and Sentinel only).
+	DB int
+	// TLS enables TLS with this configuration.
+	TLS *tls.Config
+	// KeyPrefix precedes every record key; default "idemgate:".
+	KeyPrefix string
+	// PoolSize is the number of connections per node; default 10*GOMAXPROCS.
+	PoolSize int
+	// DialTimeout bounds connecting; OpTimeout bounds every store call.
+	// Both default to 2s.
+	DialTimeout, OpTimeout time.Duration
+}
+
+// Store is a Redis record store. It is safe for concurrent use.
+type Store struct {
+	client    redis.UniversalClient
+	prefix    string
+	opTimeout time.Duration
+
+	closeOnce sync.Once
+	closeErr  error
+	onClose   func()               // extra clean-up (the embedded server)
+	embedded  *miniredis.Miniredis // the embedded server, nil for Open and New
+}
+
+// New wraps an existing client. prefix defaults to "idemgate:", opTimeout to
+// 2s. The client should have ContextTimeoutEnabled set so that the per-call
+// deadline also bounds socket reads (Open does this). Close closes the client.
+func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *Store {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if opTimeout <= 0 {
+		opTimeout = DefaultOpTimeout
+	}
+	return &Store{client: client, prefix: prefix, opTimeout: opTimeout}
+}
+
+// universalOptions turns Options into go-redis options: per-call deadlines
+// from the context, no PING per command, no connection-identity or
+// maintenance-notification handshakes, quick failure when Redis is down.
+func (o Options) universalOptions() *redis.UniversalOptions {
+	dial := o.DialTimeout
+	if dial <= 0 {
+		dial = DefaultDialTime
+	}
+	op := o.OpTimeout
+	if op <= 0 {
+		op = DefaultOpTimeout
+	}
+	pool := o.PoolSize
+	if pool <= 0 {
+		pool = 10 * runtime.GOMAXPROCS(0)
+	}
+	return &redis.UniversalOptions{
+		Addrs:                 o.Addrs,
+		MasterName:            o.MasterName,
+		IsClusterMode:         o.Cluster,
+		Username:              o.Username,
+		Password:              o.Password,
+		SentinelUsername:      o.Username,
+		SentinelPassword:      o.Password,
+		DB:                    o.DB,
+		TLSConfig:             o.TLS,
+		PoolSize:              pool,
+		DialTimeout:           dial,
+		ReadTimeout:           op,
+		WriteTimeout:          op,
+		ContextTimeoutEnabled: true,
+		// One dial attempt per try and few, short retries: a Redis that is
+		// down must turn into an error quickly, not into a queue of waiting
+		// requests. Retrying is safe: every script is idempotent per token.
+		DialerRetries:   1,
+		MaxRetries:      2,
+		MaxRetryBackoff: 100 * time.Millisecond,
+		DisableIdentity: true,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	}
+}
+
+// Open connects to Redis: Cluster when opts.Cluster, Sentinel failover when
+// opts.MasterName is set, else a single node. It pings once (the error is
+// returned and the client closed when that fails) and loads the scripts.
+func Open(opts Options) (*Store, error) {
+	if len(opts.Addrs) == 0 {
+		return nil, errors.New("store: no Redis address")
+	}
+	if len(opts.Addrs) > 1 && !opts.Cluster && opts.MasterName == "" {
+		return nil, errors.New("store: several Redis addresses need cluster or master_name")
+	}
+	client := redis.NewUniversalClient(opts.universalOptions())
+	s := New(client, opts.KeyPrefix, opts.OpTimeout)
+	if err := s.start(); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start pings and preloads the scripts, so the first call of each is a
+// single EVALSHA.
+func (s *Store) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+	defer cancel()
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("store: ping Redis: %w", err)
+	}
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("store: load script: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close closes the client (and stops the embedded server, if any).
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeErr = s.client.Close()
+		if s.onClose != nil {
+			s.onClose()
+		}
+	})
+	return s.closeErr
+}
+
+// Client returns the underlying client.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Key returns the Redis key of record id: prefix + "{" + id + "}".
+func (s *Store) Key(id string) string { return s.prefix + "{" + id + "}" }
+
+// NewToken returns a random 128-bit claim token (32 hex characters).
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b[:])
+}
+
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ms converts a duration to whole milliseconds as a script argument,
+// rounding up so that a positive duration never becomes 0.
+func ms(d time.Duration) string {
+	m := d.Milliseconds()
+	if time.Duration(m)*time.Millisecond < d {
+		m++
+	}
+	return strconv.FormatInt(m, 10)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// ClaimRequest asks for the right to execute one operation.
+type ClaimRequest struct {
+	ID              string // record id (keying.KeyID)
+	Route           string
+	Operation       string
+	Fingerprint     string
+	FingerprintRule string
+	// Token fences the claim; use NewToken. Must not be empty.
+	Token string
+	// Lease is how long the claim lives without Renew (default 30s).
+	Lease time.Duration
+	// HoldTTL is the key's lifetime while in flight or held as unknown
+	// (default 720h).
+	HoldTTL time.Duration
+	// OnExpired decides what happens to an in-flight record whose lease ran
+	// out: "hold" (default; also "" and "store", since an expired lease has
+	// no result to store) turns it into outcome_unknown with reason
+	// lease_expired; "release" lets this request take it over.
+	OnExpired string
+}
+
+// ClaimResult is the outcome of Claim.
+type ClaimResult struct {
+	// Claimed is true when the caller now owns the key with req.Token and
+	// must call the upstream.
+	Claimed bool
+	// TakeOver is true when the claim replaced a released record or an
+	// in-flight one whose lease ran out (executions were incremented).
+	TakeOver bool
+	// Record is the record as the script left it (with the full body when
+	// completed). Always set when err is nil.
+	Record *Record
+}
+
+// Claim runs the claim script on the record:
+//
+//   - absent: create it in flight (attempts=1, executions=1, lease from now,
+//     key TTL = HoldTTL); Claimed.
+//   - in flight with req.Token (a retried Claim): Claimed, nothing changes.
+//   - otherwise attempts+1, and then:
+//   - in flight, lease run out, OnExpired hold: becomes outcome_unknown with
+//     reason lease_expired, key TTL = HoldTTL; not claimed.
+//   - released, or in flight with the lease run out under OnExpired
+//     release, AND the same Fingerprint and FingerprintRule: taken over
+//     with req.Token (executions+1, new lease, result fields cleared);
+//     Claimed and TakeOver.
+//   - anything else (live claim, completed, unknown, different
+//     fingerprint): returned as it is; not claimed.
+//
+// A different fingerprint never takes a record over. When the record's
+// FingerprintRule differs from the caller's current rule, recompute the
+// fingerprint under the record's rule and, if it matches, Claim again with
+// that fingerprint and rule.
+func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if !validID(req.ID) {
+		return ClaimResult{}, ErrInvalidID
+	}
+	if req.Token == "" {
+		return ClaimResult{}, errors.New("store: claim without a token")
+	}
+	lease, hold := orDefault(req.Lease, DefaultLease), orDefault(req.HoldTTL, DefaultHoldTTL)
+	if lease < 0 || hold < 0 {
+		return ClaimResult{}, errors.New("store: negative lease or hold TTL")
+	}
+	var onExpired string
+	switch req.OnExpired {
+	case "", "hold", "store":
+		onExpired = "hold"
+	case "release":
+		onExpired = "release"
+	default:
+		return ClaimResult{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	v, err := claimScript.Run(ctx, s.client, []string{s.Key(req.ID)},
+		req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
+		ms(lease), ms(hold), onExpired).Slice()
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
+	}
+	if len(v) != 1+numFields {
+		return ClaimResult{}, errShortReply
+	}
+	code, _ := v[0].(int64)
+	rec, err := decodeRecord(req.ID, v[1:])
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if rec == nil {
+		return ClaimResult{}, fmt.Errorf("store: claim %s: record vanished", req.ID)
+	}
+	return ClaimResult{
+		Claimed:  code == codeCreated || code == codeTakeOver || code == codeOwned,
+		TakeOver: code == codeTakeOver,
+		Record:   rec,
+	}, nil
+}
+
+// fenced runs a fenced script and maps its 1/0 reply.
+func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, id string, args ...any) (bool, error) {
+	if !validID(id) {
+		return false, ErrInvalidID
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	n, err := sc.Run(ctx, s.client, []string{s.Key(id)}, args...).Int64()
+	if err != nil {
+		return false, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	return n == 1, nil
+}
+
+// Renew extends a live claim's lease to now+lease (Redis clock). It returns
+// false when the record is no longer in flight with this token.
+func (s *Store) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
+	lease = orDefault(lease, DefaultLease)
+	if lease < 0 {
+		return false, errors.New("store: negative lease")
+	}
+	return s.fenced(ctx, "renew", renewScript, id, token, ms(lease))
+}
+
+// Result is the outcome of an upstream call, as Complete stores it.
+type Result struct {
+	Status      int
+	Header      http.Header
+	Body        []byte
+	BodyOmitted bool
+	Digest      string
+	ExternalID  string
+}
+
+// Complete stores the result and marks the record completed (completed_at =
+// now, key TTL = ttl, default 24h). It succeeds while the record carries
+// token, also when it was meanwhile marked outcome_unknown (a late but real
+// outcome is better than none); false when the token was taken over.
+func (s *Store) Complete(ctx context.Context, id, token string, res Result, ttl time.Duration) (bool, error) {
+	ttl = orDefault(ttl, DefaultTTL)
+	if ttl < 0 {
+		return false, errors.New("store: negative TTL")
+	}
+	omitted := "0"
+	if res.BodyOmitted {
+		omitted = "1"
+	}
+	return s.fenced(ctx, "complete", completeScript, id, token,
+		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, omitted,
+		res.Digest, res.ExternalID, ms(ttl))
+}
+
+// Release marks the record released (the attempt had no effect): the next
+// Claim executes again. Attempts and executions are kept, result fields are
+// dropped, key TTL = ttl (default 24h). False when the token was taken over.
+func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
+	ttl = orDefault(ttl, DefaultTTL)
+	if ttl < 0 {
+		return false, errors.New("store: negative TTL")
+	}
+	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl))
+}
+
+// MarkUnknown holds the record as outcome_unknown with reason (e.g.
+// "upstream_5xx", "upstream_timeout"; default "unknown"), key TTL = holdTTL
+// (default 720h). False when the token was taken over or the record is
+// already completed (a stored result is never demoted).
+func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
+	holdTTL = orDefault(holdTTL, DefaultHoldTTL)
+	if holdTTL < 0 {
+		return false, errors.New("store: negative hold TTL")
+	}
+	if reason == "" {
+		reason = "unknown"
+	}
+	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL))
+}
+
+// Get reads a record (one HMGET); nil, nil when it does not exist.
+func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
+	if !validID(id) {
+		return nil, ErrInvalidID
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	v, err := s.client.HMGet(ctx, s.Key(id), fields[:]...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	return decodeRecord(id, v)
+}
