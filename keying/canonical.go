@@ -48,7 +48,7 @@ func Canonicalize(dst, json []byte) ([]byte, error) {
 	}
 	c := getCanonicalizer()
 	defer putCanonicalizer(c)
-	out, err := c.value(dst, gjson.Parse(s).Raw, 0)
+	out, err := c.value(dst, gjson.Parse(s), 0)
 	if err != nil {
 		return dst, err
 	}
@@ -59,16 +59,16 @@ func Canonicalize(dst, json []byte) ([]byte, error) {
 func canonicalizeValid(dst []byte, s string) ([]byte, error) {
 	c := getCanonicalizer()
 	defer putCanonicalizer(c)
-	return c.value(dst, gjson.Parse(s).Raw, 0)
+	return c.value(dst, gjson.Parse(s), 0)
 }
 
 // member is one object member waiting to be sorted.
 type member struct {
 	key string // unescaped key
-	raw string // the member's raw value
 	// rawKey is the key's raw JSON text (with quotes) when it has no escapes,
 	// so it can be copied as is; "" otherwise.
 	rawKey string
+	val    gjson.Result
 }
 
 // canonicalizer holds the scratch stack of object members shared by all
@@ -83,50 +83,48 @@ var canonicalizerPool = sync.Pool{New: func() any { return new(canonicalizer) }}
 func getCanonicalizer() *canonicalizer { return canonicalizerPool.Get().(*canonicalizer) }
 
 func putCanonicalizer(c *canonicalizer) {
-	if cap(c.members) > 4096 {
+	if cap(c.members) > 1024 {
 		c.members = nil // do not pin huge buffers
 	}
+	clear(c.members[:cap(c.members)]) // drop references to the document
 	c.members = c.members[:0]
 	c.err = nil
 	canonicalizerPool.Put(c)
 }
 
-// value appends the canonical form of the raw JSON value raw (trimmed, valid).
-func (c *canonicalizer) value(dst []byte, raw string, depth int) ([]byte, error) {
-	if raw == "" {
-		return dst, errInvalid
-	}
-	switch raw[0] {
-	case '{':
-		if depth >= MaxDepth {
-			return dst, errTooDeep
-		}
-		return c.object(dst, raw, depth+1)
-	case '[':
-		if depth >= MaxDepth {
-			return dst, errTooDeep
-		}
-		return c.array(dst, raw, depth+1)
-	case '"':
-		if strings.IndexByte(raw, '\\') < 0 {
+// value appends the canonical form of the valid JSON value v.
+func (c *canonicalizer) value(dst []byte, v gjson.Result, depth int) ([]byte, error) {
+	switch v.Type {
+	case gjson.String:
+		if strings.IndexByte(v.Raw, '\\') < 0 {
 			// Without escapes a valid JSON string is already canonical.
-			return append(dst, raw...), nil
+			return append(dst, v.Raw...), nil
 		}
-		return appendString(dst, gjson.Parse(raw).Str), nil
-	default: // number, true, false, null: as written
-		return append(dst, raw...), nil
+		return appendString(dst, v.Str), nil
+	case gjson.JSON:
+		if depth >= MaxDepth {
+			return dst, errTooDeep
+		}
+		if v.Raw[0] == '{' {
+			return c.object(dst, v, depth+1)
+		}
+		return c.array(dst, v, depth+1)
+	case gjson.Null, gjson.False, gjson.True, gjson.Number:
+		// As written.
+		return append(dst, v.Raw...), nil
 	}
+	return dst, errInvalid
 }
 
-func (c *canonicalizer) array(dst []byte, raw string, depth int) ([]byte, error) {
+func (c *canonicalizer) array(dst []byte, v gjson.Result, depth int) ([]byte, error) {
 	dst = append(dst, '[')
 	first := true
-	gjson.Parse(raw).ForEach(func(_, v gjson.Result) bool {
+	v.ForEach(func(_, e gjson.Result) bool {
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst, c.err = c.value(dst, v.Raw, depth)
+		dst, c.err = c.value(dst, e, depth)
 		return c.err == nil
 	})
 	if c.err != nil {
@@ -135,10 +133,10 @@ func (c *canonicalizer) array(dst []byte, raw string, depth int) ([]byte, error)
 	return append(dst, ']'), nil
 }
 
-func (c *canonicalizer) object(dst []byte, raw string, depth int) ([]byte, error) {
+func (c *canonicalizer) object(dst []byte, v gjson.Result, depth int) ([]byte, error) {
 	start := len(c.members)
-	gjson.Parse(raw).ForEach(func(k, v gjson.Result) bool {
-		m := member{key: k.Str, raw: v.Raw}
+	v.ForEach(func(k, e gjson.Result) bool {
+		m := member{key: k.Str, val: e}
 		if strings.IndexByte(k.Raw, '\\') < 0 {
 			m.rawKey = k.Raw
 		}
@@ -170,7 +168,7 @@ func (c *canonicalizer) object(dst []byte, raw string, depth int) ([]byte, error
 			dst = appendString(dst, m.key)
 		}
 		dst = append(dst, ':')
-		if dst, err = c.value(dst, m.raw, depth); err != nil {
+		if dst, err = c.value(dst, m.val, depth); err != nil {
 			break
 		}
 	}
