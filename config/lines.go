@@ -98,22 +98,24 @@ func (x *docIndex) line(field string) int {
 	return line
 }
 
-// keyText returns the key of field as written in the document (viper
-// lowercases keys in its error reports), or "" when it is not there.
-func (x *docIndex) keyText(parent, name string) string {
-	n, _ := x.lookup(parent)
+// findChild finds key name in the mapping at parent, as written (viper
+// reports keys lowercased, and a key may itself contain dots). It returns
+// the key's text and line, or "" and the line of the closest existing part
+// of parent.
+func (x *docIndex) findChild(parent, name string) (text string, line int) {
+	n, line := x.lookup(parent)
 	if n == nil || n.Kind != yaml.MappingNode {
-		return ""
+		return "", line
 	}
 	if k, _ := findKey(n, name, 0); k != nil {
-		return k.Value
+		return k.Value, k.Line
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; k.Kind == yaml.ScalarNode && strings.EqualFold(k.Value, name) {
-			return k.Value
+			return k.Value, k.Line
 		}
 	}
-	return ""
+	return "", line
 }
 
 // isEmptyString reports whether field is present and written as an empty

@@ -183,12 +183,54 @@ func yamlErrors(err error, data []byte) ErrorList {
 			line, _ = strconv.Atoi(m[1])
 			msg = msg[len(m[0]):]
 		}
-		if line <= 0 {
+		switch {
+		case parserProblems[msg]:
+			// The parser (unlike the scanner) reports 0-based lines, and
+			// leaves out line 0.
+			line++
+		case line > 0:
+		case anchorRE.MatchString(msg):
+			m := anchorRE.FindStringSubmatch(msg)
+			line = tokenLine(data, m[1], m[2])
+		default:
 			line = badByteLine(data)
 		}
 		list = append(list, &Error{Line: line, Msg: "invalid YAML: " + msg})
 	}
 	return list
+}
+
+// anchorRE matches the YAML errors about an alias or anchor, which carry
+// no line: the line is where "*name" (or "&name") is first written.
+var anchorRE = regexp.MustCompile(`^(?:unknown anchor '(.+)' referenced|anchor '(.+)' value contains itself)$`)
+
+// tokenLine returns the line of the first "*alias", or else of the first
+// "&anchor", in data; 1 when neither is found.
+func tokenLine(data []byte, alias, anchor string) int {
+	tok := "*" + alias
+	if alias == "" {
+		tok = "&" + anchor
+	}
+	if i := bytes.Index(data, []byte(tok)); i >= 0 {
+		return 1 + bytes.Count(data[:i], []byte("\n"))
+	}
+	return 1
+}
+
+// parserProblems are the messages of go.yaml.in/yaml/v3's parser errors
+// (parserc.go), whose line numbers are 0-based; scanner errors are 1-based.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected key":              true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found duplicate %YAML directive":        true,
+	"found duplicate %TAG directive":         true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
 }
 
 // badByteLine returns the line of the first byte YAML rejects outright
@@ -352,7 +394,8 @@ func isDecodeTree(err error) bool {
 // unknownField reports key, unknown in the mapping at parent, with a
 // suggestion when it looks like a typo of a known field.
 func (x *docIndex) unknownField(parent, key string, list *ErrorList) {
-	if text := x.keyText(parent, key); text != "" {
+	text, line := x.findChild(parent, key)
+	if text != "" {
 		key = text
 	}
 	field := joinField(parent, key)
@@ -362,7 +405,7 @@ func (x *docIndex) unknownField(parent, key string, list *ErrorList) {
 			msg += "; did you mean " + s + "?"
 		}
 	}
-	*list = append(*list, &Error{Line: x.line(field), Field: field, Msg: msg})
+	*list = append(*list, &Error{Line: line, Field: field, Msg: msg})
 }
 
 // suggest returns the known name closest to s, if it is close enough to be
