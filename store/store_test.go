@@ -761,3 +761,26 @@ func TestNewToken(t *testing.T) {
 		t.Fatalf("tokens %q %q", a, b)
 	}
 }
+
+// TestRecordsExpire: a record whose TTL ran out is gone (the embedded server
+// advances its TTLs once a second, so this takes up to about a second).
+func TestRecordsExpire(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		id := newID(t)
+		mustClaim(t, e.s, claimReq(id, "tok"))
+		ok, err := e.s.Release(ctx, id, "tok", 50*time.Millisecond)
+		mustOK(t, "Release", ok, err)
+		for range 1000 {
+			r, err := e.s.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("record never expired")
+	})
+}

@@ -1,0 +1,129 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchBackends: real redis-server (skipped when missing unless
+// IDEMGATE_REQUIRE_REDIS=1) and the embedded store.
+func benchBackends(b *testing.B, f func(b *testing.B, s *Store)) {
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) { f(b, be.open(b).s) })
+	}
+}
+
+var benchSeq atomic.Int64
+
+func benchID() string { return fmt.Sprintf("%032x", benchSeq.Add(1)) }
+
+func benchResult(bodySize int) Result {
+	return Result{
+		Status: 201,
+		Header: http.Header{
+			"Content-Type": {"application/json"},
+			"Location":     {"/crm/deals/deal_42"},
+			"Set-Cookie":   {"a=1; Path=/", "b=2; HttpOnly"},
+			"X-Request-Id": {"0123456789abcdef"},
+		},
+		Body:       bytes.Repeat([]byte("x"), bodySize),
+		Digest:     "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		ExternalID: "deal_42",
+	}
+}
+
+// BenchmarkClaimComplete is the execute path: claim a new key, then store a
+// 1 KiB result. Two round trips per operation.
+func BenchmarkClaimComplete(b *testing.B) {
+	res := benchResult(1024)
+	benchBackends(b, func(b *testing.B, s *Store) {
+		ctx := context.Background()
+		b.Run("serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				claimComplete(b, ctx, s, res)
+			}
+		})
+		b.Run("parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					claimComplete(b, ctx, s, res)
+				}
+			})
+		})
+	})
+}
+
+func claimComplete(b *testing.B, ctx context.Context, s *Store, res Result) {
+	req := claimReq(benchID(), "tok")
+	c, err := s.Claim(ctx, req)
+	if err != nil || !c.Claimed {
+		b.Fatalf("Claim: %+v, %v", c, err)
+	}
+	ok, err := s.Complete(ctx, req.ID, req.Token, res, time.Hour)
+	if err != nil || !ok {
+		b.Fatalf("Complete: %v, %v", ok, err)
+	}
+}
+
+// BenchmarkReplayClaim is the replay path: a Claim on a completed key that
+// returns the stored 1 KiB response. One round trip.
+func BenchmarkReplayClaim(b *testing.B) {
+	res := benchResult(1024)
+	benchBackends(b, func(b *testing.B, s *Store) {
+		ctx := context.Background()
+		id := benchID()
+		if c, err := s.Claim(ctx, claimReq(id, "tok")); err != nil || !c.Claimed {
+			b.Fatalf("Claim: %+v, %v", c, err)
+		}
+		if ok, err := s.Complete(ctx, id, "tok", res, time.Hour); err != nil || !ok {
+			b.Fatalf("Complete: %v, %v", ok, err)
+		}
+		replay := func() {
+			c, err := s.Claim(ctx, claimReq(id, "tok2"))
+			if err != nil || c.Claimed || c.Record.State != StateCompleted || len(c.Record.Body) != 1024 {
+				b.Fatalf("replay: %+v, %v", c, err)
+			}
+		}
+		b.Run("serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				replay()
+			}
+		})
+		b.Run("parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					replay()
+				}
+			})
+		})
+	})
+}
+
+// BenchmarkDecodeRecord decodes a completed record (5 header values, 1 KiB
+// body) from the reply elements, without Redis.
+func BenchmarkDecodeRecord(b *testing.B) {
+	res := benchResult(1024)
+	v := make([]any, numFields)
+	v[iState], v[iToken], v[iRoute], v[iOperation] = "completed", "0123456789abcdef0123456789abcdef", "create_crm_deal", "create_crm_deal"
+	v[iFingerprint], v[iFingerprintRule] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "body=amount,currency"
+	v[iStartedAt], v[iCompletedAt], v[iLeaseUntil] = "1764561600123", "1764561600456", "1764561630123"
+	v[iAttempts], v[iExecutions], v[iStatus] = "3", "1", "201"
+	v[iHeader], v[iBody], v[iBodyOmitted] = encodeHeader(res.Header), string(res.Body), "0"
+	v[iDigest], v[iExternalID] = res.Digest, res.ExternalID
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := decodeRecord("0123456789abcdef0123456789abcdef", v)
+		if err != nil || len(r.Header) != 4 {
+			b.Fatal(r, err)
+		}
+	}
+}

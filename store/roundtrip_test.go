@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// sentCommands records the commands a client sends.
+type sentCommands struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (h *sentCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *sentCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.cmds = append(h.cmds, strings.ToLower(cmd.Name()))
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *sentCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		for _, c := range cmds {
+			h.cmds = append(h.cmds, "pipeline:"+strings.ToLower(c.Name()))
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *sentCommands) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.cmds
+	h.cmds = nil
+	return c
+}
+
+// commandStats parses INFO commandstats into command → calls.
+func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	stats := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		stats[name] = n
+	}
+	return stats
+}
+
+// TestOneCommandPerCall proves with the server's own counters that every
+// store call is one command from the client: EVALSHA for the scripted steps
+// (no EVAL, no SCRIPT LOAD, no PING, no extra reads), HMGET for Get. Commands
+// a script runs inside Redis (TIME, HMGET, HSET, ...) are counted by Redis
+// too; they are not round trips, so they are only checked to be among those
+// the scripts use.
+func TestOneCommandPerCall(t *testing.T) {
+	e := openRedis(t)
+	ctx := context.Background()
+	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
+	sent := &sentCommands{}
+	e.s.Client().AddHook(sent)
+	insideScripts := []string{"time", "hget", "hmget", "hset", "hdel", "hincrby", "pexpire"}
+
+	id := newID(t)
+	steps := []struct {
+		name string
+		call func() error
+		want string // the one command the client sends
+	}{
+		{"Claim (new)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok")); return err }, "evalsha"},
+		{"Claim (in flight)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok2")); return err }, "evalsha"},
+		{"Renew", func() error { _, err := e.s.Renew(ctx, id, "tok", time.Minute); return err }, "evalsha"},
+		{"Complete", func() error { _, err := e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour); return err }, "evalsha"},
+		{"Claim (replay)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok3")); return err }, "evalsha"},
+		{"MarkUnknown", func() error { _, err := e.s.MarkUnknown(ctx, id, "tok", "x", time.Hour); return err }, "evalsha"},
+		{"Release", func() error { _, err := e.s.Release(ctx, id, "tok", time.Hour); return err }, "evalsha"},
+		{"Get", func() error { _, err := e.s.Get(ctx, id); return err }, "hmget"},
+	}
+	for _, st := range steps {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatalf("CONFIG RESETSTAT: %v", err)
+		}
+		sent.take()
+		if err := st.call(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := sent.take(); !slices.Equal(got, []string{st.want}) {
+			t.Errorf("%s: client sent %q, want [%s]", st.name, got, st.want)
+		}
+		stats := commandStats(t, admin)
+		delete(stats, "config|resetstat")
+		delete(stats, "info")
+		if stats[st.want] < 1 {
+			t.Errorf("%s: commandstats shows no %s: %v", st.name, st.want, stats)
+		}
+		if st.want == "evalsha" {
+			if stats["evalsha"] != 1 || stats["eval"] != 0 {
+				t.Errorf("%s: evalsha=%d eval=%d, want 1 and 0", st.name, stats["evalsha"], stats["eval"])
+			}
+			for cmd := range stats {
+				if cmd != "evalsha" && !slices.Contains(insideScripts, cmd) {
+					t.Errorf("%s: unexpected command %s in commandstats: %v", st.name, cmd, stats)
+				}
+			}
+		} else if len(stats) != 1 || stats[st.want] != 1 {
+			t.Errorf("%s: commandstats %v, want only %s=1", st.name, stats, st.want)
+		}
+	}
+}
+
+// TestScriptCacheFlushFallsBackToEval: after SCRIPT FLUSH the first call of
+// a script costs EVALSHA (NOSCRIPT) + EVAL, and the store keeps working.
+func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		if err := e.s.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: %v", err)
+		}
+		sent := &sentCommands{}
+		e.s.Client().AddHook(sent)
+		res, err := e.s.Claim(ctx, claimReq(newID(t), "tok"))
+		if err != nil || !res.Claimed {
+			t.Fatalf("Claim after SCRIPT FLUSH: %+v, %v", res, err)
+		}
+		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
+			t.Fatalf("client sent %q, want [evalsha eval]", got)
+		}
+		if _, err := e.s.Claim(ctx, claimReq(newID(t), "tok")); err != nil {
+			t.Fatal(err)
+		}
+		if got := sent.take(); !slices.Equal(got, []string{"evalsha"}) {
+			t.Fatalf("second claim sent %q, want [evalsha] (EVAL caches the script)", got)
+		}
+	})
+}
+
+// TestEmbeddedListensOnLoopback: the embedded server is reachable only on
+// 127.0.0.1.
+func TestEmbeddedListensOnLoopback(t *testing.T) {
+	e := openEmbedded(t)
+	host, _, err := net.SplitHostPort(e.s.embedded.Addr())
+	if err != nil || host != "127.0.0.1" {
+		t.Fatalf("embedded address %q (%v), want 127.0.0.1", e.s.embedded.Addr(), err)
+	}
+}
