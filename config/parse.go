@@ -212,9 +212,29 @@ func tokenLine(data []byte, alias, anchor string) int {
 		tok = "&" + anchor
 	}
 	if i := bytes.Index(data, []byte(tok)); i >= 0 {
-		return 1 + bytes.Count(data[:i], []byte("\n"))
+		return lineAt(data, i)
 	}
 	return 1
+}
+
+// lineAt returns the 1-based line of byte offset off in data, counting
+// line breaks as YAML does: LF, CR, CR LF, and NEL, LS and PS.
+func lineAt(data []byte, off int) int {
+	line := 1
+	for i := 0; i < off && i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch r {
+		case '\r':
+			if i+1 < len(data) && data[i+1] == '\n' {
+				size = 2
+			}
+			line++
+		case '\n', '\u0085', '\u2028', '\u2029':
+			line++
+		}
+		i += size
+	}
+	return line
 }
 
 // parserProblems are the messages of go.yaml.in/yaml/v3's parser errors
@@ -236,16 +256,12 @@ var parserProblems = map[string]bool{
 // badByteLine returns the line of the first byte YAML rejects outright
 // (invalid UTF-8 or a control character), or 1.
 func badByteLine(data []byte) int {
-	line := 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
 		switch {
-		case r == utf8.RuneError && size <= 1:
-			return line
-		case r == '\n':
-			line++
-		case r < 0x20 && r != '\t' && r != '\r', r == 0x7f:
-			return line
+		case r == utf8.RuneError && size <= 1,
+			r < 0x20 && r != '\t' && r != '\r' && r != '\n', r == 0x7f:
+			return lineAt(data, i)
 		}
 		i += size
 	}

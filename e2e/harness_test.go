@@ -75,13 +75,13 @@ var backends = []backend{
 
 // gateway is one running bin/idemgate process.
 type gateway struct {
-	t       testing.TB
-	dir     string
-	url     string // http://127.0.0.1:port
-	admin   string
-	cmd     *exec.Cmd
-	logs    *syncBuffer
-	exited  chan struct{}
+	t         testing.TB
+	dir       string
+	url       string // http://127.0.0.1:port
+	admin     string
+	cmd       *exec.Cmd
+	logs      *syncBuffer
+	exited    chan struct{}
 	caddyfile string
 }
 

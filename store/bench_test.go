@@ -18,6 +18,10 @@ func benchBackends(b *testing.B, f func(b *testing.B, s *Store)) {
 	}
 }
 
+// benchParallelism*GOMAXPROCS goroutines run the parallel benchmarks, like
+// a gateway serving many connections at once.
+const benchParallelism = 32
+
 var benchSeq atomic.Int64
 
 func benchID() string { return fmt.Sprintf("%032x", benchSeq.Add(1)) }
@@ -51,6 +55,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		})
 		b.Run("parallel", func(b *testing.B) {
 			b.ReportAllocs()
+			b.SetParallelism(benchParallelism)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					claimComplete(b, ctx, s, res)
@@ -99,6 +104,7 @@ func BenchmarkReplayClaim(b *testing.B) {
 		})
 		b.Run("parallel", func(b *testing.B) {
 			b.ReportAllocs()
+			b.SetParallelism(benchParallelism)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					replay()

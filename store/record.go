@@ -208,9 +208,23 @@ func encodeHeader(h http.Header) string {
 }
 
 // decodeHeader is the inverse of encodeHeader. Names are kept exactly as
-// stored (no re-canonicalisation), values byte for byte.
+// stored (no re-canonicalisation), values byte for byte. The values of one
+// name share one backing array, as net/textproto does.
 func decodeHeader(s string) http.Header {
-	h := make(http.Header, strings.Count(s, "\r\n"))
+	n := strings.Count(s, "\r\n") + 1
+	h := make(http.Header, n)
+	values := make([]string, 0, n)
+	start, prev := 0, ""
+	flush := func() {
+		if prev == "" {
+			return
+		}
+		if old, ok := h[prev]; ok { // the name appeared before (not written by encodeHeader)
+			h[prev] = append(old[:len(old):len(old)], values[start:]...)
+		} else {
+			h[prev] = values[start:len(values):len(values)]
+		}
+	}
 	for s != "" {
 		line, rest, _ := strings.Cut(s, "\r\n")
 		s = rest
@@ -218,8 +232,12 @@ func decodeHeader(s string) http.Header {
 		if !ok || name == "" {
 			continue
 		}
-		value = strings.TrimPrefix(value, " ")
-		h[name] = append(h[name], value)
+		if name != prev {
+			flush()
+			start, prev = len(values), name
+		}
+		values = append(values, strings.TrimPrefix(value, " "))
 	}
+	flush()
 	return h
 }

@@ -56,7 +56,8 @@ type Options struct {
 	MasterName string
 	// Cluster selects Redis Cluster.
 	Cluster bool
-	// Username and Password authenticate to Redis (and to the Sentinels).
+	// Username and Password authenticate to Redis (the data nodes; the
+	// Sentinels themselves are asked without credentials).
 	Username, Password string
 	// DB is the database number (single node and Sentinel only).
 	DB int
@@ -118,8 +119,6 @@ func (o Options) universalOptions() *redis.UniversalOptions {
 		IsClusterMode:         o.Cluster,
 		Username:              o.Username,
 		Password:              o.Password,
-		SentinelUsername:      o.Username,
-		SentinelPassword:      o.Password,
 		DB:                    o.DB,
 		TLSConfig:             o.TLS,
 		PoolSize:              pool,
