@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scanCount is the COUNT hint of every SCAN page.
+const scanCount = 500
+
+// ScanIDs calls fn with the id of every record under the store's prefix, in
+// no particular order, using SCAN (on every master in Cluster mode). Like
+// SCAN it may report an id more than once and may miss records created or
+// deleted meanwhile. Each SCAN page has its own OpTimeout deadline; ctx
+// bounds the whole walk. An error from fn stops the walk and is returned.
+// It is meant for operators (listing records), not for the request path.
+func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
+	match := globEscape(s.prefix) + "{*}"
+	walk := func(ctx context.Context, c redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			pctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+			keys, next, err := c.Scan(pctx, cursor, match, scanCount).Result()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("store: scan: %w", err)
+			}
+			for _, k := range keys {
+				id, ok := s.idFromKey(k)
+				if !ok {
+					continue
+				}
+				if err := fn(id); err != nil {
+					return err
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return walk(ctx, c)
+		})
+	}
+	return walk(ctx, s.client)
+}
+
+// idFromKey is the inverse of Key.
+func (s *Store) idFromKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix)
+	if !ok || len(rest) < 3 || rest[0] != '{' || rest[len(rest)-1] != '}' {
+		return "", false
+	}
+	id := rest[1 : len(rest)-1]
+	return id, validID(id)
+}
+
+// globEscape quotes the glob metacharacters of a SCAN MATCH pattern.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
