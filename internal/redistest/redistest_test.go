@@ -128,3 +128,30 @@ func TestMissingBinary(t *testing.T) {
 		})
 	}
 }
+
+func TestCluster(t *testing.T) {
+	c := StartCluster(t, 3)
+	cc := c.Client(t)
+	ctx := context.Background()
+	// Keys spread over the three masters; each node owns some of them.
+	for i := range 30 {
+		if err := cc.Set(ctx, fmt.Sprintf("key-%d", i), i, 0).Err(); err != nil {
+			t.Fatalf("SET through the cluster: %v", err)
+		}
+	}
+	for _, n := range c.Nodes {
+		size, err := n.Client(t).DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size == 0 {
+			t.Errorf("node %s holds no keys: slots not spread", n.Addr)
+		}
+	}
+	if err := cc.MSet(ctx, "{tag}a", 1, "{tag}b", 2).Err(); err != nil {
+		t.Fatalf("same-slot MSET: %v", err)
+	}
+	if err := c.Nodes[0].Client(t).MSet(ctx, "a", 1, "b", 2).Err(); err == nil {
+		t.Fatal("cross-slot MSET on one node succeeded; is this really a cluster?")
+	}
+}

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/redistest"
+)
+
+// TestCluster runs the record life cycle on a three-master Redis Cluster:
+// every script touches one key (no CROSSSLOT), the scripts are preloaded on
+// every master (one EVALSHA per call), and ScanIDs walks all masters.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
+	if err != nil {
+		t.Fatalf("Open cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	sent := &sentCommands{}
+	s.Client().AddHook(sent)
+
+	var ids []string
+	for range 30 {
+		id := newID(t)
+		ids = append(ids, id)
+		sent.take()
+		if c := mustClaim(t, s, claimReq(id, "tok")); !c.Claimed {
+			t.Fatalf("claim %s: %+v", id, c)
+		}
+		ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+		mustOK(t, "Complete", ok, err)
+		if r := mustClaim(t, s, claimReq(id, "tok2")).Record; r.State != StateCompleted || r.Status != 201 {
+			t.Fatalf("replay %s: %+v", id, r)
+		}
+		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "evalsha", "evalsha"}) {
+			t.Fatalf("claim+complete+replay sent %q, want three EVALSHA", got)
+		}
+	}
+
+	perNode := make([]int64, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		var err error
+		if perNode[i], err = n.Client(t).DBSize(ctx).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Contains(perNode, 0) {
+		t.Fatalf("records per node %v: every master should hold some", perNode)
+	}
+
+	var seen []string
+	if err := s.ScanIDs(ctx, func(id string) error { seen = append(seen, id); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(seen)
+	slices.Sort(ids)
+	if !slices.Equal(seen, ids) {
+		t.Fatalf("ScanIDs over the cluster found %d ids, want %d", len(seen), len(ids))
+	}
+}
