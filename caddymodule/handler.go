@@ -3,8 +3,6 @@ package caddymodule
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +89,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	g.id = keying.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 
-	claim, err := h.claim(r.Context(), g, fp)
+	claim, err := h.claim(r.Context(), g, fp, g.rt.fpRule)
+	if err == nil && h.claimableUnderOldRule(claim, g.rt, r.Method, in) {
+		// A released record made under an earlier fingerprint rule is
+		// taken over only with the fingerprint that rule gives.
+		oldFP, _ := h.fingerprintUnder(claim.Record, r.Method, in)
+		claim, err = h.claim(r.Context(), g, oldFP, claim.Record.FingerprintRule)
+	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, body, err)
 	}
@@ -103,14 +107,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // claim takes the right to execute the key, or returns its record.
-func (h *Handler) claim(ctx context.Context, g *guarded, fp string) (store.ClaimResult, error) {
+func (h *Handler) claim(ctx context.Context, g *guarded, fp, fpRule string) (store.ClaimResult, error) {
 	req := store.ClaimRequest{
 		ID:              g.id,
 		Route:           g.rt.Name,
 		Operation:       g.rt.Operation,
 		Fingerprint:     fp,
-		FingerprintRule: g.rt.fpRule,
-		Token:           newToken(),
+		FingerprintRule: fpRule,
+		Token:           store.NewToken(),
 		Lease:           g.rt.LockLease,
 		HoldTTL:         g.rt.HoldTTL,
 		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
@@ -180,13 +184,36 @@ func (h *Handler) sameFingerprint(rec *store.Record, method string, rt *route, i
 	if rec.FingerprintRule == rt.fpRule {
 		return rec.Fingerprint == fp
 	}
+	_, same := h.fingerprintUnder(rec, method, in)
+	return same
+}
+
+// fingerprintUnder computes the request's fingerprint under the rule that
+// made rec, and whether it equals the record's.
+func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.Input) (string, bool) {
 	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
 	if err != nil {
 		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("key_id", rec.ID), zap.Error(err))
+		return "", false
+	}
+	fp, err := keying.Fingerprint(method, rec.Operation, in, rule)
+	return fp, err == nil && fp == rec.Fingerprint
+}
+
+// claimableUnderOldRule reports whether an unclaimed record could be taken
+// over (released, or its lease ran out) but was made under an earlier
+// fingerprint rule that gives this request the record's fingerprint.
+func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) bool {
+	rec := res.Record
+	if res.Claimed || rec == nil || rec.FingerprintRule == rt.fpRule {
 		return false
 	}
-	old, err := keying.Fingerprint(method, rec.Operation, in, rule)
-	return err == nil && old == rec.Fingerprint
+	expired := rec.State == store.StateInFlight && time.Now().After(rec.LeaseUntil)
+	if rec.State != store.StateReleased && !expired {
+		return false
+	}
+	_, same := h.fingerprintUnder(rec, method, in)
+	return same
 }
 
 // replay writes a stored response: status, headers and body as they were,
@@ -401,11 +428,4 @@ func lowerASCII(s string) string {
 		}
 	}
 	return string(b)
-}
-
-// newToken returns a random claim token.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
