@@ -62,3 +62,26 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("ScanIDs over the cluster found %d ids, want %d", len(seen), len(ids))
 	}
 }
+
+// TestSentinel opens the store through a Sentinel (MasterName) and checks
+// that the records land on the monitored master.
+func TestSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "idem")
+	s, err := Open(Options{Addrs: []string{sentinel.Addr}, MasterName: "idem"})
+	if err != nil {
+		t.Fatalf("Open via Sentinel: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	id := newID(t)
+	mustClaim(t, s, claimReq(id, "tok"))
+	ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+	mustOK(t, "Complete", ok, err)
+	if n, err := master.Client(t).Exists(ctx, s.Key(id)).Result(); err != nil || n != 1 {
+		t.Fatalf("record not on the master: %d, %v", n, err)
+	}
+	if r := mustClaim(t, s, claimReq(id, "tok2")).Record; r.State != StateCompleted {
+		t.Fatalf("replay via Sentinel: %+v", r)
+	}
+}

@@ -70,8 +70,9 @@ type Server struct {
 	// Dir is the server's working directory (inside t.TempDir()).
 	Dir string
 
-	bin   string
-	extra []string
+	bin      string
+	extra    []string
+	sentinel string // "" or the Sentinel config's monitor line
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -94,8 +95,15 @@ func Start(t testing.TB, extraArgs ...string) *Server {
 		t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
 	}
 	s := &Server{Dir: t.TempDir(), bin: bin, extra: append([]string(nil), extraArgs...)}
-	t.Cleanup(s.Stop)
+	s.launch(t)
+	return s
+}
 
+// launch starts s on a free port, retrying on another port when the first
+// was taken meanwhile.
+func (s *Server) launch(t testing.TB) {
+	t.Helper()
+	t.Cleanup(s.Stop)
 	var lastErr error
 	for range startTries {
 		port, err := freePort()
@@ -105,13 +113,12 @@ func Start(t testing.TB, extraArgs ...string) *Server {
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if lastErr = s.start(); lastErr == nil {
-			return s
+			return
 		}
 		// Most likely somebody else took the port between our probe and
 		// redis-server's bind: try another one.
 	}
 	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
-	return nil
 }
 
 // Stop sends SIGTERM to the server and waits for it to exit (SIGKILL after
@@ -161,6 +168,7 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 		WriteTimeout:          5 * time.Second,
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
+		DialerRetries:         1, // a stopped server fails at once
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -176,15 +184,26 @@ func (s *Server) Running() bool {
 
 func (s *Server) start() error {
 	logPath := filepath.Join(s.Dir, "redis.log")
-	args := []string{
+	var args []string
+	if s.sentinel != "" {
+		// Sentinel needs a writable config file (it rewrites it).
+		conf := filepath.Join(s.Dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			if err := os.WriteFile(conf, []byte(s.sentinel), 0o600); err != nil {
+				return err
+			}
+		}
+		args = []string{conf, "--sentinel"}
+	} else {
+		args = []string{"--save", "", "--appendonly", "no"}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
 		"--dir", s.Dir,
 		"--daemonize", "no",
 		"--logfile", logPath,
-	}
+	)
 	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Dir

@@ -155,3 +155,16 @@ func TestCluster(t *testing.T) {
 		t.Fatal("cross-slot MSET on one node succeeded; is this really a cluster?")
 	}
 }
+
+func TestSentinel(t *testing.T) {
+	master := Start(t)
+	s := StartSentinel(t, master, "idem")
+	ctx := context.Background()
+	info, err := s.Client(t).Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "redis_mode:sentinel") {
+		t.Fatalf("not a sentinel:\n%s", info)
+	}
+}
