@@ -50,8 +50,17 @@ func Parse(name string, data []byte) (*Rules, error) {
 		e.File = name
 	}
 	slices.SortStableFunc(errs, func(a, b *Error) int { return a.Line - b.Line })
+	if len(errs) > maxErrors {
+		more := &Error{File: name, Line: max(errs[maxErrors].Line, 1),
+			Msg: fmt.Sprintf("and %d more problems", len(errs)-maxErrors)}
+		errs = append(errs[:maxErrors:maxErrors], more)
+	}
 	return nil, errs
 }
+
+// maxErrors is how many problems Parse reports at most; the rest are
+// counted in one last entry.
+const maxErrors = 100
 
 // parse does the work of Parse; its errors have lines but no file name.
 func parse(data []byte) (*Rules, ErrorList) {
@@ -81,12 +90,9 @@ func parse(data []byte) (*Rules, ErrorList) {
 	// Validate what did decode, so that one run reports every problem; a
 	// field that failed to decode is left zero, so skip what its failure
 	// would make Validate report again ("name: is required").
-	failed := make([]string, 0, len(errs))
-	for _, e := range errs {
-		failed = append(failed, e.Field)
-	}
+	failed := newFieldSet(errs)
 	for _, e := range append(x.explicitEmpty(&r), r.check()...) {
-		if !underAny(e.Field, failed) {
+		if !failed.related(e.Field) {
 			e.Line = x.line(e.Field)
 			errs = append(errs, e)
 		}
@@ -97,23 +103,52 @@ func parse(data []byte) (*Rules, ErrorList) {
 	return &r, nil
 }
 
-// underAny reports whether field is one of fields, or inside or above one.
-func underAny(field string, fields []string) bool {
-	for _, f := range fields {
-		if within(field, f) || within(f, field) {
-			return true
-		}
-	}
-	return false
+// fieldSet holds the fields of some errors, to find later errors about the
+// same fields, fields inside them, or fields they are inside.
+type fieldSet struct {
+	fields  map[string]bool // the fields
+	parents map[string]bool // every field that holds one of them
 }
 
-// within reports whether field is parent or a field inside it.
-func within(field, parent string) bool {
-	if parent == "" || field == parent {
+func newFieldSet(errs ErrorList) fieldSet {
+	s := fieldSet{fields: make(map[string]bool, len(errs)), parents: make(map[string]bool)}
+	for _, e := range errs {
+		s.fields[e.Field] = true
+		for p := e.Field; p != ""; {
+			p = parentField(p)
+			s.parents[p] = true
+		}
+	}
+	return s
+}
+
+// related reports whether field is in the set, inside one of its fields,
+// or holds one of them.
+func (s fieldSet) related(field string) bool {
+	if len(s.fields) == 0 {
+		return false
+	}
+	if s.parents[field] {
 		return true
 	}
-	return strings.HasPrefix(field, parent) &&
-		(field[len(parent)] == '.' || field[len(parent)] == '[')
+	for p := field; ; p = parentField(p) {
+		if s.fields[p] {
+			return true
+		}
+		if p == "" {
+			return false
+		}
+	}
+}
+
+// parentField returns the field holding field: "routes[1]" for
+// "routes[1].ttl", "routes" for "routes[1]", "" for "routes".
+func parentField(field string) string {
+	i := strings.LastIndexAny(field, ".[")
+	if i < 0 {
+		return ""
+	}
+	return field[:i]
 }
 
 // parseNodes parses data into a yaml.Node tree for line lookups. It

@@ -393,3 +393,25 @@ func TestDocExample(t *testing.T) {
 		t.Errorf("the example's defaults differ from the built-in defaults:\n got %+v\nwant %+v", res, want)
 	}
 }
+
+func TestParseLimitsErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("routes:\n")
+	for i := 0; i < 60; i++ {
+		b.WriteString("  - name: r" + strings.Repeat("x", i%3) + "\n") // lines 2, 3, 4, ...
+	}
+	// Each route lacks match.path and key, and names repeat after the third:
+	// 6 problems on lines 2-4, then 3 per line, so the 101st is on line 36.
+	_, err := Parse("r.yaml", []byte(b.String()))
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(list) != maxErrors+1 {
+		t.Fatalf("%d errors, want %d", len(list), maxErrors+1)
+	}
+	last := list[maxErrors].Error()
+	if want := "r.yaml:36: and 77 more problems"; last != want {
+		t.Errorf("last error = %q, want %q", last, want)
+	}
+}
