@@ -199,6 +199,8 @@ func describeNode(n *yaml.Node) string {
 			return "the string " + quote(n.Value)
 		case "!!null":
 			return "null"
+		case "!!timestamp":
+			return "the time " + n.Value
 		case "!!int", "!!float", "!!bool":
 			if len(n.Value) > 32 {
 				return quote(n.Value)

@@ -416,6 +416,9 @@ func (x *docIndex) collectDecodeErrors(err error, list *ErrorList) {
 		} else if t := typeAt(field); t != nil {
 			n, _ := x.lookup(field)
 			msg = "must be " + describeType(t) + ", not " + describeNode(n)
+			if t.Kind() == reflect.String && n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() != "!!null" {
+				msg += " (quote it to make it a string)"
+			}
 		}
 		*list = append(*list, &Error{Line: x.line(field), Field: field, Msg: msg})
 	default:

@@ -122,7 +122,9 @@ var parseErrorTests = []struct {
 	{"route as scalar", "routes:\n  - create_crm_deal\n",
 		[]string{`r.yaml:2: routes[0]: must be a mapping, not the string "create_crm_deal"`}},
 	{"name as number", "routes:\n  - name: 2024\n    match: { path: /a }\n    key: [\"{header.K}\"]\n",
-		[]string{`r.yaml:2: routes[0].name: must be a string, not 2024`}},
+		[]string{`r.yaml:2: routes[0].name: must be a string, not 2024 (quote it to make it a string)`}},
+	{"template as date", "routes:\n  - name: a\n    match: { path: /a }\n    key: [2024-01-02]\n",
+		[]string{`r.yaml:4: routes[0].key[0]: must be a string, not the time 2024-01-02 (quote it to make it a string)`}},
 	{"status as string", "routes:\n" + route + "    retry_statuses: [\"429\"]\n",
 		[]string{`r.yaml:5: routes[0].retry_statuses[0]: must be an integer, not the string "429"`}},
 
@@ -178,6 +180,9 @@ var parseErrorTests = []struct {
 			`r.yaml:7: routes[0].fingerprint.ignore[0]: must not be an empty path`,
 		}},
 
+	{"fingerprint ignore query", "routes:\n" + route + "    fingerprint: { ignore: [meta.ts, \"items.#(id==1)\"] }\n",
+		[]string{`r.yaml:5: routes[0].fingerprint.ignore[1]: "items.#(id==1)" cannot be deleted from a body: ignore paths are plain paths (no queries, wildcards, modifiers or multipaths)`}},
+
 	// Durations and sizes.
 	{"duration without unit", "routes:\n" + route + "    ttl: 30\n",
 		[]string{`r.yaml:5: routes[0].ttl: 30 has no unit: write a Go duration such as 30s, 15m or 24h`}},
@@ -231,7 +236,7 @@ var parseErrorTests = []struct {
 	{"several", "defaults:\n  on_unknown_outcome: maybe\nroutes:\n  - name: 7\n    match: { path: /a }\n    key: [\"{header.K}\"]\n    ttl: soon\n  - name: b\n",
 		[]string{
 			`r.yaml:2: defaults.on_unknown_outcome: "maybe" is not one of hold, release, store`,
-			`r.yaml:4: routes[0].name: must be a string, not 7`,
+			`r.yaml:4: routes[0].name: must be a string, not 7 (quote it to make it a string)`,
 			`r.yaml:7: routes[0].ttl: "soon" is not a duration like 30s, 15m or 24h`,
 			`r.yaml:8: routes[1].match.path: is required`,
 			`r.yaml:8: routes[1].key: at least one key template is required, e.g. ["{header.Idempotency-Key}"]`,

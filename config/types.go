@@ -16,10 +16,11 @@ import (
 // Duration is a time.Duration that reads and writes Go duration text.
 //
 // In YAML it is a Go duration string such as "30s", "24h" or "1h30m"; a
-// bare number other than 0 is rejected, because it would silently mean
-// nanoseconds. In JSON it is such a string or a number of nanoseconds (as
-// Caddy's own durations). It marshals to JSON as a string like "24h0m0s".
-// Zero means "not set": the field inherits its default.
+// bare number is rejected, because it would silently mean nanoseconds. In
+// JSON it is such a string or an integer number of nanoseconds (as Caddy's
+// own durations). It marshals to JSON as a string like "24h0m0s".
+// Zero means "not set": the field inherits its default (so in YAML an
+// explicit zero is an error).
 type Duration time.Duration
 
 // String returns the duration as Go formats it, like "24h0m0s".
@@ -73,7 +74,8 @@ func parseDuration(s string) (Duration, error) {
 // Size is a number of bytes. It reads a number or text such as "1MiB"
 // (1048576), "512KB" (512000) or "1048576", as understood by
 // github.com/dustin/go-humanize's ParseBytes, and marshals to JSON as a
-// plain number. Zero means "not set": the field inherits its default.
+// plain number. Zero means "not set": the field inherits its default (so in
+// YAML an explicit zero is an error).
 type Size int64
 
 // String returns the size in IEC units, like "1.0 MiB".

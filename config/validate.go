@@ -19,7 +19,8 @@ import (
 // A-Z a-z 0-9 _ . : - (1 to 64); operations likewise; match.path present,
 // starting with "/" and a valid pattern; methods are HTTP tokens and not
 // safe methods; at least one key template; every key and scope template
-// parses (keying.ParseTemplate); fingerprint paths are not empty;
+// parses (keying.ParseTemplate); fingerprint paths are not empty and
+// ignore paths can be deleted (keying.FingerprintRule.Validate);
 // durations are positive and lock_lease is at least 1s; sizes are
 // positive; retry statuses are in 100..599 and not 2xx; enum fields hold
 // one of their values; forward_key_header is a header name or "".
@@ -97,10 +98,20 @@ func checkRoute(c *errorList, i int, rt *Route, names map[string]int) {
 			c.add(f("fingerprint.body["+strconv.Itoa(j)+"]"), "must not be an empty path")
 		}
 	}
+	reported := len(c.list)
 	for j, p := range rt.Fingerprint.Ignore {
-		if strings.TrimSpace(p) == "" {
-			c.add(f("fingerprint.ignore["+strconv.Itoa(j)+"]"), "must not be an empty path")
+		field := f("fingerprint.ignore[" + strconv.Itoa(j) + "]")
+		switch {
+		case strings.TrimSpace(p) == "":
+			c.add(field, "must not be an empty path")
+		case (keying.FingerprintRule{Ignore: []string{p}}).Validate() != nil:
+			c.add(field, "%s cannot be deleted from a body: ignore paths are plain paths"+
+				" (no queries, wildcards, modifiers or multipaths)", quote(p))
 		}
+	}
+	rule := keying.FingerprintRule{Body: rt.Fingerprint.Body, Ignore: rt.Fingerprint.Ignore}
+	if err := rule.Validate(); err != nil && len(c.list) == reported {
+		c.add(f("fingerprint"), "%v", err)
 	}
 
 	checkPolicy(c, "routes["+strconv.Itoa(i)+"]", &rt.Policy)
