@@ -1,0 +1,371 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/store"
+)
+
+// testStores are the stores the in-process handler tests run against.
+var testStores = []struct {
+	name string
+	cfg  func(t *testing.T) StoreConfig
+}{
+	{"embedded", func(t *testing.T) StoreConfig {
+		// A prefix of its own gives each test its own pooled embedded store.
+		return StoreConfig{KeyPrefix: strings.ReplaceAll(t.Name(), "/", "-") + ":"}
+	}},
+	{"redis", func(t *testing.T) StoreConfig {
+		return StoreConfig{Addresses: []string{"redis://" + redistest.Start(t).Addr}}
+	}},
+}
+
+// newHandler provisions a handler from YAML rules, with its logs observed.
+func newHandler(t *testing.T, rules string, sc StoreConfig) (*Handler, *observer.ObservedLogs) {
+	t.Helper()
+	parsed, err := config.Parse("routes.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	h := &Handler{Rules: *parsed, Store: sc}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Cleanup() })
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	h.logger = zap.New(core)
+	return h, logs
+}
+
+// serve runs one request through h with next as the rest of the chain.
+func serve(h *Handler, next caddyhttp.HandlerFunc, method, path, body string, headers ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	w := httptest.NewRecorder()
+	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), w, &caddyhttp.Server{})
+	if err := h.ServeHTTP(w, req, next); err != nil {
+		w.Code = http.StatusInternalServerError
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) {
+			w.Code = he.StatusCode
+		}
+	}
+	return w
+}
+
+// counting is an upstream stand-in that counts executions.
+type counting struct {
+	calls atomic.Int64
+	delay time.Duration
+}
+
+func (c *counting) next(w http.ResponseWriter, r *http.Request) error {
+	n := c.calls.Add(1)
+	time.Sleep(c.delay)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, err := fmt.Fprintf(w, `{"id":"D-%d"}`, n)
+	return err
+}
+
+// TestLeaseRenewedWhileCallRuns: a call three times longer than its lease
+// keeps its claim; a duplicate in the meantime gets 409, never a second
+// execution, and replays the result afterwards.
+func TestLeaseRenewedWhileCallRuns(t *testing.T) {
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			h, _ := newHandler(t, `
+routes:
+  - name: slow
+    match: { path: /slow }
+    key: ["{header.Idempotency-Key}"]
+    lock_lease: 1s
+`, st.cfg(t))
+			up := &counting{delay: 3 * time.Second}
+			first := make(chan *httptest.ResponseRecorder, 1)
+			go func() { first <- serve(h, up.next, "POST", "/slow", "{}", "Idempotency-Key", "k1") }()
+			for _, at := range []time.Duration{1500 * time.Millisecond, 1000 * time.Millisecond} {
+				time.Sleep(at)
+				// In flight, not taken for a dead call (outcome unknown).
+				if w := serve(h, up.next, "POST", "/slow", "{}", "Idempotency-Key", "k1"); w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "#in-flight") {
+					t.Fatalf("duplicate during the call: %d %s, want 409 in-flight", w.Code, w.Body)
+				}
+			}
+			if w := <-first; w.Code != http.StatusCreated {
+				t.Fatalf("first: %d", w.Code)
+			}
+			w := serve(h, up.next, "POST", "/slow", "{}", "Idempotency-Key", "k1")
+			if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" || w.Body.String() != `{"id":"D-1"}` {
+				t.Errorf("after the call: %d %q %s", w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+			}
+			if n := up.calls.Load(); n != 1 {
+				t.Errorf("executions = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestFingerprintRuleChange: a record keeps the fingerprint rule that made
+// it, so a handler with a changed rule still replays a genuine retry, and
+// still rejects a real payload change.
+func TestFingerprintRuleChange(t *testing.T) {
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			sc := st.cfg(t)
+			const before = `
+routes:
+  - name: pay
+    match: { path: /pay }
+    key: ["{header.Idempotency-Key}"]
+`
+			const after = `
+routes:
+  - name: pay
+    match: { path: /pay }
+    key: ["{header.Idempotency-Key}"]
+    fingerprint:
+      body: [amount]
+`
+			old, _ := newHandler(t, before, sc)
+			up := &counting{}
+			serve(old, up.next, "POST", "/pay", `{"amount":5,"note":"x"}`, "Idempotency-Key", "p1")
+			changed, _ := newHandler(t, after, sc)
+			if w := serve(changed, up.next, "POST", "/pay", `{"note":"x","amount":5}`, "Idempotency-Key", "p1"); w.Header().Get("Idempotent-Replayed") != "true" {
+				t.Errorf("genuine retry after the rule changed: %d %s, want a replay", w.Code, w.Body)
+			}
+			if w := serve(changed, up.next, "POST", "/pay", `{"amount":5,"note":"y"}`, "Idempotency-Key", "p1"); w.Code != http.StatusUnprocessableEntity {
+				t.Errorf("changed payload under the old rule: %d, want 422", w.Code)
+			}
+			if n := up.calls.Load(); n != 1 {
+				t.Errorf("executions = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestNoSecretsInLogs: keys, Authorization values and body fields never
+// reach the log.
+func TestNoSecretsInLogs(t *testing.T) {
+	h, logs := newHandler(t, `
+routes:
+  - name: pay
+    match: { path: /pay }
+    key: ["{header.Idempotency-Key}"]
+`, testStores[0].cfg(t))
+	up := &counting{}
+	const secret = "s3cr3t-TOKEN-42"
+	for _, body := range []string{`{"card":"` + secret + `"}`, `{"card":"other-` + secret + `"}`} {
+		serve(h, up.next, "POST", "/pay", body, "Idempotency-Key", "key-"+secret, "Authorization", "Bearer "+secret)
+	}
+	serve(h, up.next, "POST", "/pay", `{"card":`, "Authorization", "Bearer "+secret)
+	if logs.Len() == 0 {
+		t.Fatal("no decision was logged")
+	}
+	for _, entry := range logs.All() {
+		line := entry.Message
+		for _, f := range entry.Context {
+			line += fmt.Sprintf(" %s=%v%s", f.Key, f.String, f.Interface)
+		}
+		if strings.Contains(line, secret) {
+			t.Errorf("log line contains the secret: %s", line)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	rt := &route{retry: map[int]bool{429: true, 503: true}}
+	dial := caddyhttp.Error(http.StatusBadGateway, reverseproxy.DialError{})
+	timeout := caddyhttp.Error(http.StatusGatewayTimeout, errors.New("net/http: timeout awaiting response headers"))
+	cases := []struct {
+		name     string
+		status   int
+		err      error
+		panicked any
+		want     outcome
+	}{
+		{"stored 201", 201, nil, nil, outcome{verdictComplete, 201, ""}},
+		{"stored 400", 400, nil, nil, outcome{verdictComplete, 400, ""}},
+		{"nothing written", 0, nil, nil, outcome{verdictComplete, 200, ""}},
+		{"retry status 429", 429, nil, nil, outcome{verdictRelease, 429, "retry_status"}},
+		{"retry status 503", 503, nil, nil, outcome{verdictRelease, 503, "retry_status"}},
+		{"upstream 500", 500, nil, nil, outcome{verdictUnknown, 500, "upstream_5xx"}},
+		{"upstream 502", 502, nil, nil, outcome{verdictUnknown, 502, "upstream_5xx"}},
+		{"client closed", 499, nil, nil, outcome{verdictUnknown, 499, "client_closed"}},
+		{"switching protocols", 101, nil, nil, outcome{verdictRelease, 101, "switching_protocols"}},
+		{"dial error: never sent", 0, dial, nil, outcome{verdictRelease, 502, "not_sent"}},
+		{"no upstreams", 0, caddyhttp.Error(503, errors.New("no upstreams available")), nil, outcome{verdictRelease, 503, "not_sent"}},
+		{"timeout after sending", 0, timeout, nil, outcome{verdictUnknown, 504, "upstream_error"}},
+		{"aborted body", 200, nil, http.ErrAbortHandler, outcome{verdictUnknown, 200, "response_aborted"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cw := &capture{status: tc.status}
+			if got := classify(rt, cw, tc.err, tc.panicked); got != tc.want {
+				t.Errorf("classify = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestStorableHeader(t *testing.T) {
+	h := http.Header{
+		"Content-Type":      {"application/json"},
+		"Set-Cookie":        {"a=1", "b=2"},
+		"Location":          {"/x"},
+		"Connection":        {"keep-alive, X-Hop"},
+		"X-Hop":             {"1"},
+		"Keep-Alive":        {"timeout=5"},
+		"Transfer-Encoding": {"chunked"},
+		"Server":            {"Caddy"},
+		"Alt-Svc":           {"h3"},
+		"Via":               {"1.1 Caddy"},
+		"Date":              {"now"},
+		"Content-Length":    {"12"},
+	}
+	got := storableHeader(h)
+	want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Location": {"/x"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("storableHeader = %v, want %v", got, want)
+	}
+	if h.Get("Server") == "" {
+		t.Error("storableHeader changed its argument")
+	}
+}
+
+type failingWriter struct {
+	*httptest.ResponseRecorder
+	writes int
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	f.writes++
+	if f.writes > 1 {
+		return 0, errors.New("client gone")
+	}
+	return f.ResponseRecorder.Write(p)
+}
+
+func TestCapture(t *testing.T) {
+	t.Run("within the limit", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		c := newCapture(rec, 10)
+		c.Header().Set("Content-Type", "text/plain")
+		c.WriteHeader(201)
+		_, _ = c.Write([]byte("hello"))
+		_, _ = c.Write([]byte("world"))
+		if c.overflow || string(c.body()) != "helloworld" || c.status != 201 || rec.Body.String() != "helloworld" {
+			t.Errorf("overflow=%v body=%q status=%d client=%q", c.overflow, c.body(), c.status, rec.Body)
+		}
+	})
+	t.Run("over the limit streams and keeps the digest", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		c := newCapture(rec, 8)
+		data := bytes.Repeat([]byte("0123456789"), 5)
+		for i := 0; i < len(data); i += 7 {
+			_, _ = c.Write(data[i:min(i+7, len(data))])
+		}
+		full := newCapture(httptest.NewRecorder(), 1<<20)
+		_, _ = full.Write(data)
+		if !c.overflow || c.body() != nil || !bytes.Equal(rec.Body.Bytes(), data) || !bytes.Equal(c.sum(), full.sum()) {
+			t.Errorf("overflow=%v body=%q client=%d bytes", c.overflow, c.body(), rec.Body.Len())
+		}
+	})
+	t.Run("a client that went away does not stop the capture", func(t *testing.T) {
+		fw := &failingWriter{ResponseRecorder: httptest.NewRecorder()}
+		c := newCapture(fw, 100)
+		for _, part := range []string{"a", "b", "c"} {
+			if n, err := c.Write([]byte(part)); n != 1 || err != nil {
+				t.Fatalf("Write = %d, %v; the upstream copy must go on", n, err)
+			}
+		}
+		if string(c.body()) != "abc" || c.clientErr == nil {
+			t.Errorf("body=%q clientErr=%v", c.body(), c.clientErr)
+		}
+	})
+	t.Run("event streams are not replayable", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		c := newCapture(rec, 100)
+		c.Header().Set("Content-Type", "text/event-stream")
+		c.WriteHeader(200)
+		if !c.streaming {
+			t.Error("event stream not detected")
+		}
+	})
+}
+
+// TestConcurrentDuplicatesInProcess races 50 goroutines with one key
+// through the handler itself (race detector on): one execution.
+func TestConcurrentDuplicatesInProcess(t *testing.T) {
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+`, st.cfg(t))
+			up := &counting{delay: 50 * time.Millisecond}
+			var wg sync.WaitGroup
+			codes := make([]int, 50)
+			for i := range codes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					codes[i] = serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "race").Code
+				}()
+			}
+			wg.Wait()
+			if n := up.calls.Load(); n != 1 {
+				t.Fatalf("executions = %d, want 1", n)
+			}
+			for _, c := range codes {
+				if c != http.StatusCreated && c != http.StatusConflict {
+					t.Errorf("status %d", c)
+				}
+			}
+			rec, err := h.store.Get(context.Background(), findID(t, h))
+			if err != nil || rec == nil || rec.State != store.StateCompleted || rec.Executions != 1 || rec.Attempts != 50 {
+				t.Errorf("record = %+v, %v; want completed, 1 execution, 50 attempts", rec, err)
+			}
+		})
+	}
+}
+
+// findID returns the id of the only record in h's store.
+func findID(t *testing.T, h *Handler) string {
+	t.Helper()
+	var ids []string
+	err := h.store.ScanIDs(context.Background(), func(id string) error {
+		ids = append(ids, id)
+		return nil
+	})
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("records %v, %v; want exactly one", ids, err)
+	}
+	return ids[0]
+}
