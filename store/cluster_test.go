@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -83,5 +84,23 @@ func TestSentinel(t *testing.T) {
 	}
 	if r := mustClaim(t, s, claimReq(id, "tok2")).Record; r.State != StateCompleted {
 		t.Fatalf("replay via Sentinel: %+v", r)
+	}
+}
+
+func TestClusterScanStopsOnError(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
+	if err != nil {
+		t.Fatalf("Open cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	for range 60 {
+		mustClaim(t, s, claimReq(newID(t), "tok"))
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err = s.ScanIDs(context.Background(), func(string) error { calls++; return stop })
+	if !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("ScanIDs: %v after %d calls, want stop after 1", err, calls)
 	}
 }

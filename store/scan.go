@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,7 +13,8 @@ import (
 const scanCount = 500
 
 // ScanIDs calls fn with the id of every record under the store's prefix, in
-// no particular order, using SCAN (on every master in Cluster mode). Like
+// no particular order, using SCAN (on every master in Cluster mode; fn is
+// never called concurrently). Like
 // SCAN it may report an id more than once and may miss records created or
 // deleted meanwhile. Each SCAN page has its own OpTimeout deadline; ctx
 // bounds the whole walk. An error from fn stops the walk and is returned.
@@ -44,9 +46,37 @@ func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
 		}
 	}
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return walk(ctx, c)
+		// ForEachMaster scans the masters concurrently: serialise fn, and
+		// stop calling it after its first error.
+		var (
+			mu      sync.Mutex
+			stopped error
+		)
+		inner := fn
+		fn = func(id string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped != nil {
+				return stopped
+			}
+			stopped = inner(id)
+			return stopped
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			err := walk(ctx, c)
+			if err != nil {
+				cancel() // the other masters' walks end too
+			}
+			return err
 		})
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped != nil {
+			return stopped
+		}
+		return err
 	}
 	return walk(ctx, s.client)
 }
