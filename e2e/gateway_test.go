@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -415,4 +416,41 @@ func waitFor(t testing.TB, cond func() bool) {
 		}
 	}
 	t.Fatal("condition not reached in 10s")
+}
+
+// TestClientDisconnectDoesNotCancel: a client that hangs up mid-call does
+// not cancel the upstream call; its result is stored and the retry
+// replays it.
+func TestClientDisconnectDoesNotCancel(t *testing.T) {
+	up := newUpstream(t)
+	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: behaviourRules})
+	open := up.gate("/slow")
+	defer open()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "POST", gw.url+"/slow", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "hang-up")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitFor(t, func() bool { return up.count("/slow") == 1 })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the client's request was not cancelled")
+	}
+	open()
+	waitFor(t, func() bool {
+		r := send(t, "POST", gw.url+"/slow", []byte(`{}`), "Idempotency-Key", "hang-up")
+		return r.status == http.StatusCreated && r.header.Get("Idempotent-Replayed") == "true"
+	})
+	if got := up.count("/slow"); got != 1 {
+		t.Errorf("upstream executions = %d, want 1", got)
+	}
 }
