@@ -12,6 +12,11 @@
 // token. A false result means someone else owns the record now; it is not an
 // error. The scripts are safe to retry with the same token (a Claim whose
 // reply was lost and is sent again still reports the claim as the caller's).
+//
+// Redis 5 or newer is required (scripts that read TIME and then write rely on
+// effects replication, the default since 5.0). Open works with a single node,
+// Sentinel (MasterName) and Cluster; OpenEmbedded runs the same scripts on an
+// in-process miniredis.
 package store
 
 import (
