@@ -215,16 +215,6 @@ func decodeHeader(s string) http.Header {
 	h := make(http.Header, n)
 	values := make([]string, 0, n)
 	start, prev := 0, ""
-	flush := func() {
-		if prev == "" {
-			return
-		}
-		if old, ok := h[prev]; ok { // the name appeared before (not written by encodeHeader)
-			h[prev] = append(old[:len(old):len(old)], values[start:]...)
-		} else {
-			h[prev] = values[start:len(values):len(values)]
-		}
-	}
 	for s != "" {
 		line, rest, _ := strings.Cut(s, "\r\n")
 		s = rest
@@ -233,11 +223,24 @@ func decodeHeader(s string) http.Header {
 			continue
 		}
 		if name != prev {
-			flush()
+			setValues(h, prev, values[start:])
 			start, prev = len(values), name
 		}
 		values = append(values, strings.TrimPrefix(value, " "))
 	}
-	flush()
+	setValues(h, prev, values[start:])
 	return h
+}
+
+// setValues stores one run of values of name in h. The run is capped so that
+// later appends never write into it.
+func setValues(h http.Header, name string, run []string) {
+	if name == "" {
+		return
+	}
+	if old, ok := h[name]; ok { // the name appeared before (not written by encodeHeader)
+		h[name] = append(old[:len(old):len(old)], run...)
+		return
+	}
+	h[name] = run[:len(run):len(run)]
 }
