@@ -65,7 +65,7 @@ func OpenEmbedded(opts Options) (*Store, error) {
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
 	s.onClose = shutdown
 	s.embedded = m
-	if err := s.start(); err != nil {
+	if err := s.start(opts.DialTimeout); err != nil {
 		_ = s.Close()
 		return nil, err
 	}

@@ -156,7 +156,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	client := redis.NewUniversalClient(opts.universalOptions())
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
-	if err := s.start(); err != nil {
+	if err := s.start(opts.DialTimeout); err != nil {
 		_ = client.Close()
 		return nil, err
 	}
@@ -164,9 +164,12 @@ func Open(opts Options) (*Store, error) {
 }
 
 // start pings and preloads the scripts, so the first call of each is a
-// single EVALSHA.
-func (s *Store) start() error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+// single EVALSHA. It may take the dial timeout plus the op timeout.
+func (s *Store) start(dial time.Duration) error {
+	if dial <= 0 {
+		dial = DefaultDialTime
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dial+s.opTimeout)
 	defer cancel()
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("store: ping Redis: %w", err)
