@@ -244,7 +244,7 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	defer cw.release()
 
 	stopRenewing := h.renewWhileRunning(g.id, token, g.rt.LockLease)
-	err, panicked := callNext(next, cw, r)
+	panicked, err := callNext(next, cw, r)
 	stopRenewing()
 
 	h.settle(g, token, cw, classify(g.rt, cw, err, panicked))
@@ -257,9 +257,9 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 // callNext runs the rest of the chain, catching a panic (reverse_proxy
 // aborts a broken response with http.ErrAbortHandler) so the outcome can
 // be recorded before it is re-raised.
-func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (err error, panicked any) {
+func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
 	defer func() { panicked = recover() }()
-	return next.ServeHTTP(w, r), nil
+	return nil, next.ServeHTTP(w, r)
 }
 
 // renewWhileRunning extends the claim's lease while the upstream call is
