@@ -90,6 +90,8 @@ type gatewayConfig struct {
 	upstream string // host:port
 	rules    string // routes.yaml contents
 	extra    string // more lines inside the idempotency block
+	proxy    string // lines inside the reverse_proxy block
+	global   string // more lines inside the global options block
 }
 
 // startGateway writes a Caddyfile and routes.yaml to a temp dir and runs
@@ -112,6 +114,7 @@ func startGateway(t testing.TB, cfg gatewayConfig) *gateway {
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
+	%s
 }
 
 :%d {
@@ -120,9 +123,11 @@ func startGateway(t testing.TB, cfg gatewayConfig) *gateway {
 		store %s
 		%s
 	}
-	reverse_proxy %s
+	reverse_proxy %s {
+		%s
+	}
 }
-`, adminPort, port, cfg.store, cfg.extra, cfg.upstream)
+`, adminPort, cfg.global, port, cfg.store, cfg.extra, cfg.upstream, cfg.proxy)
 	if err := os.WriteFile(g.caddyfile, []byte(caddyfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -161,16 +166,41 @@ func (g *gateway) start() {
 	}
 }
 
+// kill ends the gateway with SIGKILL, as a crash would.
+func (g *gateway) kill() {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return
+	}
+	_ = g.cmd.Process.Kill()
+	<-g.exited
+}
+
+// restart starts the gateway again with the same Caddyfile (after kill or
+// stop), on the same ports.
+func (g *gateway) restart() {
+	g.t.Helper()
+	select {
+	case <-g.exited:
+	default:
+		g.stop()
+	}
+	g.start()
+}
+
 func (g *gateway) stop() {
 	if g.cmd == nil || g.cmd.Process == nil {
 		return
 	}
-	_ = g.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-g.exited:
-	case <-time.After(10 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.exited
+	default:
+		_ = g.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-g.exited:
+		case <-time.After(10 * time.Second):
+			_ = g.cmd.Process.Kill()
+			<-g.exited
+		}
 	}
 	if g.t.Failed() {
 		g.t.Logf("gateway log:\n%s", g.logs.String())
