@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -41,6 +43,7 @@ type guarded struct {
 	status  int
 	rec     *store.Record
 	note    string
+	span    trace.Span // the request's span when Caddy's tracing is on
 }
 
 // ServeHTTP guards the request if a route matches it:
@@ -50,7 +53,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if rt == nil {
 		return next.ServeHTTP(w, r)
 	}
-	g := &guarded{rt: rt, start: time.Now()}
+	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	defer h.decided(g)
 
 	buf, err := readBody(r, rt.MaxBody)
@@ -335,9 +338,18 @@ func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
 	return p.write(w)
 }
 
-// decided writes the decision's log line and counts it.
+// decided writes the decision's log line, counts it, and sets it on the
+// request's span when tracing is on.
 func (h *Handler) decided(g *guarded) {
 	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
+	if g.span.IsRecording() {
+		g.span.SetAttributes(
+			attribute.String("idempotency.route", g.rt.Name),
+			attribute.String("idempotency.key_id", g.id),
+			attribute.String("idempotency.outcome", g.outcome),
+			attribute.Bool("idempotency.replayed", g.outcome == outcomeReplayed),
+		)
+	}
 	if ce := h.logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
 		fields := make([]zap.Field, 0, 9)
 		fields = append(fields,

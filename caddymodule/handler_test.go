@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -368,4 +370,43 @@ func findID(t *testing.T, h *Handler) string {
 		t.Fatalf("records %v, %v; want exactly one", ids, err)
 	}
 	return ids[0]
+}
+
+// TestDecisionOnSpan: with tracing on, the decision is set on the
+// request's span.
+func TestDecisionOnSpan(t *testing.T) {
+	h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+`, testStores[0].cfg(t))
+	recorder := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)).Tracer("test")
+	up := &counting{}
+	for range 2 {
+		ctx, span := tracer.Start(context.Background(), "request")
+		req := httptest.NewRequest("POST", "/deals", strings.NewReader("{}")).WithContext(ctx)
+		req.Header.Set("Idempotency-Key", "traced")
+		w := httptest.NewRecorder()
+		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), w, &caddyhttp.Server{})
+		if err := h.ServeHTTP(w, req, caddyhttp.HandlerFunc(up.next)); err != nil {
+			t.Fatal(err)
+		}
+		span.End()
+	}
+	spans := recorder.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	for i, want := range []string{outcomeExecuted, outcomeReplayed} {
+		attrs := map[string]string{}
+		for _, kv := range spans[i].Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.key_id"]) != 32 ||
+			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {
+			t.Errorf("span %d attributes = %v, want outcome %s", i, attrs, want)
+		}
+	}
 }
