@@ -55,7 +55,8 @@ type Record struct {
 	// Digest is the lowercase hex SHA-256 of the full response body.
 	Digest     string
 	ExternalID string
-	// Reason says why the outcome is unknown (e.g. "lease_expired").
+	// Reason says why the outcome is unknown (e.g. "lease_expired"), or is
+	// "operator" when an operator released or completed the record.
 	Reason string
 }
 
@@ -71,6 +72,26 @@ func stateFromStored(s string) State {
 		return StateReleased
 	}
 	return State(s)
+}
+
+// indexStates are the states that have an index, in the order of the
+// index keys in every state-changing script's KEYS (2..5) and of listings.
+var indexStates = [...]State{StateInFlight, StateCompleted, StateUnknown, StateReleased}
+
+// storedState is the inverse of stateFromStored ("" for an unknown state).
+// It also accepts the stored form "unknown".
+func storedState(s State) string {
+	switch s {
+	case StateInFlight:
+		return stInFlight
+	case StateCompleted:
+		return stCompleted
+	case StateUnknown, stUnknown:
+		return stUnknown
+	case StateReleased:
+		return stReleased
+	}
+	return ""
 }
 
 var errShortReply = errors.New("store: malformed record reply")

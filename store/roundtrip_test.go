@@ -84,7 +84,7 @@ func TestOneCommandPerCall(t *testing.T) {
 	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
 	sent := &sentCommands{}
 	e.s.Client().AddHook(sent)
-	insideScripts := []string{"time", "hget", "hmget", "hset", "hdel", "hincrby", "pexpire"}
+	insideScripts := []string{"time", "hget", "hmget", "hset", "hdel", "hincrby", "pexpire", "zadd", "zrem", "zremrangebyscore"}
 
 	id := newID(t)
 	steps := []struct {

@@ -13,14 +13,15 @@ import (
 const scanCount = 500
 
 // ScanIDs calls fn with the id of every record under the store's prefix, in
-// no particular order, using SCAN (on every master in Cluster mode; fn is
+// no particular order, using SCAN over the whole key space (on every master in Cluster mode; fn is
 // never called concurrently). Like
 // SCAN it may report an id more than once and may miss records created or
 // deleted meanwhile. Each SCAN page has its own OpTimeout deadline; ctx
 // bounds the whole walk. An error from fn stops the walk and is returned.
-// It is meant for operators (listing records), not for the request path.
+// List, served from the state indexes, is the cheaper way to list records;
+// ScanIDs remains for tests and for checking the indexes against the data.
 func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
-	match := globEscape(s.prefix) + "{*}"
+	match := globEscape(s.prefix) + "{?}*"
 	walk := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
@@ -81,14 +82,15 @@ func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
 	return walk(ctx, s.client)
 }
 
-// idFromKey is the inverse of Key.
+// idFromKey is the inverse of Key. Index keys and foreign keys are not
+// record keys.
 func (s *Store) idFromKey(key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, s.prefix)
-	if !ok || len(rest) < 3 || rest[0] != '{' || rest[len(rest)-1] != '}' {
+	if !ok || len(rest) < 4 || rest[0] != '{' || rest[2] != '}' {
 		return "", false
 	}
-	id := rest[1 : len(rest)-1]
-	return id, validID(id)
+	id := rest[3:]
+	return id, validID(id) && Shard(id) == rest[1:2]
 }
 
 // globEscape quotes the glob metacharacters of a SCAN MATCH pattern.

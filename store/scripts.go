@@ -75,10 +75,36 @@ const (
 	codeOwned    = 3 // already held with this token (a retried Claim)
 )
 
+// Operator script codes, the first element of their replies.
+const (
+	codeDone     = 1 // the record was resolved
+	codeNotFound = 2 // no such record
+	codeConflict = 3 // the record's state does not allow the operation
+)
+
 // luaNow is the prelude of every script: the Redis server's clock in ms.
 const luaNow = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// luaIndex is the prelude of every state-changing script. KEYS[1] is the
+// record, KEYS[2..5] the state indexes of its shard (indexStates order),
+// ARGV[1] the record id (the index member). settle(old, new, ttl) gives the
+// record its lifetime (PEXPIRE ttl ms) and moves it from the old state's
+// index to the new one's, scored with its expiry time; expired members of
+// the index written are trimmed on the way. The caller sets the st field.
+const luaIndex = luaNow + `
+local id = ARGV[1]
+local idx = {in_flight = KEYS[2], completed = KEYS[3], unknown = KEYS[4], released = KEYS[5]}
+local function settle(old, new, ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if old and old ~= new and idx[old] then
+    redis.call('ZREM', idx[old], id)
+  end
+  redis.call('ZADD', idx[new], now + ttl, id)
+  redis.call('ZREMRANGEBYSCORE', idx[new], '-inf', now)
+end
 `
 
 // luaFields is the Lua argument list of every record field, in fields order.
@@ -87,83 +113,133 @@ var luaFields = "'" + strings.Join(fields[:], "', '") + "'"
 // luaResultFields are the fields of a result (cleared on release/reclaim).
 const luaResultFields = `'ca', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'`
 
-// claimScript: KEYS[1] = record key.
-// ARGV: 1 token, 2 route, 3 operation, 4 fingerprint, 5 fingerprint rule,
-// 6 lease ms, 7 hold ttl ms, 8 on expired ("hold" | "release").
+// luaReply ends the scripts that answer with a code and the record.
+var luaReply = `
+local r = redis.call('HMGET', KEYS[1], ` + luaFields + `)
+table.insert(r, 1, code)
+return r
+`
+
+// claimScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
+// rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release").
 // Reply: {code, <fields...>}.
-var claimScript = redis.NewScript(luaNow + `
+var claimScript = redis.NewScript(luaIndex + `
 local key = KEYS[1]
-local tok = ARGV[1]
-local lease = tonumber(ARGV[6])
-local hold = tonumber(ARGV[7])
+local tok = ARGV[2]
+local lease = tonumber(ARGV[7])
+local hold = tonumber(ARGV[8])
 local cur = redis.call('HMGET', key, 'st', 'tok', 'lu', 'fp', 'fpr')
 local st = cur[1]
 local code = ` + itoa(codeExisting) + `
 if not st then
-  redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[2], 'op', ARGV[3],
-    'fp', ARGV[4], 'fpr', ARGV[5], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
-  redis.call('PEXPIRE', key, hold)
+  redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
+    'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
+  settle(false, 'in_flight', hold)
   code = ` + itoa(codeCreated) + `
 elseif st == 'in_flight' and cur[2] == tok then
   code = ` + itoa(codeOwned) + `
 else
   local expired = st == 'in_flight' and tonumber(cur[3] or '0') <= now
-  local same = cur[4] == ARGV[4] and cur[5] == ARGV[5]
+  local same = cur[4] == ARGV[5] and cur[5] == ARGV[6]
   redis.call('HINCRBY', key, 'att', 1)
-  if expired and ARGV[8] ~= 'release' then
+  if expired and ARGV[9] ~= 'release' then
     redis.call('HSET', key, 'st', 'unknown', 'rsn', 'lease_expired')
-    redis.call('PEXPIRE', key, hold)
+    settle(st, 'unknown', hold)
   elseif same and (expired or st == 'released') then
     redis.call('HDEL', key, ` + luaResultFields + `)
-    redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[2], 'sa', now, 'lu', now + lease)
+    redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'sa', now, 'lu', now + lease)
     redis.call('HINCRBY', key, 'exe', 1)
-    redis.call('PEXPIRE', key, hold)
+    settle(st, 'in_flight', hold)
     code = ` + itoa(codeTakeOver) + `
   end
 end
-local r = redis.call('HMGET', key, ` + luaFields + `)
-table.insert(r, 1, code)
-return r
-`)
+` + luaReply)
 
-// renewScript: ARGV: 1 token, 2 lease ms. Reply 1 when renewed, else 0.
+// renewScript: KEYS = record key. ARGV: 1 id, 2 token, 3 lease ms.
+// Reply 1 when renewed, else 0. The key's lifetime and index entry stay.
 var renewScript = redis.NewScript(luaNow + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[2]))
+if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[3]))
 return 1
 `)
 
-// completeScript: ARGV: 1 token, 2 status, 3 header, 4 body, 5 body omitted
-// ("1"/"0"), 6 digest, 7 external id, 8 ttl ms. Reply 1 when stored, else 0.
-var completeScript = redis.NewScript(luaNow + `
-if redis.call('HGET', KEYS[1], 'tok') ~= ARGV[1] then return 0 end
+// completeScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 token, 3 status, 4 header, 5 body, 6 body omitted
+// ("1"/"0"), 7 digest, 8 external id, 9 ttl ms. Reply 1 when stored, else 0.
+var completeScript = redis.NewScript(luaIndex + `
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+if cur[2] ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], 'rsn')
-redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[2], 'hd', ARGV[3],
-  'bd', ARGV[4], 'bo', ARGV[5], 'dg', ARGV[6], 'eid', ARGV[7])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[8]))
+redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[3], 'hd', ARGV[4],
+  'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8])
+settle(cur[1], 'completed', tonumber(ARGV[9]))
 return 1
 `)
 
-// releaseScript: ARGV: 1 token, 2 ttl ms. Reply 1 when released, else 0.
-var releaseScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'tok') ~= ARGV[1] then return 0 end
+// releaseScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 token, 3 ttl ms. Reply 1 when released, else 0.
+var releaseScript = redis.NewScript(luaIndex + `
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+if cur[2] ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ` + luaResultFields + `)
 redis.call('HSET', KEYS[1], 'st', 'released')
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+settle(cur[1], 'released', tonumber(ARGV[3]))
 return 1
 `)
 
-// markUnknownScript: ARGV: 1 token, 2 reason, 3 hold ttl ms. Reply 1 when
-// marked, else 0. A completed record is never demoted.
-var markUnknownScript = redis.NewScript(`
+// markUnknownScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 token, 3 reason, 4 hold ttl ms. Reply 1 when marked, else
+// 0. A completed record is never demoted.
+var markUnknownScript = redis.NewScript(luaIndex + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[2] ~= ARGV[1] or cur[1] == 'completed' then return 0 end
-redis.call('HSET', KEYS[1], 'st', 'unknown', 'rsn', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+if cur[2] ~= ARGV[2] or cur[1] == 'completed' then return 0 end
+redis.call('HSET', KEYS[1], 'st', 'unknown', 'rsn', ARGV[3])
+settle(cur[1], 'unknown', tonumber(ARGV[4]))
 return 1
 `)
 
-var allScripts = []*redis.Script{claimScript, renewScript, completeScript, releaseScript, markUnknownScript}
+// operatorReleaseScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 new token, 3 ttl ms. Reply: {code, <fields...>}.
+// Any state but a live in-flight claim becomes released under a new token.
+var operatorReleaseScript = redis.NewScript(luaIndex + `
+local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
+local st = cur[1]
+local code = ` + itoa(codeDone) + `
+if not st then
+  code = ` + itoa(codeNotFound) + `
+elseif st == 'in_flight' and tonumber(cur[2] or '0') > now then
+  code = ` + itoa(codeConflict) + `
+else
+  redis.call('HDEL', KEYS[1], ` + luaResultFields + `)
+  redis.call('HSET', KEYS[1], 'st', 'released', 'tok', ARGV[2], 'rsn', 'operator')
+  settle(st, 'released', tonumber(ARGV[3]))
+end
+` + luaReply)
+
+// operatorCompleteScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 new token, 3 status, 4 header, 5 body, 6 body omitted,
+// 7 digest, 8 external id, 9 ttl ms. Reply: {code, <fields...>}.
+// Unknown, released and lease-expired in-flight records become completed.
+var operatorCompleteScript = redis.NewScript(luaIndex + `
+local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
+local st = cur[1]
+local code = ` + itoa(codeDone) + `
+if not st then
+  code = ` + itoa(codeNotFound) + `
+elseif st == 'completed' or (st == 'in_flight' and tonumber(cur[2] or '0') > now) then
+  code = ` + itoa(codeConflict) + `
+else
+  redis.call('HSET', KEYS[1], 'st', 'completed', 'tok', ARGV[2], 'ca', now, 'sc', ARGV[3],
+    'hd', ARGV[4], 'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', 'operator')
+  settle(st, 'completed', tonumber(ARGV[9]))
+end
+` + luaReply)
+
+var allScripts = []*redis.Script{
+	claimScript, renewScript, completeScript, releaseScript, markUnknownScript,
+	operatorReleaseScript, operatorCompleteScript,
+}
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,11 +1,18 @@
 // Package store keeps idempotency records in Redis.
 //
-// A record is one Redis hash under prefix + "{" + id + "}"; the id is the hash
-// tag, so every record lives in one Cluster slot. Every state change is one
-// Lua script on that one key (EVALSHA, falling back to EVAL once after a
-// script cache flush): one round trip, atomic, Cluster-safe. Scripts read the
-// time from the Redis server (TIME), never from the gateway's clock, so
-// several gateways with skewed clocks agree on lease expiry.
+// A record is one Redis hash under prefix + "{" + shard + "}" + id, where the
+// shard is the id's first character (16 shards for the hex ids of
+// keying.KeyID). Each shard has one index per state, a sorted set under
+// prefix + "{" + shard + "}:idx:" + state (in_flight, completed, unknown,
+// released) whose members are record ids scored with the record's expiry
+// time, so operators list records by state without scanning Redis. The
+// shard is the Cluster hash tag: a record and the indexes that list it share
+// one slot. Every state change is one Lua script on that slot (EVALSHA,
+// falling back to EVAL once after a script cache flush): one round trip,
+// atomic, Cluster-safe; it moves the record between indexes in the same step.
+// Scripts read the time from the Redis server (TIME), never from the
+// gateway's clock, so several gateways with skewed clocks agree on lease
+// expiry.
 //
 // Claims are fenced by a token chosen by the claimant: Renew, Complete,
 // Release and MarkUnknown succeed only while the record still carries that
@@ -29,6 +36,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +91,9 @@ type Store struct {
 	prefix    string
 	opTimeout time.Duration
 
+	// index holds the state index keys by shard and indexStates position.
+	index [numShards][len(indexStates)]string
+
 	closeOnce sync.Once
 	closeErr  error
 	onClose   func()               // extra clean-up (the embedded server)
@@ -99,7 +110,13 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 	if opTimeout <= 0 {
 		opTimeout = DefaultOpTimeout
 	}
-	return &Store{client: client, prefix: prefix, opTimeout: opTimeout}
+	s := &Store{client: client, prefix: prefix, opTimeout: opTimeout}
+	for i := range numShards {
+		for j, st := range indexStates {
+			s.index[i][j] = s.IndexKey(hexDigits[i:i+1], st)
+		}
+	}
+	return s
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
@@ -199,8 +216,46 @@ func (s *Store) Client() redis.UniversalClient { return s.client }
 // Prefix returns the key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Key returns the Redis key of record id: prefix + "{" + id + "}".
-func (s *Store) Key(id string) string { return s.prefix + "{" + id + "}" }
+// Key returns the Redis key of record id: prefix + "{" + shard + "}" + id,
+// where shard is the first character of the id (see Shard).
+func (s *Store) Key(id string) string { return s.prefix + "{" + Shard(id) + "}" + id }
+
+// IndexKey returns the Redis key of the state index of one shard:
+// prefix + "{" + shard + "}:idx:" + stored state (in_flight, completed,
+// unknown or released).
+func (s *Store) IndexKey(shard string, st State) string {
+	return s.prefix + "{" + shard + "}:idx:" + storedState(st)
+}
+
+// numShards is the number of shards: the hex digits.
+const numShards = 16
+
+const hexDigits = "0123456789abcdef"
+
+// Shard returns the shard of a record id, the Cluster hash tag shared by the
+// record and the state indexes that list it. Ids from keying.KeyID are
+// lowercase hex, so their shard is their first character; any other first
+// byte is folded onto one of the 16 hex digits.
+func Shard(id string) string {
+	if id == "" {
+		return "0"
+	}
+	c := id[0]
+	if '0' <= c && c <= '9' || 'a' <= c && c <= 'f' {
+		return id[:1]
+	}
+	return hexDigits[c&15 : c&15+1]
+}
+
+// recordKeys returns the keys of a state-changing script: the record and
+// its shard's four state indexes, in the order the scripts expect (KEYS[1]
+// record, KEYS[2..5] in_flight, completed, unknown, released). All share one
+// hash tag, so one slot.
+func (s *Store) recordKeys(id string) []string {
+	sh := Shard(id)
+	idx := &s.index[strings.IndexByte(hexDigits, sh[0])]
+	return []string{s.prefix + "{" + sh + "}" + id, idx[0], idx[1], idx[2], idx[3]}
+}
 
 // NewToken returns a random 128-bit claim token (32 hex characters).
 func NewToken() string {
@@ -314,8 +369,8 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := claimScript.Run(ctx, s.client, []string{s.Key(req.ID)},
-		req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
+	v, err := claimScript.Run(ctx, s.client, s.recordKeys(req.ID),
+		req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 		ms(lease), ms(hold), onExpired).Slice()
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
@@ -338,14 +393,20 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}, nil
 }
 
-// fenced runs a fenced script and maps its 1/0 reply.
+// fenced runs a fenced script and maps its 1/0 reply. The script gets the
+// record id as ARGV[1], then args; KEYS are the record and its shard's
+// indexes (renew only needs the record).
 func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, id string, args ...any) (bool, error) {
 	if !validID(id) {
 		return false, ErrInvalidID
 	}
+	keys := s.recordKeys(id)
+	if sc == renewScript {
+		keys = keys[:1]
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	n, err := sc.Run(ctx, s.client, []string{s.Key(id)}, args...).Int64()
+	n, err := sc.Run(ctx, s.client, keys, append([]any{id}, args...)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}

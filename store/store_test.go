@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -623,25 +624,35 @@ func TestKeyLayout(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := newID(t)
-		if got, want := e.s.Key(id), "idemgate:{"+id+"}"; got != want {
-			t.Fatalf("Key = %q, want %q", got, want)
+		shard := id[:1]
+		record := "idemgate:{" + shard + "}" + id
+		index := "idemgate:{" + shard + "}:idx:in_flight"
+		if got := e.s.Key(id); got != record {
+			t.Fatalf("Key = %q, want %q", got, record)
+		}
+		if got := e.s.IndexKey(shard, StateInFlight); got != index {
+			t.Fatalf("IndexKey = %q, want %q", got, index)
 		}
 		mustClaim(t, e.s, claimReq(id, "tok"))
 		keys, err := e.s.Client().Keys(ctx, "*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(keys) != 1 || keys[0] != "idemgate:{"+id+"}" {
-			t.Fatalf("keys in Redis: %q", keys)
+		slices.Sort(keys)
+		if want := []string{record, index}; !slices.Equal(keys, want) {
+			t.Fatalf("keys in Redis: %q, want %q", keys, want)
 		}
-		if typ, _ := e.s.Client().Type(ctx, keys[0]).Result(); typ != "hash" {
+		if typ, _ := e.s.Client().Type(ctx, record).Result(); typ != "hash" {
 			t.Fatalf("record type %q, want hash", typ)
+		}
+		if typ, _ := e.s.Client().Type(ctx, index).Result(); typ != "zset" {
+			t.Fatalf("index type %q, want zset", typ)
 		}
 
 		custom := New(e.s.Client(), "tenant1:idem:", 0)
 		mustClaim(t, custom, claimReq(id, "tok"))
-		if n, err := e.s.Client().Exists(ctx, "tenant1:idem:{"+id+"}").Result(); err != nil || n != 1 {
-			t.Fatalf("custom prefix key missing: %d, %v", n, err)
+		if n, err := e.s.Client().Exists(ctx, "tenant1:idem:{"+shard+"}"+id, "tenant1:idem:{"+shard+"}:idx:in_flight").Result(); err != nil || n != 2 {
+			t.Fatalf("custom prefix keys missing: %d, %v", n, err)
 		}
 
 		for _, bad := range []string{"", "a}b", "a{b", "with space", "x:y", strings.Repeat("a", 129), "caf\xc3\xa9"} {
