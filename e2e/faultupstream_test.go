@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// faultUpstream is a business API with injectable faults. It counts every
+// call it gets by the forwarded Idempotency-Key: that count is the number of
+// business executions a fault test reasons about. A call counts as soon as
+// the request has been read, before any fault is injected (the side effect
+// has happened).
+//
+// Paths:
+//
+//	/ok/...       201 {"id":"D-<n>","key":...}
+//	/slow/...     waits for the key's gate, then 201
+//	/drop/...     acts, then closes the connection without an answer (FIN)
+//	/reset/...    acts, then resets the connection (RST)
+//	/partial/...  acts, sends 201 and part of the body, then breaks off
+//	/validate/... 400 unless the JSON body has a positive "amount", else 201
+//	/fail/...     500
+//	/flaky/...    500 on a key's first call, 201 afterwards
+type faultUpstream struct {
+	addr string // 127.0.0.1:port, fixed for the upstream's lifetime
+
+	mu    sync.Mutex
+	srv   *http.Server
+	calls map[string]int
+	total int
+	gates map[string]chan struct{}
+}
+
+// newFaultUpstream starts a fault upstream on a free port.
+func newFaultUpstream(t testing.TB) *faultUpstream {
+	t.Helper()
+	u := newFaultUpstreamDown(t)
+	u.listen(t)
+	return u
+}
+
+// newFaultUpstreamDown reserves a free port for an upstream that is not
+// listening yet: connections to addr are refused until listen.
+func newFaultUpstreamDown(t testing.TB) *faultUpstream {
+	t.Helper()
+	u := &faultUpstream{
+		addr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		calls: map[string]int{},
+		gates: map[string]chan struct{}{},
+	}
+	t.Cleanup(u.close)
+	return u
+}
+
+// listen starts serving on u.addr.
+func (u *faultUpstream) listen(t testing.TB) {
+	t.Helper()
+	var (
+		ln  net.Listener
+		err error
+	)
+	// The port was free when reserved; a just-closed listener may take a
+	// moment to be reusable.
+	for range 50 {
+		if ln, err = net.Listen("tcp", u.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("fault upstream: listen on %s: %v", u.addr, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(u.serve), ReadHeaderTimeout: 10 * time.Second}
+	u.mu.Lock()
+	u.srv = srv
+	u.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+}
+
+func (u *faultUpstream) close() {
+	u.mu.Lock()
+	srv := u.srv
+	u.srv = nil
+	for _, ch := range u.gates {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+	u.gates = map[string]chan struct{}{}
+	u.mu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+// executions is how often the upstream acted for key.
+func (u *faultUpstream) executions(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.calls[key]
+}
+
+// totalExecutions counts the upstream's calls for every key.
+func (u *faultUpstream) totalExecutions() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.total
+}
+
+// gate makes calls for key wait (after they acted) until open is called.
+func (u *faultUpstream) gate(key string) (open func()) {
+	ch := make(chan struct{})
+	u.mu.Lock()
+	u.gates[key] = ch
+	u.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func (u *faultUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the request never fully arrived: no side effect
+	}
+	key := r.Header.Get("Idempotency-Key")
+	u.mu.Lock()
+	u.calls[key]++
+	u.total++
+	n := u.calls[key]
+	gate := u.gates[key]
+	u.mu.Unlock()
+
+	kind, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	switch kind {
+	case "slow":
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
+		faultCreated(w, key, n)
+	case "drop", "reset":
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		if tcp, ok := conn.(*net.TCPConn); ok && kind == "reset" {
+			_ = tcp.SetLinger(0) // close sends RST instead of FIN
+		}
+		_ = conn.Close()
+	case "partial":
+		// Status and the start of the body go out, then the connection
+		// breaks: the response is cut short.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"D-`)
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	case "validate":
+		var in struct {
+			Amount json.Number `json:"amount"`
+		}
+		amount, convErr := float64(0), errors.New("missing")
+		if json.Unmarshal(body, &in) == nil && in.Amount != "" {
+			amount, convErr = in.Amount.Float64()
+		}
+		if convErr != nil || amount <= 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"error":"amount must be a positive number","call":%d}`, n)
+			return
+		}
+		faultCreated(w, key, n)
+	case "fail":
+		faultFailed(w, n)
+	case "flaky":
+		if n == 1 {
+			faultFailed(w, n)
+			return
+		}
+		faultCreated(w, key, n)
+	default:
+		faultCreated(w, key, n)
+	}
+}
+
+func faultCreated(w http.ResponseWriter, key string, n int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Upstream-Call", strconv.Itoa(n))
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":"D-%d","key":%q,"call":%d}`, 9020+n, key, n)
+}
+
+func faultFailed(w http.ResponseWriter, n int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusInternalServerError)
+	fmt.Fprintf(w, `{"error":"database unavailable","call":%d}`, n)
+}
