@@ -1,6 +1,6 @@
 // Package caddymodule is the Caddy side of Idemgate: the HTTP handler
-// http.handlers.idempotency, its Caddyfile directive, and the shared
-// record-store connections.
+// http.handlers.idempotency, its Caddyfile directive, the shared
+// record-store connections, and the operator API admin.api.idempotency.
 //
 // A guarded request goes through the handler top to bottom:
 // match route → derive key → claim → forward → record → complete.
@@ -48,6 +48,7 @@ type Handler struct {
 	routes   []*route
 	store    *store.Store
 	storeKey string
+	adminReg uint64 // this handler's entry in liveStores
 	logger   *zap.Logger
 	metrics  *metrics
 }
@@ -86,6 +87,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
+	h.adminReg = liveStores.add(h.storeKey, h.store, h.routes)
 	return nil
 }
 
@@ -97,12 +99,14 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases this config's reference to the shared store connection.
+// Cleanup releases this config's reference to the shared store connection
+// and takes the store off the operator API's list.
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
 	if h.storeKey == "" {
 		return nil
 	}
+	liveStores.remove(h.adminReg)
 	return releaseStore(h.storeKey)
 }
 
