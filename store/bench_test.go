@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -24,7 +26,12 @@ const benchParallelism = 32
 
 var benchSeq atomic.Int64
 
-func benchID() string { return fmt.Sprintf("%032x", benchSeq.Add(1)) }
+// benchID returns a fresh hex id; ids spread over the shards like
+// keying.KeyID's.
+func benchID() string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "bench/%d", benchSeq.Add(1)))
+	return hex.EncodeToString(sum[:16])
+}
 
 func benchResult(bodySize int) Result {
 	return Result{
@@ -111,6 +118,24 @@ func BenchmarkReplayClaim(b *testing.B) {
 				}
 			})
 		})
+	})
+}
+
+// BenchmarkList reads one page of 100 records (of 2000, all states) from the
+// indexes: one TIME, ZRANGEBYSCORE pipelines, one HMGET pipeline.
+func BenchmarkList(b *testing.B) {
+	benchBackends(b, func(b *testing.B, s *Store) {
+		ctx := context.Background()
+		for range 2000 {
+			claimComplete(b, ctx, s, benchResult(64))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			page, err := s.List(ctx, ListFilter{Limit: 100})
+			if err != nil || len(page.Records) != 100 || page.NextCursor == "" {
+				b.Fatalf("List: %d records, %v", len(page.Records), err)
+			}
+		}
 	})
 }
 

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -100,6 +102,25 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"MarkUnknown", func() error { _, err := e.s.MarkUnknown(ctx, id, "tok", "x", time.Hour); return err }, "evalsha"},
 		{"Release", func() error { _, err := e.s.Release(ctx, id, "tok", time.Hour); return err }, "evalsha"},
 		{"Get", func() error { _, err := e.s.Get(ctx, id); return err }, "hmget"},
+		{"OperatorComplete", func() error {
+			_, err := e.s.OperatorComplete(ctx, id, sampleResult(), time.Hour)
+			return err
+		}, "evalsha"},
+		{"OperatorRelease", func() error { _, err := e.s.OperatorRelease(ctx, id, time.Hour); return err }, "evalsha"},
+		{"OperatorRelease (conflict)", func() error {
+			if _, err := e.s.Claim(ctx, claimReq(id, "tok4")); err != nil {
+				return err
+			}
+			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+				return err
+			}
+			sent.take()
+			_, err := e.s.OperatorRelease(ctx, id, time.Hour)
+			if !errors.Is(err, ErrConflict) {
+				return fmt.Errorf("err = %v, want ErrConflict", err)
+			}
+			return nil
+		}, "evalsha"},
 	}
 	for _, st := range steps {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {

@@ -638,8 +638,10 @@ func TestKeyLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		want := []string{record, index}
 		slices.Sort(keys)
-		if want := []string{record, index}; !slices.Equal(keys, want) {
+		slices.Sort(want)
+		if !slices.Equal(keys, want) {
 			t.Fatalf("keys in Redis: %q, want %q", keys, want)
 		}
 		if typ, _ := e.s.Client().Type(ctx, record).Result(); typ != "hash" {

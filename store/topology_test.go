@@ -64,6 +64,59 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestClusterIndexAndOperators: on a three-master Cluster the indexes and
+// the operator scripts work without CROSSSLOT errors, each operator call is
+// one EVALSHA, and List walks the shards of every master from the indexes
+// alone (no SCAN, no KEYS).
+func TestClusterIndexAndOperators(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
+	if err != nil {
+		t.Fatalf("Open cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	sent := &sentCommands{}
+	s.Client().AddHook(sent)
+
+	fx := makeRecords(t, s, 24) // 96 records in all 16 shards, so on every master
+	for _, st := range indexStates {
+		if got := listAll(t, s, ListFilter{State: st, Limit: 5}); !slices.Equal(got, fx.byState[st]) {
+			t.Fatalf("%s: listed %d records, want %d", st, len(got), len(fx.byState[st]))
+		}
+	}
+	sent.take()
+	if got := listAll(t, s, ListFilter{Route: "deals", Limit: 7}); !slices.Equal(got, fx.byRoute["deals"]) {
+		t.Fatalf("route deals: listed %d records, want %d", len(got), len(fx.byRoute["deals"]))
+	}
+	for _, cmd := range sent.take() {
+		if cmd != "time" && cmd != "pipeline:zrangebyscore" && cmd != "pipeline:hmget" {
+			t.Fatalf("List sent %s", cmd)
+		}
+	}
+
+	for _, id := range fx.byState[StateUnknown] {
+		sent.take()
+		if _, err := s.OperatorRelease(ctx, id, time.Hour); err != nil {
+			t.Fatalf("OperatorRelease %s: %v", id, err)
+		}
+		if r, err := s.OperatorComplete(ctx, id, sampleResult(), time.Hour); err != nil || r.State != StateCompleted {
+			t.Fatalf("OperatorComplete %s: %+v, %v", id, r, err)
+		}
+		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
+			t.Fatalf("operator release+complete sent %q, want two EVALSHA", got)
+		}
+	}
+	want := append(slices.Clone(fx.byState[StateCompleted]), fx.byState[StateUnknown]...)
+	slices.Sort(want)
+	if got := listAll(t, s, ListFilter{State: StateCompleted, Limit: 1000}); !slices.Equal(got, want) {
+		t.Fatalf("completed after the operator: %d records, want %d", len(got), len(want))
+	}
+	if got := listAll(t, s, ListFilter{State: StateUnknown}); len(got) != 0 {
+		t.Fatalf("still listed as unknown: %q", got)
+	}
+}
+
 // TestSentinel opens the store through a Sentinel (MasterName) and checks
 // that the records land on the monitored master.
 func TestSentinel(t *testing.T) {

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// indexEntries returns, for every state index of id's shard that lists id,
+// the entry's score.
+func indexEntries(t testing.TB, s *Store, id string) map[State]int64 {
+	t.Helper()
+	got := map[State]int64{}
+	for _, st := range indexStates {
+		score, err := s.Client().ZScore(context.Background(), s.IndexKey(Shard(id), st), id).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("ZSCORE: %v", err)
+		}
+		got[st] = int64(score)
+	}
+	return got
+}
+
+// checkIndexed asserts that id is listed by exactly the index of want, with
+// the record's expiry time (now + PTTL) as its score, and that the key's TTL
+// is ttl.
+func checkIndexed(t testing.TB, s *Store, id string, want State, ttl time.Duration) {
+	t.Helper()
+	got := indexEntries(t, s, id)
+	score, ok := got[want]
+	if !ok || len(got) != 1 {
+		t.Fatalf("record %s is in the indexes %v, want only %s", id, got, want)
+	}
+	checkTTL(t, s, id, ttl)
+	// The embedded server's PTTL moves in one-second steps: allow for that.
+	const slack = 2 * time.Second
+	expiry := redisNow(t, s).Add(pttl(t, s, id))
+	if d := time.UnixMilli(score).Sub(expiry); d < -slack || d > slack {
+		t.Fatalf("index score %v is %v away from the record's expiry %v", time.UnixMilli(score), d, expiry)
+	}
+	if r := mustGet(t, s, id); r.State != want {
+		t.Fatalf("record state %q, indexed as %q", r.State, want)
+	}
+}
+
+// TestIndexFollowsTransitions walks a record through every state change and
+// checks after each step that exactly the new state's index lists it,
+// scored with its expiry time.
+func TestIndexFollowsTransitions(t *testing.T) {
+	type step struct {
+		name string
+		do   func(t *testing.T, s *Store, id string)
+		want State
+		ttl  time.Duration
+	}
+	claim := func(token string, lease time.Duration, onExpired string) func(t *testing.T, s *Store, id string) {
+		return func(t *testing.T, s *Store, id string) {
+			req := claimReq(id, token)
+			req.Lease, req.OnExpired, req.HoldTTL = lease, onExpired, 2*time.Hour
+			mustClaim(t, s, req)
+		}
+	}
+	expire := func(t *testing.T, s *Store, id string) { waitPast(t, s, mustGet(t, s, id).LeaseUntil) }
+	complete := func(token string) func(t *testing.T, s *Store, id string) {
+		return func(t *testing.T, s *Store, id string) {
+			ok, err := s.Complete(context.Background(), id, token, sampleResult(), 3*time.Hour)
+			mustOK(t, "Complete", ok, err)
+		}
+	}
+	release := func(token string) func(t *testing.T, s *Store, id string) {
+		return func(t *testing.T, s *Store, id string) {
+			ok, err := s.Release(context.Background(), id, token, 4*time.Hour)
+			mustOK(t, "Release", ok, err)
+		}
+	}
+	markUnknown := func(token string) func(t *testing.T, s *Store, id string) {
+		return func(t *testing.T, s *Store, id string) {
+			ok, err := s.MarkUnknown(context.Background(), id, token, "upstream_5xx", 5*time.Hour)
+			mustOK(t, "MarkUnknown", ok, err)
+		}
+	}
+	opRelease := func(t *testing.T, s *Store, id string) {
+		if _, err := s.OperatorRelease(context.Background(), id, 6*time.Hour); err != nil {
+			t.Fatalf("OperatorRelease: %v", err)
+		}
+	}
+	opComplete := func(t *testing.T, s *Store, id string) {
+		if _, err := s.OperatorComplete(context.Background(), id, sampleResult(), 7*time.Hour); err != nil {
+			t.Fatalf("OperatorComplete: %v", err)
+		}
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"claim, duplicate, complete, replay", []step{
+			{"claim", claim("A", time.Minute, "hold"), StateInFlight, 2 * time.Hour},
+			{"duplicate", claim("B", time.Minute, "hold"), StateInFlight, 2 * time.Hour},
+			{"complete", complete("A"), StateCompleted, 3 * time.Hour},
+			{"replay", claim("C", time.Minute, "hold"), StateCompleted, 3 * time.Hour},
+		}},
+		{"release, reclaim, mark unknown", []step{
+			{"claim", claim("A", time.Minute, "hold"), StateInFlight, 2 * time.Hour},
+			{"release", release("A"), StateReleased, 4 * time.Hour},
+			{"reclaim", claim("B", time.Minute, "hold"), StateInFlight, 2 * time.Hour},
+			{"mark unknown", markUnknown("B"), StateUnknown, 5 * time.Hour},
+			{"late complete", complete("B"), StateCompleted, 3 * time.Hour},
+		}},
+		{"lease expiry: hold", []step{
+			{"claim", claim("A", 300*time.Millisecond, "hold"), StateInFlight, 2 * time.Hour},
+			{"lease runs out", expire, StateInFlight, 2 * time.Hour},
+			{"retry holds", claim("B", time.Minute, "hold"), StateUnknown, 2 * time.Hour},
+			{"operator release", opRelease, StateReleased, 6 * time.Hour},
+			{"retry executes", claim("C", time.Minute, "hold"), StateInFlight, 2 * time.Hour},
+		}},
+		{"lease expiry: take over", []step{
+			{"claim", claim("A", 300*time.Millisecond, "release"), StateInFlight, 2 * time.Hour},
+			{"lease runs out", expire, StateInFlight, 2 * time.Hour},
+			{"take over", claim("B", time.Minute, "release"), StateInFlight, 2 * time.Hour},
+			{"mark unknown", markUnknown("B"), StateUnknown, 5 * time.Hour},
+			{"operator complete", opComplete, StateCompleted, 7 * time.Hour},
+			{"operator release", opRelease, StateReleased, 6 * time.Hour},
+			{"operator complete again", opComplete, StateCompleted, 7 * time.Hour},
+		}},
+	}
+	eachBackend(t, func(t *testing.T, e *env) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				id := newID(t)
+				for _, st := range tc.steps {
+					st.do(t, e.s, id)
+					t.Run(st.name, func(t *testing.T) { checkIndexed(t, e.s, id, st.want, st.ttl) })
+				}
+			})
+		}
+	})
+}
+
+// sameShardIDs returns n fresh record ids that all have the given shard.
+func sameShardIDs(t testing.TB, shard string, n int) []string {
+	var ids []string
+	for len(ids) < n {
+		if id := newID(t); Shard(id) == shard {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestExpiredRecordsLeaveTheIndex: a record whose key expired is no longer
+// listed, and the next write to its index trims it.
+func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ids := sameShardIDs(t, "7", 2)
+		short, long := ids[0], ids[1]
+		mustClaim(t, e.s, claimReq(short, "tok"))
+		ok, err := e.s.Release(ctx, short, "tok", 50*time.Millisecond)
+		mustOK(t, "Release", ok, err)
+		released := ListFilter{State: StateReleased}
+		if got := listAll(t, e.s, released); !slices.Equal(got, []string{short}) {
+			t.Fatalf("released records %q, want [%s]", got, short)
+		}
+		waitPast(t, e.s, redisNow(t, e.s).Add(60*time.Millisecond))
+		// Listing goes by the index score, not by the key's actual expiry
+		// (which the embedded server applies up to a second late).
+		if got := listAll(t, e.s, released); len(got) != 0 {
+			t.Fatalf("expired record still listed: %q", got)
+		}
+		if _, ok := indexEntries(t, e.s, short)[StateReleased]; !ok {
+			t.Fatal("the expired entry left the index before any write trimmed it (test assumption broken)")
+		}
+		mustClaim(t, e.s, claimReq(long, "tok"))
+		ok, err = e.s.Release(ctx, long, "tok", time.Hour)
+		mustOK(t, "Release", ok, err)
+		if got := indexEntries(t, e.s, short); len(got) != 0 {
+			t.Fatalf("the write to the released index did not trim the expired entry: %v", got)
+		}
+		if got := listAll(t, e.s, released); !slices.Equal(got, []string{long}) {
+			t.Fatalf("released records %q, want [%s]", got, long)
+		}
+	})
+}
+
+// TestShard: hex ids shard by their first character, other ids fold onto
+// the 16 hex digits, and idFromKey accepts only a record key whose tag is
+// its id's shard.
+func TestShard(t *testing.T) {
+	for id, want := range map[string]string{
+		"0abc": "0", "9": "9", "a1": "a", "f0f0": "f", "": "0",
+		"A": "1", "Z_1": "a", "_x": "f", "-y": "d", "zz": "a",
+	} {
+		if got := Shard(id); got != want {
+			t.Errorf("Shard(%q) = %q, want %q", id, got, want)
+		}
+	}
+	s := New(nil, "", 0)
+	for key, want := range map[string]string{
+		"idemgate:{a}a1":                   "a1",
+		"idemgate:{1}ABC":                  "ABC",
+		"idemgate:{b}a1":                   "",
+		"idemgate:{a}:idx:in_flight":       "",
+		"idemgate:{a}":                     "",
+		"idemgate:{a1}":                    "",
+		"other:{a}a1":                      "",
+		"idemgate:{ab}ab":                  "",
+		"idemgate:{0123456789abcdef01234}": "",
+	} {
+		got, ok := s.idFromKey(key)
+		if ok != (want != "") || got != want && ok {
+			t.Errorf("idFromKey(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// walk follows List from the first page to the end and returns every page.
+func walk(t testing.TB, s *Store, f ListFilter) []ListPage {
+	t.Helper()
+	var pages []ListPage
+	for range 10000 {
+		page, err := s.List(context.Background(), f)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", f, err)
+		}
+		pages = append(pages, page)
+		if page.NextCursor == "" {
+			return pages
+		}
+		if page.NextCursor == f.Cursor {
+			t.Fatalf("List(%+v) returned its own cursor again", f)
+		}
+		f.Cursor = page.NextCursor
+	}
+	t.Fatal("List never ended")
+	return nil
+}
+
+// listAll returns the ids of every record listed under f, sorted, and fails
+// on a record listed twice.
+func listAll(t testing.TB, s *Store, f ListFilter) []string {
+	t.Helper()
+	var ids []string
+	for _, p := range walk(t, s, f) {
+		for _, r := range p.Records {
+			ids = append(ids, r.ID)
+		}
+	}
+	slices.Sort(ids)
+	if d := slices.Compact(slices.Clone(ids)); len(d) != len(ids) {
+		t.Fatalf("List(%+v) returned a record twice", f)
+	}
+	return ids
+}
+
+type listFixture struct {
+	byState map[State][]string
+	byRoute map[string][]string
+	all     []string
+}
+
+// makeRecords creates n records per state on two routes, spread over the
+// shards.
+func makeRecords(t *testing.T, s *Store, n int) listFixture {
+	t.Helper()
+	ctx := context.Background()
+	fx := listFixture{byState: map[State][]string{}, byRoute: map[string][]string{}}
+	for i := range 4 * n {
+		id := newID(t)
+		req := claimReq(id, "tok")
+		req.Route = []string{"deals", "refunds"}[i%2]
+		mustClaim(t, s, req)
+		st := indexStates[i%4]
+		var ok bool
+		var err error
+		switch st {
+		case StateInFlight:
+			ok = true
+		case StateCompleted:
+			ok, err = s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+		case StateUnknown:
+			ok, err = s.MarkUnknown(ctx, id, "tok", "upstream_5xx", time.Hour)
+		case StateReleased:
+			ok, err = s.Release(ctx, id, "tok", time.Hour)
+		}
+		mustOK(t, string(st), ok, err)
+		fx.byState[st] = append(fx.byState[st], id)
+		fx.byRoute[req.Route] = append(fx.byRoute[req.Route], id)
+		fx.all = append(fx.all, id)
+	}
+	for _, ids := range fx.byState {
+		slices.Sort(ids)
+	}
+	for _, ids := range fx.byRoute {
+		slices.Sort(ids)
+	}
+	slices.Sort(fx.all)
+	return fx
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// TestListWalksEverythingOnce: every filter and page size visits exactly
+// the matching records, each once; pages respect the limit and carry no
+// token, header or body.
+func TestListWalksEverythingOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		fx := makeRecords(t, e.s, 40) // 160 records over 16 shards
+		type tc struct {
+			f    ListFilter
+			want []string
+		}
+		var cases []tc
+		for _, limit := range []int{0, 1, 7, 100, 1000} {
+			cases = append(cases, tc{ListFilter{Limit: limit}, fx.all})
+		}
+		for st, ids := range fx.byState {
+			cases = append(cases, tc{ListFilter{State: st, Limit: 9}, ids})
+			cases = append(cases, tc{ListFilter{State: st, Route: "refunds", Limit: 4}, intersect(ids, fx.byRoute["refunds"])})
+		}
+		cases = append(cases,
+			tc{ListFilter{State: "unknown", Limit: 50}, fx.byState[StateUnknown]},
+			tc{ListFilter{Route: "deals", Limit: 13}, fx.byRoute["deals"]},
+			tc{ListFilter{Route: "nope"}, nil},
+		)
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%+v", c.f), func(t *testing.T) {
+				pages := walk(t, e.s, c.f)
+				limit := c.f.Limit
+				if limit == 0 {
+					limit = DefaultListLimit
+				}
+				var got []string
+				for i, p := range pages {
+					if len(p.Records) > limit {
+						t.Fatalf("page %d has %d records, limit %d", i, len(p.Records), limit)
+					}
+					if c.f.Route == "" && i < len(pages)-1 && len(p.Records) != limit {
+						t.Fatalf("page %d has %d records before the end, want %d", i, len(p.Records), limit)
+					}
+					for _, r := range p.Records {
+						got = append(got, r.ID)
+						if c.f.State != "" && r.State != stateFromStored(storedState(c.f.State)) {
+							t.Fatalf("record %s in state %q listed under %q", r.ID, r.State, c.f.State)
+						}
+						if c.f.Route != "" && r.Route != c.f.Route {
+							t.Fatalf("record %s of route %q listed under %q", r.ID, r.Route, c.f.Route)
+						}
+						if r.Token != "" || r.Header != nil || r.Body != nil {
+							t.Fatalf("listed record carries token, header or body: %+v", r)
+						}
+						if r.Attempts != 1 || r.Executions != 1 || r.StartedAt.IsZero() || r.Operation == "" {
+							t.Fatalf("listed record lacks its summary: %+v", r)
+						}
+					}
+				}
+				slices.Sort(got)
+				if d := slices.Compact(slices.Clone(got)); len(d) != len(got) {
+					t.Fatal("a record was listed twice")
+				}
+				if !slices.Equal(got, c.want) {
+					t.Fatalf("listed %d records, want %d", len(got), len(c.want))
+				}
+				if c.f.Limit == 1 && len(pages) != len(c.want) {
+					t.Fatalf("%d pages of 1 for %d records (an empty last page?)", len(pages), len(c.want))
+				}
+			})
+		}
+
+		// A listed completed record has its result summary.
+		page, err := e.s.List(context.Background(), ListFilter{State: StateCompleted, Limit: 1})
+		if err != nil || len(page.Records) != 1 {
+			t.Fatalf("List completed: %+v, %v", page, err)
+		}
+		want := sampleResult()
+		if r := page.Records[0]; r.Status != 201 || r.Digest != want.Digest || r.ExternalID != "deal_42" || r.CompletedAt.IsZero() {
+			t.Fatalf("completed summary %+v", r)
+		}
+	})
+}
+
+// TestListTies: index entries with equal scores (records expiring in the
+// same millisecond) are paged through exactly once however the pages cut
+// the run of ties.
+func TestListTies(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		ids := sameShardIDs(t, "3", 25)
+		for _, id := range ids {
+			mustClaim(t, e.s, claimReq(id, "tok"))
+			ok, err := e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+			mustOK(t, "Complete", ok, err)
+		}
+		// Give every entry one of two scores, both in the future.
+		idx := e.s.IndexKey("3", StateCompleted)
+		base := float64(redisNow(t, e.s).Add(time.Hour).UnixMilli())
+		for i, id := range ids {
+			if err := e.s.Client().ZAdd(ctx, idx, redis.Z{Score: base + float64(i%2), Member: id}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slices.Sort(ids)
+		for _, limit := range []int{1, 2, 3, 5, 12, 13, 25, 26} {
+			if got := listAll(t, e.s, ListFilter{State: StateCompleted, Limit: limit}); !slices.Equal(got, ids) {
+				t.Fatalf("limit %d: listed %d of %d records", limit, len(got), len(ids))
+			}
+		}
+	})
+}
+
+// TestListLimits: a Limit above the maximum is lowered to it, and the page
+// is then full.
+func TestListLimits(t *testing.T) {
+	e := openRedis(t)
+	ctx := context.Background()
+	for range MaxListLimit + 5 {
+		mustClaim(t, e.s, claimReq(newID(t), "tok"))
+	}
+	page, err := e.s.List(ctx, ListFilter{Limit: 5000})
+	if err != nil || len(page.Records) != MaxListLimit || page.NextCursor == "" {
+		t.Fatalf("List(Limit 5000): %d records, cursor %q, %v", len(page.Records), page.NextCursor, err)
+	}
+	rest, err := e.s.List(ctx, ListFilter{Limit: 5000, Cursor: page.NextCursor})
+	if err != nil || len(rest.Records) != 5 || rest.NextCursor != "" {
+		t.Fatalf("second page: %d records, cursor %q, %v", len(rest.Records), rest.NextCursor, err)
+	}
+	page, err = e.s.List(ctx, ListFilter{})
+	if err != nil || len(page.Records) != DefaultListLimit {
+		t.Fatalf("List(default): %d records, %v", len(page.Records), err)
+	}
+}
+
+func TestListBadFilter(t *testing.T) {
+	e := openEmbedded(t)
+	ctx := context.Background()
+	for range 3 {
+		mustClaim(t, e.s, claimReq(newID(t), "tok"))
+	}
+	page, err := e.s.List(ctx, ListFilter{Limit: 1})
+	if err != nil || page.NextCursor == "" {
+		t.Fatalf("List: %+v, %v", page, err)
+	}
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	if _, err := e.s.List(ctx, ListFilter{Cursor: enc("v1 0 in_flight 0 0")}); err != nil {
+		t.Fatalf("a well-formed cursor: %v", err)
+	}
+	for _, f := range []ListFilter{
+		{State: "done"},
+		{State: "IN_FLIGHT"},
+		{Cursor: "!!"},
+		{Cursor: enc("v1 0 in_flight")},
+		{Cursor: enc("v2 0 in_flight 0 0")},
+		{Cursor: enc("v1 g in_flight 0 0")},
+		{Cursor: enc("v1 00 in_flight 0 0")},
+		{Cursor: enc("v1 0 in_flight -1 0")},
+		{Cursor: enc("v1 0 in_flight 1 x")},
+		{Cursor: enc("v1 0 outcome_unknown 0 0")},
+		{State: StateCompleted, Cursor: page.NextCursor}, // an in_flight position
+	} {
+		if _, err := e.s.List(ctx, f); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("List(%+v) err = %v, want ErrInvalidArgument", f, err)
+		}
+	}
+	if _, err := e.s.List(ctx, ListFilter{State: StateInFlight, Cursor: page.NextCursor}); err != nil {
+		t.Errorf("a cursor of the all-states walk in the in_flight index: %v", err)
+	}
+}
+
+// TestListNonHexIDs: ids outside lowercase hex fold onto the 16 shards and
+// are listed too.
+func TestListNonHexIDs(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ids := []string{"Zebra_1", "-dash", "UPPER", "0-zero"}
+		for _, id := range ids {
+			mustClaim(t, e.s, claimReq(id, "tok"))
+		}
+		slices.Sort(ids)
+		if got := listAll(t, e.s, ListFilter{Limit: 2}); !slices.Equal(got, ids) {
+			t.Fatalf("listed %q, want %q", got, ids)
+		}
+		var scanned []string
+		if err := e.s.ScanIDs(context.Background(), func(id string) error { scanned = append(scanned, id); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(scanned)
+		if !slices.Equal(scanned, ids) {
+			t.Fatalf("scanned %q, want %q", scanned, ids)
+		}
+	})
+}
