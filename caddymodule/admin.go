@@ -154,7 +154,7 @@ type recordSummary struct {
 	Executions  int64       `json:"executions"`
 	StartedAt   time.Time   `json:"started_at,omitzero"`
 	CompletedAt time.Time   `json:"completed_at,omitzero"`
-	LeaseUntil  time.Time   `json:"lease_until,omitzero"`
+	LeaseUntil  time.Time   `json:"lease_until,omitzero"` // in flight only
 	Status      int         `json:"status,omitempty"`
 	ExternalID  string      `json:"external_id,omitempty"`
 	Digest      string      `json:"digest,omitempty"`
@@ -179,7 +179,7 @@ type recordList struct {
 }
 
 func summarize(rec *store.Record) recordSummary {
-	return recordSummary{
+	sum := recordSummary{
 		ID:          rec.ID,
 		Route:       rec.Route,
 		Operation:   rec.Operation,
@@ -188,13 +188,17 @@ func summarize(rec *store.Record) recordSummary {
 		Executions:  rec.Executions,
 		StartedAt:   rec.StartedAt.UTC(),
 		CompletedAt: rec.CompletedAt.UTC(),
-		LeaseUntil:  rec.LeaseUntil.UTC(),
 		Status:      rec.Status,
 		ExternalID:  rec.ExternalID,
 		Digest:      rec.Digest,
 		Reason:      rec.Reason,
 		BodyOmitted: rec.BodyOmitted,
 	}
+	if rec.State == store.StateInFlight {
+		// A lease means something only while the call runs.
+		sum.LeaseUntil = rec.LeaseUntil.UTC()
+	}
+	return sum
 }
 
 func view(rec *store.Record) recordView {

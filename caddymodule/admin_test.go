@@ -259,7 +259,7 @@ func TestAdminRecords(t *testing.T) {
 				adminJSON(t, a, "GET", "/idempotency/records/"+onlyRecord(t, a, "deals"), "", &v)
 				if v["state"] != "completed" || v["route"] != "deals" || v["operation"] != "deals" ||
 					v["status"] != 201.0 || v["body"] != `{"id":"D-1"}` || v["external_id"] != "D-1" ||
-					v["attempts"] != 1.0 || v["executions"] != 1.0 || v["started_at"] == nil || v["completed_at"] == nil {
+					v["attempts"] != 1.0 || v["executions"] != 1.0 || v["started_at"] == nil || v["completed_at"] == nil || v["lease_until"] != nil {
 					t.Errorf("completed record: %v", v)
 				}
 				sum := sha256.Sum256([]byte(`{"id":"D-1"}`))
