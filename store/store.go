@@ -222,7 +222,10 @@ func (s *Store) Key(id string) string { return s.prefix + "{" + Shard(id) + "}" 
 
 // IndexKey returns the Redis key of the state index of one shard:
 // prefix + "{" + shard + "}:idx:" + stored state (in_flight, completed,
-// unknown or released).
+// unknown or released). shard is a hex digit (see Shard) and st one of the
+// four record states. The index is a sorted set of record ids scored with
+// each record's expiry time in ms; entries scored in the past are dead and
+// are trimmed whenever a script writes to the index.
 func (s *Store) IndexKey(shard string, st State) string {
 	return s.prefix + "{" + shard + "}:idx:" + storedState(st)
 }
