@@ -402,7 +402,7 @@ routes:
 	for i, want := range []string{outcomeExecuted, outcomeReplayed} {
 		attrs := map[string]string{}
 		for _, kv := range spans[i].Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.key_id"]) != 32 ||
 			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {

@@ -1,8 +1,9 @@
 package caddymodule
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
-	"encoding/json"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -128,14 +129,17 @@ func (c StoreConfig) options() (store.Options, error) {
 }
 
 // poolKey identifies a store connection shared by configs with the same
-// options (after placeholder replacement, so secrets stay out of logs: the
-// key is only used in memory).
-func (c StoreConfig) poolKey() string {
+// options, taken after placeholder replacement. It is a hash, so the key
+// holds no password.
+func (c StoreConfig) poolKey(opts store.Options) string {
 	if c.embedded() {
 		return "embedded|" + c.KeyPrefix
 	}
-	b, _ := json.Marshal(c)
-	return "redis|" + caddy.NewReplacer().ReplaceAll(string(b), "")
+	h := sha256.New()
+	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d",
+		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
+		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout)
+	return "redis|" + hex.EncodeToString(h.Sum(nil))
 }
 
 // redactURL hides the password of a store address in messages.
@@ -169,7 +173,7 @@ func acquireStore(c StoreConfig, logger *zap.Logger) (*store.Store, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	key := c.poolKey()
+	key := c.poolKey(opts)
 	val, loaded, err := storePool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		if c.embedded() {
 			s, err := store.OpenEmbedded(opts)
