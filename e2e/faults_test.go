@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +22,7 @@ import (
 // The fault suite: the real binary in front of a fault-injecting upstream,
 // on a real redis-server. Every test states the number of business
 // executions it expects (the upstream's own count, by key) and the record's
-// final state (read from Redis), and asserts both.
+// final state (read through the operator API), and asserts both.
 //
 // Client disconnects mid-call are covered by TestClientDisconnectDoesNotCancel
 // in gateway_test.go.
@@ -109,6 +110,9 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 		extra:    "op_timeout 500ms",
 		proxy:    s.proxy,
 	})
+	// A connection the client dialled but never used looks new to the
+	// gateway, whose graceful stop then waits 5s for it: close them first.
+	t.Cleanup(client.CloseIdleConnections)
 	return &faultEnv{redis: srv, up: up, gw: gw, st: store.New(srv.Client(t), "", 2*time.Second)}
 }
 
@@ -163,16 +167,48 @@ type faultWant struct {
 	reason     string // why the outcome is unknown; "": not checked
 }
 
-// faultCheckRecord reads record id from Redis and compares it with want.
-func faultCheckRecord(t *testing.T, st *store.Store, id string, want faultWant) *store.Record {
+// faultRecord is a record as the operator API shows it.
+type faultRecord struct {
+	ID         string      `json:"id"`
+	Route      string      `json:"route"`
+	State      store.State `json:"state"`
+	Attempts   int64       `json:"attempts"`
+	Executions int64       `json:"executions"`
+	Status     int         `json:"status"`
+	ExternalID string      `json:"external_id"`
+	Reason     string      `json:"reason"`
+	Headers    http.Header `json:"headers"`
+	Body       *string     `json:"body"`
+}
+
+// faultGetRecord reads record id through the gateway's operator API
+// (GET /idempotency/records/{id} on the admin address).
+func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
 	t.Helper()
-	rec, err := st.Get(context.Background(), id)
+	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
 	if err != nil {
-		t.Fatalf("reading record %s: %v", id, err)
+		t.Fatalf("GET record %s: %v", id, err)
 	}
-	if rec == nil {
-		t.Fatalf("record %s does not exist, want %s", id, want.state)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET record %s: %d %s %v", id, resp.StatusCode, b, err)
 	}
+	var rec faultRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("GET record %s: %v: %s", id, err, b)
+	}
+	if rec.ID != id {
+		t.Fatalf("GET record %s answered record %q", id, rec.ID)
+	}
+	return &rec
+}
+
+// faultCheckRecord reads record id through the operator API and compares
+// it with want.
+func faultCheckRecord(t *testing.T, gw *gateway, id string, want faultWant) *faultRecord {
+	t.Helper()
+	rec := faultGetRecord(t, gw, id)
 	if rec.State != want.state {
 		t.Errorf("record %s: state %s (reason %q), want %s", id, rec.State, rec.Reason, want.state)
 	}
@@ -259,7 +295,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("second delivery: %d replayed=%q %s, want a replay of %s", second.status, second.header.Get("Idempotent-Replayed"), second.body, first.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		rec := faultCheckRecord(t, env.st, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
+		rec := faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
 		if rec.ExternalID != "D-9021" {
 			t.Errorf("external id %q, want D-9021", rec.ExternalID)
 		}
@@ -292,7 +328,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("third delivery: %d %s, want a replay", third.status, third.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		faultCheckRecord(t, env.st, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
+		faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
 	})
 }
 
@@ -364,7 +400,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		t.Errorf("retry after the race: %d %s, want a replay of %s", r.status, r.body, createdBody)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.st, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
+	faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
 }
 
 // TestFaultUpstreamActsThenDrops: the upstream performs the side effect and
@@ -402,7 +438,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
 			}
 			faultCheckExecutions(t, env.up, key, wantExecutions)
-			faultCheckRecord(t, env.st, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: tc.reason})
+			faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: tc.reason})
 		})
 	}
 }
@@ -429,7 +465,7 @@ func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
 		t.Errorf("upstream down: %d %s, want 502", first.status, first.body)
 	}
 	faultCheckExecutions(t, up, key, 0)
-	faultCheckRecord(t, env.st, id, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
 
 	up.listen(t)
 	second := faultDeliver(t, url, key, `{"amount":1}`)
@@ -441,7 +477,7 @@ func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
 		t.Errorf("third delivery: %d %s, want a replay", third.status, third.body)
 	}
 	faultCheckExecutions(t, up, key, wantExecutions)
-	faultCheckRecord(t, env.st, id, faultWant{state: store.StateCompleted, executions: 2, attempts: 3, status: 201})
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 2, attempts: 3, status: 201})
 }
 
 // TestFaultNeverSentVersusSentNoAnswer: both failures reach the client as
@@ -471,8 +507,8 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	}
 	faultCheckExecutions(t, up, "never-sent", 0)
 	faultCheckExecutions(t, up, "sent-no-answer", 1)
-	faultCheckRecord(t, env.st, neverID, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
-	faultCheckRecord(t, env.st, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 1, reason: "upstream_error"})
+	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
+	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 1, reason: "upstream_error"})
 
 	metrics := faultMetrics(t, env.gw)
 	for _, line := range []string{
@@ -494,8 +530,8 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	}
 	faultCheckExecutions(t, up, "never-sent", 1)
 	faultCheckExecutions(t, up, "sent-no-answer", 1)
-	faultCheckRecord(t, env.st, neverID, faultWant{state: store.StateCompleted, executions: 2, attempts: 2, status: 201})
-	faultCheckRecord(t, env.st, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
+	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateCompleted, executions: 2, attempts: 2, status: 201})
+	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
 }
 
 // faultMetrics scrapes the gateway's admin /metrics.
@@ -540,7 +576,7 @@ func TestFaultBadFieldStored(t *testing.T) {
 		t.Errorf("corrected payload under the same key: %d %s, want 422", fixed.status, fixed.body)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.st, faultKeyID("validate", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
+	faultCheckRecord(t, env.gw, faultKeyID("validate", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
 }
 
 // TestFaultUpstream500: the upstream answers 500, under each
@@ -604,7 +640,7 @@ func TestFaultUpstream500(t *testing.T) {
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
 			tc.retry(t, first, retry, id)
 			faultCheckExecutions(t, env.up, key, tc.wantExecutions)
-			faultCheckRecord(t, env.st, id, tc.want)
+			faultCheckRecord(t, env.gw, id, tc.want)
 		})
 	}
 }
@@ -637,7 +673,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 	}
 	open()
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.st, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
 }
 
 // TestFaultGatewayKilledMidCall: the gateway dies (SIGKILL) while the
@@ -707,7 +743,7 @@ func TestFaultGatewayKilledMidCall(t *testing.T) {
 				faultUntilUnknown(t, url, key, body, id)
 			}
 			faultCheckExecutions(t, env.up, key, tc.wantExecutions)
-			rec := faultCheckRecord(t, env.st, id, tc.want)
+			rec := faultCheckRecord(t, env.gw, id, tc.want)
 			if rec.Attempts < 2 {
 				t.Errorf("attempts %d, want at least 2", rec.Attempts)
 			}
@@ -817,10 +853,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 		if n > 1 {
 			t.Errorf("%s executed %d times, want at most once", key, n)
 		}
-		rec, err := env.st.Get(context.Background(), id)
-		if err != nil || rec == nil {
-			t.Fatalf("%s: record %v, %v", key, rec, err)
-		}
+		rec := faultGetRecord(t, env.gw, id)
 		switch rec.State {
 		case store.StateCompleted:
 			// Completed: exactly 1 business execution, replayed.
@@ -842,7 +875,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 			t.Errorf("%s: after the restart %d %s, want the replay of %s", key, r.status, r.body, firstBodies[key])
 		}
 		faultCheckExecutions(t, env.up, key, 1)
-		faultCheckRecord(t, env.st, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
+		faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
 	}
 }
 
@@ -887,7 +920,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 
 	faultUntilUnknown(t, url, key, body, id)
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	rec := faultCheckRecord(t, env.st, id, faultWant{state: store.StateUnknown, executions: 1, reason: "lease_expired"})
+	rec := faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, reason: "lease_expired"})
 	if rec.Attempts < 2 {
 		t.Errorf("attempts %d, want at least 2", rec.Attempts)
 	}
@@ -933,7 +966,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 		t.Errorf("first delivery: %d %s, want 201", f.status, f.body)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.st, id, faultWant{state: store.StateCompleted, executions: 1, attempts: int64(1 + retries), status: 201})
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 1, attempts: int64(1 + retries), status: 201})
 }
 
 // TestFaultRedisHangs: redis-server stops answering (SIGSTOP) without
@@ -993,18 +1026,15 @@ func TestFaultRedisHangs(t *testing.T) {
 			t.Fatalf("still in flight 10s after Redis resumed: %s", final.body)
 		}
 	}
-	rec, err := env.st.Get(context.Background(), id)
-	if err != nil || rec == nil {
-		t.Fatalf("record %s: %v, %v", id, rec, err)
-	}
+	rec := faultGetRecord(t, env.gw, id)
 	switch {
 	case final.status == http.StatusCreated:
 		faultCheckExecutions(t, env.up, key, 1)
-		faultCheckRecord(t, env.st, id, faultWant{state: store.StateCompleted, executions: rec.Executions, status: 201})
+		faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: rec.Executions, status: 201})
 	case faultIsProblem(t, final, http.StatusConflict, "outcome-unknown", id):
 		t.Logf("known defect: a claim that landed after its 503 holds record %s (%s, %d attempts) with 0 business executions", id, rec.Reason, rec.Attempts)
 		faultCheckExecutions(t, env.up, key, 0)
-		faultCheckRecord(t, env.st, id, faultWant{state: store.StateUnknown, executions: 1, reason: "lease_expired"})
+		faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, reason: "lease_expired"})
 	default:
 		t.Errorf("after Redis resumed: %d %s, want 201 or 409 outcome unknown", final.status, final.body)
 	}
@@ -1028,4 +1058,165 @@ func faultRedisPID(t *testing.T, st *store.Store) int {
 	}
 	t.Fatal("INFO server has no process_id")
 	return 0
+}
+
+// faultAdminPost calls an operator endpoint on the gateway's admin address.
+func faultAdminPost(t *testing.T, gw *gateway, path, body string) (int, []byte) {
+	t.Helper()
+	resp, err := client.Post(gw.admin+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// faultHeld delivers key to /flaky/deals, whose first call answers 500, and
+// checks that the record is held: 1 business execution, 409 on retry.
+func faultHeld(t *testing.T, env *faultEnv, key string) (id string) {
+	t.Helper()
+	id = faultKeyID("flaky", key)
+	url := env.gw.url + "/flaky/deals"
+	if r := faultDeliver(t, url, key, `{"amount":1}`); r.status != http.StatusInternalServerError {
+		t.Fatalf("first delivery: %d %s, want the upstream's 500", r.status, r.body)
+	}
+	if r := faultDeliver(t, url, key, `{"amount":1}`); !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+		t.Fatalf("retry: %d %s, want 409 outcome unknown", r.status, r.body)
+	}
+	faultCheckExecutions(t, env.up, key, 1)
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_5xx"})
+	return id
+}
+
+// TestFaultOperatorReleaseThenRetry: an operator who knows the held call
+// did nothing releases the record through the admin API, while 10 clients
+// keep retrying. Exactly one retry executes once more; the others get 409
+// (held, or in flight) before and replays after.
+//
+// Expected: 2 business executions (the 500, then one 201); record completed
+// (201), executions 2.
+func TestFaultOperatorReleaseThenRetry(t *testing.T) {
+	const (
+		wantExecutions = 2
+		key            = "operator-release"
+		clients        = 10
+	)
+	env := faultStart(t, faultSetup{})
+	id := faultHeld(t, env, key)
+	url := env.gw.url + "/flaky/deals"
+
+	var (
+		mu       sync.Mutex
+		answers  = map[string]int{}
+		executed []response
+		wg       sync.WaitGroup
+		released = make(chan struct{})
+	)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Keep retrying until a delivery after the release replayed.
+			for i := 0; i < 200; i++ {
+				select {
+				case <-released:
+				default:
+				}
+				r, err := faultPost(url, key, `{"amount":1}`)
+				mu.Lock()
+				switch {
+				case err != nil:
+					answers["error: "+err.Error()]++
+				case r.status == http.StatusCreated && r.header.Get("Idempotent-Replayed") == "true":
+					answers["201 replayed"]++
+				case r.status == http.StatusCreated:
+					answers["201 executed"]++
+					executed = append(executed, r)
+				default:
+					answers[fmt.Sprintf("%d %s", r.status, faultProblemKind(r))]++
+				}
+				mu.Unlock()
+				if err == nil && r.header.Get("Idempotent-Replayed") == "true" {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/release", "")
+	close(released)
+	if status != http.StatusOK || !strings.Contains(string(body), `"state":"released"`) {
+		t.Errorf("operator release: %d %s, want 200 and the released record", status, body)
+	}
+	wg.Wait()
+	t.Logf("answers: %v", answers)
+	for answer := range answers {
+		switch answer {
+		case "201 replayed", "201 executed", "409 outcome-unknown", "409 in-flight":
+		default:
+			t.Errorf("unexpected answer %q", answer)
+		}
+	}
+	if len(executed) != 1 {
+		t.Errorf("%d retries executed after the release, want exactly 1", len(executed))
+	}
+	if r := faultDeliver(t, url, key, `{"amount":1}`); r.header.Get("Idempotent-Replayed") != "true" || len(executed) == 1 && !bytes.Equal(r.body, executed[0].body) {
+		t.Errorf("final retry: %d %s, want a replay of the execution after the release", r.status, r.body)
+	}
+	faultCheckExecutions(t, env.up, key, wantExecutions)
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 2, status: 201})
+}
+
+// faultProblemKind is the anchor of a problem's type URL, or "".
+func faultProblemKind(r response) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.body, &p) != nil {
+		return ""
+	}
+	_, kind, _ := strings.Cut(p.Type, "#")
+	return kind
+}
+
+// TestFaultOperatorCompleteThenReplay: an operator who verified in the
+// business system what the held call did records that outcome through the
+// admin API; retries replay it and the upstream is not called again.
+//
+// Expected: 1 business execution (the 500); record completed with the
+// operator's result (201, external id D-9021), executions 1.
+func TestFaultOperatorCompleteThenReplay(t *testing.T) {
+	const (
+		wantExecutions = 1
+		key            = "operator-complete"
+	)
+	env := faultStart(t, faultSetup{})
+	id := faultHeld(t, env, key)
+	url := env.gw.url + "/flaky/deals"
+
+	verified := `{"id":"D-9021","verified":true}`
+	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/complete",
+		fmt.Sprintf(`{"status":201,"headers":{"Content-Type":["application/json"],"Location":"/deals/D-9021"},"body":%q,"external_id":"D-9021"}`, verified))
+	if status != http.StatusOK || !strings.Contains(string(body), `"state":"completed"`) {
+		t.Fatalf("operator complete: %d %s, want 200 and the completed record", status, body)
+	}
+	for range 3 {
+		r := faultDeliver(t, url, key, `{"amount":1}`)
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || string(r.body) != verified {
+			t.Errorf("retry: %d replayed=%q %s, want the operator's 201 %s replayed", r.status, r.header.Get("Idempotent-Replayed"), r.body, verified)
+		}
+		if r.header.Get("Content-Type") != "application/json" || r.header.Get("Location") != "/deals/D-9021" {
+			t.Errorf("replayed headers %v, want the operator's", r.header)
+		}
+	}
+	faultCheckExecutions(t, env.up, key, wantExecutions)
+	rec := faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 1, attempts: 5, status: 201})
+	if rec.ExternalID != "D-9021" || rec.Body == nil || *rec.Body != verified {
+		t.Errorf("record external id %q body %v, want D-9021 and %s", rec.ExternalID, rec.Body, verified)
+	}
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,9 +100,7 @@ func (u *faultUpstream) close() {
 	u.gates = map[string]chan struct{}{}
 	u.mu.Unlock()
 	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
 	}
 }
 
