@@ -78,13 +78,11 @@ routes:
     key: ["{header.Idempotency-Key}"]
 `
 
-// faultEnv is one test's Redis, upstream, gateway and a store reading the
-// gateway's records.
+// faultEnv is one test's Redis, upstream and gateway.
 type faultEnv struct {
 	redis *redistest.Server
 	up    *faultUpstream
 	gw    *gateway
-	st    *store.Store
 }
 
 type faultSetup struct {
@@ -113,7 +111,7 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 	// A connection the client dialled but never used looks new to the
 	// gateway, whose graceful stop then waits 5s for it: close them first.
 	t.Cleanup(client.CloseIdleConnections)
-	return &faultEnv{redis: srv, up: up, gw: gw, st: store.New(srv.Client(t), "", 2*time.Second)}
+	return &faultEnv{redis: srv, up: up, gw: gw}
 }
 
 // faultScope is the default scope; fault requests carry no Authorization.
@@ -993,7 +991,7 @@ func TestFaultRedisHangs(t *testing.T) {
 	if r := faultDeliver(t, url, "warm-up", body); r.status != http.StatusCreated {
 		t.Fatalf("with Redis up: %d %s", r.status, r.body)
 	}
-	pid := faultRedisPID(t, env.st)
+	pid := faultRedisPID(t, env.redis)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -1041,9 +1039,9 @@ func TestFaultRedisHangs(t *testing.T) {
 }
 
 // faultRedisPID asks Redis for its process id.
-func faultRedisPID(t *testing.T, st *store.Store) int {
+func faultRedisPID(t *testing.T, srv *redistest.Server) int {
 	t.Helper()
-	info, err := st.Client().Info(context.Background(), "server").Result()
+	info, err := srv.Client(t).Info(context.Background(), "server").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
