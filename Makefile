@@ -4,7 +4,7 @@ GO      ?= go
 TAGS    := nobadger,nomysql,nopgx
 BIN     := bin/idemgate
 
-.PHONY: all build run demo test vet lint clean
+.PHONY: all build run demo test vet lint clean soak
 
 all: build
 
@@ -33,6 +33,16 @@ lint: vet
 
 test: build vet
 	IDEMGATE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 12m ./...
+
+# Mixed traffic with random upstream faults and Redis restarts through two
+# gateways on a real redis-server, then the invariant check (e2e/soak_test.go):
+# `make soak`, `make soak DURATION=10s`. IDEMGATE_SOAK_SEED=n repeats a run's
+# faults. Every wait in the test is bounded by DURATION or a short timeout,
+# so go test's 10m limit is lifted for long soaks.
+DURATION ?= 60s
+soak: build
+	IDEMGATE_BIN=$(CURDIR)/$(BIN) IDEMGATE_REQUIRE_REDIS=1 IDEMGATE_SOAK_DURATION=$(DURATION) \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./e2e
 
 clean:
 	rm -rf bin
