@@ -53,6 +53,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if rt == nil {
 		return next.ServeHTTP(w, r)
 	}
+	// The config may be replaced while this request runs: its store stays
+	// open until the request is done with it.
+	h.enter()
+	defer h.leave()
 	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	defer h.decided(g)
 
@@ -133,6 +137,7 @@ func (h *Handler) claim(ctx context.Context, g *guarded, fp, fpRule string) (sto
 	if err != nil {
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
+		h.enter()
 		go h.releaseLost(g.id, req.Token, g.rt.TTL)
 		return res, fmt.Errorf("claiming key %s: %w", g.id, err)
 	}
@@ -302,7 +307,9 @@ func (h *Handler) renewWhileRunning(id, token string, lease time.Duration) (stop
 }
 
 // releaseLost gives back a claim whose answer may have been lost.
+// It runs in the background and leaves the handler when done.
 func (h *Handler) releaseLost(id, token string, ttl time.Duration) {
+	defer h.leave()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	defer cancel()
 	_, _ = h.store.Release(ctx, id, token, ttl)

@@ -9,6 +9,8 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -49,8 +51,48 @@ type Handler struct {
 	store    *store.Store
 	storeKey string
 	adminReg uint64 // this handler's entry in liveStores
+	use      *storeUse
 	logger   *zap.Logger
 	metrics  *metrics
+}
+
+// storeUse keeps a config's shared store connection open while requests
+// of that config still use it. On a reload Caddy cleans up the old config
+// as soon as its servers have begun shutting down, not when their
+// requests are done: a call that was forwarded under the old config must
+// still be able to record its outcome afterwards.
+type storeUse struct {
+	active  atomic.Int64 // requests (and their background store calls) under way
+	retired atomic.Bool  // Cleanup ran
+	once    sync.Once
+	err     error
+}
+
+// enter marks the start of work that uses the store.
+func (h *Handler) enter() {
+	if h.use != nil {
+		h.use.active.Add(1)
+	}
+}
+
+// leave marks the end of work that entered; the last one out after
+// Cleanup releases the store.
+func (h *Handler) leave() {
+	if h.use == nil {
+		return
+	}
+	if h.use.active.Add(-1) == 0 && h.use.retired.Load() {
+		if err := h.releaseStoreOnce(); err != nil {
+			h.logger.Error("closing the record store of a replaced config", zap.Error(err))
+		}
+	}
+}
+
+// releaseStoreOnce gives this handler's reference to the shared store
+// back to the pool, once.
+func (h *Handler) releaseStoreOnce() error {
+	h.use.once.Do(func() { h.use.err = releaseStore(h.storeKey) })
+	return h.use.err
 }
 
 // CaddyModule returns the Caddy module information.
@@ -83,6 +125,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
 
+	h.use = new(storeUse)
 	h.store, h.storeKey, err = acquireStore(h.Store, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
@@ -99,15 +142,22 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases this config's reference to the shared store connection
-// and takes the store off the operator API's list.
+// Cleanup takes the store off the operator API's list and releases this
+// config's reference to the shared store connection: at once when no
+// request of this config is running, else when the last one is done (a
+// reload replaced the config while calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
 	if h.storeKey == "" {
 		return nil
 	}
 	liveStores.remove(h.adminReg)
-	return releaseStore(h.storeKey)
+	h.use.retired.Store(true)
+	if n := h.use.active.Load(); n > 0 {
+		h.logger.Debug("config replaced; its record store stays open until its requests are done", zap.Int64("requests", n))
+		return nil
+	}
+	return h.releaseStoreOnce()
 }
 
 // opTimeout bounds every store call made outside a request's own lifetime.
