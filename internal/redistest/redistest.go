@@ -11,6 +11,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +73,8 @@ type Server struct {
 
 	bin      string
 	extra    []string
-	sentinel string // "" or the Sentinel config's monitor line
+	sentinel string      // "" or the Sentinel config's monitor line
+	tls      *tls.Config // non-nil: TLS only (see StartTLS), the client side
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -141,6 +143,21 @@ func (s *Server) Stop() {
 	}
 }
 
+// Kill ends the server with SIGKILL, as a crash or a lost machine would:
+// nothing is flushed, replicas are not waited for. It returns once the
+// process has exited. Safe to call more than once, and before Stop.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 // Restart starts the server again on the same port (after Stop), with an
 // empty data set.
 func (s *Server) Restart(t testing.TB) {
@@ -161,7 +178,13 @@ func (s *Server) Restart(t testing.TB) {
 // Client returns a go-redis client for the server, closed in t.Cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{
+	c := s.newClient()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) newClient() *redis.Client {
+	return redis.NewClient(&redis.Options{
 		Addr:                  s.Addr,
 		DialTimeout:           2 * time.Second,
 		ReadTimeout:           5 * time.Second,
@@ -169,9 +192,8 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
 		DialerRetries:         1, // a stopped server fails at once
+		TLSConfig:             s.tls,
 	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // Running reports whether the server process is running (Start or Restart
@@ -197,8 +219,13 @@ func (s *Server) start() error {
 	} else {
 		args = []string{"--save", "", "--appendonly", "no"}
 	}
+	if s.tls != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port))
+		args = append(args, tlsArgs(s.Dir)...)
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
 	args = append(args,
-		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
 		"--dir", s.Dir,
 		"--daemonize", "no",
@@ -223,7 +250,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited during start-up (%v); log:\n%s", cmd.ProcessState, tail(logPath))
 		default:
 		}
-		pid, err := probe(s.Addr)
+		pid, err := probe(s.Addr, s.tls)
 		if err == nil && pid == cmd.Process.Pid {
 			break
 		}
@@ -247,8 +274,14 @@ func (s *Server) start() error {
 
 // probe asks the server at addr for its process id (INFO server), which
 // proves both that it answers and that it is the process we started.
-func probe(addr string) (int, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+func probe(addr string, tlsConf *tls.Config) (int, error) {
+	var c net.Conn
+	var err error
+	if tlsConf != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tlsConf)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestStartStopRestart(t *testing.T) {
@@ -166,5 +168,79 @@ func TestSentinel(t *testing.T) {
 	}
 	if !strings.Contains(info, "redis_mode:sentinel") {
 		t.Fatalf("not a sentinel:\n%s", info)
+	}
+}
+
+func TestReplicaFollowsMaster(t *testing.T) {
+	master := Start(t)
+	replica := StartReplica(t, master)
+	ctx := context.Background()
+	if err := master.Client(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mc := master.Client(t)
+	if err := mc.Set(ctx, "k3", "v3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// WAIT proves the write reached the replica before we read it there.
+	if n, err := mc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v; want the replica's acknowledgement", n, err)
+	}
+	if v, err := replica.Client(t).Get(ctx, "k3").Result(); err != nil || v != "v3" {
+		t.Fatalf("replica has k3 = %q, %v", v, err)
+	}
+	if got := replica.Role(t); got != "slave" {
+		t.Fatalf("replica role %q", got)
+	}
+	if err := replica.Client(t).Set(ctx, "x", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("write to the replica: %v, want READONLY", err)
+	}
+}
+
+// TestSentinelsFailOver: three sentinels promote the replica once the
+// master is killed.
+func TestSentinelsFailOver(t *testing.T) {
+	master := Start(t)
+	replica := StartReplica(t, master)
+	sentinels := StartSentinels(t, master, "idem", SentinelOptions{Replicas: 1})
+	if len(sentinels) != 3 {
+		t.Fatalf("%d sentinels", len(sentinels))
+	}
+	for _, s := range sentinels {
+		if p := s.MasterPort(t, "idem"); p != master.Port {
+			t.Fatalf("sentinel %s: master on port %d, want %d", s.Addr, p, master.Port)
+		}
+	}
+	killed := time.Now()
+	master.Kill()
+	if master.Running() {
+		t.Fatal("Running() after Kill")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for sentinels[0].MasterPort(t, "idem") != replica.Port || replica.Role(t) != "master" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failover to %s within 30s", replica.Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("failover took %v", time.Since(killed).Round(time.Millisecond))
+	if err := replica.Client(t).Set(context.Background(), "after", "1", 0).Err(); err != nil {
+		t.Fatalf("write to the promoted replica: %v", err)
+	}
+}
+
+func TestStartTLS(t *testing.T) {
+	s := StartTLS(t)
+	if s.CAFile() == "" || s.TLSConfig() == nil {
+		t.Fatal("no CA file or TLS config")
+	}
+	ctx := context.Background()
+	if err := s.Client(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET over TLS: %v", err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, DisableIdentity: true})
+	defer plain.Close()
+	if err := plain.Ping(ctx).Err(); err == nil {
+		t.Fatal("plain-text PING to the TLS port succeeded")
 	}
 }
