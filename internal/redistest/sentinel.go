@@ -158,9 +158,10 @@ func (s *Server) MasterPort(t testing.TB, name string) int {
 }
 
 // StartReplica runs a redis-server that replicates master (replicaof) and
-// waits until the initial sync is done (master_link_status:up). It makes
-// the master start syncs at once (repl-diskless-sync-delay 0). The replica
-// stops in t.Cleanup.
+// waits until the initial sync is done (master_link_status:up) and the
+// replica acknowledges writes (WAIT counts it). It makes the master start
+// syncs at once (repl-diskless-sync-delay 0). The replica stops in
+// t.Cleanup.
 func StartReplica(t testing.TB, master *Server, extraArgs ...string) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -174,13 +175,36 @@ func StartReplica(t testing.TB, master *Server, extraArgs ...string) *Server {
 	for {
 		info, err := c.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return r
+			break
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("redistest: replica %s of %s not in sync: %v\n%s", r.Addr, master.Addr, err, info)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// A fresh replica acknowledges offsets only from its first periodic
+	// ACK on (up to a second later); until then WAIT counts it out. Wait
+	// for one acknowledged write (leaving no key behind).
+	mc := master.Client(t)
+	const probeKey = "redistest:replica-sync"
+	if err := mc.Set(ctx, probeKey, "1", 0).Err(); err != nil {
+		t.Fatalf("redistest: write to %s: %v", master.Addr, err)
+	}
+	if err := mc.Del(ctx, probeKey).Err(); err != nil {
+		t.Fatalf("redistest: write to %s: %v", master.Addr, err)
+	}
+	want := 1
+	if info, err := mc.Info(ctx, "replication").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "connected_slaves:"); ok {
+				want, _ = strconv.Atoi(v)
+			}
+		}
+	}
+	if n, err := mc.Do(ctx, "WAIT", want, 10000).Int(); err != nil || n < want {
+		t.Fatalf("redistest: replica %s does not acknowledge writes: WAIT %d = %d, %v", r.Addr, want, n, err)
+	}
+	return r
 }
 
 // Role returns the server's replication role ("master", "slave") from
