@@ -120,10 +120,19 @@ table.insert(r, 1, code)
 return r
 `
 
+// luaClaimReply ends the claim script: the code, the Redis clock the
+// script decided by (ms), and the record.
+var luaClaimReply = `
+local r = redis.call('HMGET', KEYS[1], ` + luaFields + `)
+table.insert(r, 1, now)
+table.insert(r, 1, code)
+return r
+`
+
 // claimScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
 // rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release").
-// Reply: {code, <fields...>}.
+// Reply: {code, now ms, <fields...>}.
 var claimScript = redis.NewScript(luaIndex + `
 local key = KEYS[1]
 local tok = ARGV[2]
@@ -154,7 +163,7 @@ else
     code = ` + itoa(codeTakeOver) + `
   end
 end
-` + luaReply)
+` + luaClaimReply)
 
 // renewScript: KEYS = record key. ARGV: 1 id, 2 token, 3 lease ms.
 // Reply 1 when renewed, else 0. The key's lifetime and index entry stay.

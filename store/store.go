@@ -53,6 +53,8 @@ const (
 	DefaultLease     = 30 * time.Second
 	DefaultTTL       = 24 * time.Hour
 	DefaultHoldTTL   = 720 * time.Hour
+	// DefaultWaitTimeout bounds a WAIT when Options.WaitReplicas is set.
+	DefaultWaitTimeout = 100 * time.Millisecond
 )
 
 // ErrInvalidID is returned for a record id that is empty, longer than 128
@@ -83,6 +85,27 @@ type Options struct {
 	// DialTimeout bounds connecting; OpTimeout bounds every store call.
 	// Both default to 2s.
 	DialTimeout, OpTimeout time.Duration
+
+	// WaitReplicas, when above 0, makes Claim and Complete wait until that
+	// many replicas have acknowledged their write: a Redis WAIT sent right
+	// after the script, on the same connection and in the same round trip
+	// (on Cluster, to the node that owns the record). It narrows the window
+	// in which a failover loses an acknowledged claim. A WAIT that returns
+	// fewer replicas, or fails, does not fail the call: it is reported to
+	// OnWaitShort. The embedded store ignores it.
+	WaitReplicas int
+	// WaitTimeout bounds each WAIT; default 100ms. It must be shorter than
+	// OpTimeout, which bounds the whole round trip.
+	WaitTimeout time.Duration
+	// OnWaitShort, when set, is called (from the calling goroutine) for
+	// every WAIT that returned fewer than WaitReplicas acknowledgements.
+	OnWaitShort func(WaitShortfall)
+
+	// OnEvictionCheck, when set, is called by Open once per Redis master
+	// with the master's maxmemory-policy (see EvictionCheck.Evicts), or
+	// with the error that kept Open from reading it (CONFIG disabled or
+	// renamed, or not allowed to the user). The check never fails Open.
+	OnEvictionCheck func(EvictionCheck)
 }
 
 // Store is a Redis record store. It is safe for concurrent use.
@@ -90,6 +113,12 @@ type Store struct {
 	client    redis.UniversalClient
 	prefix    string
 	opTimeout time.Duration
+
+	// wait replicas (0: no WAIT) within waitTimeout after claims and
+	// completions; shortfalls go to onWaitShort.
+	wait        int
+	waitTimeout time.Duration
+	onWaitShort func(WaitShortfall)
 
 	// index holds the state index keys by shard and indexStates position.
 	index [numShards][len(indexStates)]string
@@ -171,11 +200,20 @@ func Open(opts Options) (*Store, error) {
 	if len(opts.Addrs) > 1 && !opts.Cluster && opts.MasterName == "" {
 		return nil, errors.New("store: several Redis addresses need cluster or master_name")
 	}
+	if err := opts.checkWait(); err != nil {
+		return nil, err
+	}
 	client := redis.NewUniversalClient(opts.universalOptions())
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
+	if opts.WaitReplicas > 0 {
+		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, orDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
+	}
 	if err := s.start(opts.DialTimeout); err != nil {
 		_ = client.Close()
 		return nil, err
+	}
+	if opts.OnEvictionCheck != nil {
+		s.checkEviction(opts, opts.OnEvictionCheck)
 	}
 	return s, nil
 }
@@ -329,6 +367,10 @@ type ClaimResult struct {
 	// Record is the record as the script left it (with the full body when
 	// completed). Always set when err is nil.
 	Record *Record
+	// Now is the Redis server's clock when the script ran: the clock the
+	// script decided lease expiry by. Compare Record.LeaseUntil with Now,
+	// never with the local clock, so gateways with skewed clocks agree.
+	Now time.Time
 }
 
 // Claim runs the claim script on the record:
@@ -372,17 +414,21 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := claimScript.Run(ctx, s.client, s.recordKeys(req.ID),
+	v, err := s.run(ctx, "claim", req.ID, claimScript, s.recordKeys(req.ID),
 		req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 		ms(lease), ms(hold), onExpired).Slice()
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 	}
-	if len(v) != 1+numFields {
+	if len(v) != 2+numFields {
 		return ClaimResult{}, errShortReply
 	}
 	code, _ := v[0].(int64)
-	rec, err := decodeRecord(req.ID, v[1:])
+	now, err := msTime(v[1])
+	if err != nil {
+		return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
+	}
+	rec, err := decodeRecord(req.ID, v[2:])
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -393,6 +439,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		Claimed:  code == codeCreated || code == codeTakeOver || code == codeOwned,
 		TakeOver: code == codeTakeOver,
 		Record:   rec,
+		Now:      now,
 	}, nil
 }
 
@@ -409,7 +456,7 @@ func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, id stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	n, err := sc.Run(ctx, s.client, keys, append([]any{id}, args...)...).Int64()
+	n, err := s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}

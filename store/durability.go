@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WaitShortfall reports a WAIT after a claim or a completion that returned
+// before Options.WaitReplicas replicas had acknowledged the write. The write
+// itself succeeded and the call did not fail: until a replica has it, a
+// failover may lose it.
+type WaitShortfall struct {
+	Op     string // "claim" or "complete"
+	ID     string // the record id
+	Acked  int    // replicas that acknowledged within the timeout
+	Wanted int    // Options.WaitReplicas
+	Err    error  // set when WAIT itself failed or was skipped
+}
+
+// waitedOps are the calls that wait for replicas: losing a claim in a
+// failover lets a retry execute again; losing a completion turns a stored
+// result back into an in-flight claim (held as outcome unknown later).
+func waitedOp(op string) bool { return op == "claim" || op == "complete" }
+
+func (o Options) checkWait() error {
+	switch {
+	case o.WaitReplicas < 0:
+		return fmt.Errorf("store: wait_replicas %d is negative", o.WaitReplicas)
+	case o.WaitTimeout < 0:
+		return fmt.Errorf("store: negative wait timeout %v", o.WaitTimeout)
+	case o.WaitReplicas > 0 && orDefault(o.WaitTimeout, DefaultWaitTimeout) >= orDefault(o.OpTimeout, DefaultOpTimeout):
+		return fmt.Errorf("store: wait timeout %v must be shorter than the op timeout %v",
+			orDefault(o.WaitTimeout, DefaultWaitTimeout), orDefault(o.OpTimeout, DefaultOpTimeout))
+	}
+	return nil
+}
+
+// run runs a script on the record's slot: EVALSHA, or EVAL when the
+// server's script cache lost it (after a restart or a failover to a node
+// that never loaded it). For claims and completions on a store with
+// WaitReplicas, a WAIT follows in the same pipeline: one round trip, on the
+// connection that made the write, so it waits for exactly that write.
+func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.wait <= 0 || !waitedOp(op) {
+		return sc.Run(ctx, s.client, keys, args...)
+	}
+	pipeline := s.client.Pipeline
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline would go to any node: pin
+		// the pipeline to the node that owns the record.
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		pipeline = node.Pipeline
+	}
+	cmd, wait := s.runWaiting(ctx, pipeline(), sc.EvalSha, keys, args)
+	if isNoScript(cmd.Err()) {
+		cmd, wait = s.runWaiting(ctx, pipeline(), sc.Eval, keys, args)
+	}
+	if isRedirect(cmd.Err()) {
+		// The slot moved between the cluster map and the call: the
+		// script did not run. Let the cluster client follow the
+		// redirection; this one write goes unwaited, and says so.
+		cmd = sc.Run(ctx, s.client, keys, args...)
+		if cmd.Err() == nil {
+			s.shortWait(op, id, 0, errors.New("slot moved; WAIT skipped"))
+		}
+		return cmd
+	}
+	if cmd.Err() != nil {
+		return cmd
+	}
+	n, err := wait.Int64()
+	if err != nil || int(n) < s.wait {
+		s.shortWait(op, id, int(n), err)
+	}
+	return cmd
+}
+
+type scriptCall func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+
+func (s *Store) runWaiting(ctx context.Context, pipe redis.Pipeliner, call scriptCall, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+	cmd := call(ctx, pipe, keys, args...)
+	// ms rounds up: the timeout is never 0, which would block for good.
+	wait := pipe.Do(ctx, "wait", s.wait, ms(s.waitTimeout))
+	_, _ = pipe.Exec(ctx) // errors are on the commands
+	return cmd, wait
+}
+
+func (s *Store) shortWait(op, id string, acked int, err error) {
+	if s.onWaitShort != nil {
+		s.onWaitShort(WaitShortfall{Op: op, ID: id, Acked: acked, Wanted: s.wait, Err: err})
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+func isRedirect(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK "))
+}
+
+// EvictionCheck is what Open learnt about one Redis master's eviction
+// policy.
+type EvictionCheck struct {
+	// Addr names the master: host:port, or "sentinel master NAME".
+	Addr string
+	// Policy is the master's maxmemory-policy; "" when Err is set.
+	Policy string
+	// MaxMemory is the master's maxmemory in bytes (0: no limit).
+	MaxMemory int64
+	// Err says why the policy could not be read: CONFIG disabled or
+	// renamed, or not allowed to the user.
+	Err error
+}
+
+// Evicts reports whether the policy may evict records: every policy but
+// noeviction. The volatile-* policies are no exception: they evict keys
+// that carry a TTL, and every record (an in-flight claim included) carries
+// one. An evicted claim lets the next retry execute again. maxmemory 0 (no
+// limit) never evicts, but a later CONFIG SET maxmemory would arm the
+// policy, so it is reported all the same.
+func (c EvictionCheck) Evicts() bool {
+	return c.Err == nil && c.Policy != "noeviction"
+}
+
+// checkEviction reads maxmemory-policy (and maxmemory) from every master
+// and hands each result to report.
+func (s *Store) checkEviction(opts Options, report func(EvictionCheck)) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+	defer cancel()
+	check := func(ctx context.Context, c *redis.Client, addr string) EvictionCheck {
+		ec := EvictionCheck{Addr: addr}
+		cfg, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		if err != nil {
+			ec.Err = fmt.Errorf("CONFIG GET maxmemory-policy: %w", err)
+			return ec
+		}
+		policy, ok := cfg["maxmemory-policy"]
+		if !ok {
+			ec.Err = errors.New("CONFIG GET maxmemory-policy: not reported")
+			return ec
+		}
+		ec.Policy = policy
+		ec.MaxMemory, _ = strconv.ParseInt(cfg["maxmemory"], 10, 64)
+		return ec
+	}
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		var checks []EvictionCheck
+		err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			ec := check(ctx, node, node.Options().Addr)
+			mu.Lock()
+			checks = append(checks, ec)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil && len(checks) == 0 {
+			checks = append(checks, EvictionCheck{Addr: strings.Join(opts.Addrs, ","), Err: err})
+		}
+		for _, ec := range checks {
+			report(ec)
+		}
+	case *redis.Client:
+		addr := c.Options().Addr
+		if opts.MasterName != "" {
+			addr = "sentinel master " + opts.MasterName
+		}
+		report(check(ctx, c, addr))
+	}
+}
