@@ -42,6 +42,7 @@ type guarded struct {
 	outcome string
 	status  int
 	rec     *store.Record
+	now     time.Time // the Redis clock at the claim: lease times compare with it
 	note    string
 	span    trace.Span // the request's span when Caddy's tracing is on
 }
@@ -106,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return h.storeFailed(g, w, r, next, body, err)
 	}
-	g.rec = claim.Record
+	g.rec, g.now = claim.Record, claim.Now
 	if !claim.Claimed {
 		return h.answer(g, w, r, in, fp)
 	}
@@ -178,7 +179,9 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, r *http.Request, in 
 	default:
 		g.outcome = outcomeInFlight
 		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
-		if left := time.Until(rec.LeaseUntil); left > time.Second {
+		// Redis's clock, not this gateway's: instances with skewed clocks
+		// give the same hint.
+		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
 			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
 		}
 		return h.problem(g, w, p)
@@ -210,13 +213,15 @@ func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.
 
 // claimableUnderOldRule reports whether an unclaimed record could be taken
 // over (released, or its lease ran out) but was made under an earlier
-// fingerprint rule that gives this request the record's fingerprint.
+// fingerprint rule that gives this request the record's fingerprint. Lease
+// expiry is judged as the claim script judges it, by the Redis clock the
+// script ran at (lease_until <= now), never by this gateway's clock.
 func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) bool {
 	rec := res.Record
 	if res.Claimed || rec == nil || rec.FingerprintRule == rt.fpRule {
 		return false
 	}
-	expired := rec.State == store.StateInFlight && time.Now().After(rec.LeaseUntil)
+	expired := rec.State == store.StateInFlight && !rec.LeaseUntil.After(res.Now)
 	if rec.State != store.StateReleased && !expired {
 		return false
 	}
