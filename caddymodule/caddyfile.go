@@ -38,17 +38,21 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    db           <n>
 //	    tls
 //	    tls_server_name <name>
+//	    tls_ca_file  <file>                 # PEM roots for Redis's certificate
 //	    key_prefix   <prefix>
 //	    pool_size    <n>
 //	    dial_timeout <duration>
 //	    op_timeout   <duration>
+//	    wait_replicas <n>                   # WAIT for n replicas after claims and completions
+//	    wait_timeout <duration>             # bound on each WAIT (default 100ms)
 //	}
 //
 // The rules file is read while the Caddyfile is adapted and its rules are
 // inlined into the JSON config, so editing it and running `caddy reload`
 // applies the change; a file that fails validation fails the reload with
 // its file, line and field, and the running config keeps serving. A
-// relative path is taken from the Caddyfile's directory.
+// relative path (rules, tls_ca_file) is taken from the Caddyfile's
+// directory.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -105,11 +109,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&h.Store.TLSServerName) {
 				return d.ArgErr()
 			}
+		case "tls_ca_file":
+			var file string
+			if !d.AllArgs(&file) {
+				return d.ArgErr()
+			}
+			if !filepath.IsAbs(file) && d.File() != "" {
+				file = filepath.Join(filepath.Dir(d.File()), file)
+			}
+			h.Store.TLSCAFile = file
 		case "key_prefix":
 			if !d.AllArgs(&h.Store.KeyPrefix) {
 				return d.ArgErr()
 			}
-		case "db", "pool_size":
+		case "db", "pool_size", "wait_replicas":
 			var s string
 			if !d.AllArgs(&s) {
 				return d.ArgErr()
@@ -118,12 +131,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil || n < 0 {
 				return d.Errf("%s: %q is not a non-negative number", opt, s)
 			}
-			if opt == "db" {
+			switch opt {
+			case "db":
 				h.Store.DB = n
-			} else {
+			case "pool_size":
 				h.Store.PoolSize = n
+			default:
+				h.Store.WaitReplicas = n
 			}
-		case "dial_timeout", "op_timeout":
+		case "dial_timeout", "op_timeout", "wait_timeout":
 			var s string
 			if !d.AllArgs(&s) {
 				return d.ArgErr()
@@ -132,10 +148,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil || dur <= 0 {
 				return d.Errf("%s: %q is not a positive duration", opt, s)
 			}
-			if opt == "dial_timeout" {
+			switch opt {
+			case "dial_timeout":
 				h.Store.DialTimeout = caddy.Duration(dur)
-			} else {
+			case "op_timeout":
 				h.Store.OpTimeout = caddy.Duration(dur)
+			default:
+				h.Store.WaitTimeout = caddy.Duration(dur)
 			}
 		default:
 			return d.Errf("unrecognized idempotency option '%s'", opt)

@@ -29,7 +29,7 @@ func adapt(t *testing.T, file string) ([]byte, error) {
 // files: the rules file is inlined, and the directive sorts after
 // basic_auth and encode and before reverse_proxy without a global order.
 func TestCaddyfileGolden(t *testing.T) {
-	for _, name := range []string{"embedded", "redis"} {
+	for _, name := range []string{"embedded", "redis", "sentinel"} {
 		t.Run(name, func(t *testing.T) {
 			out, err := adapt(t, filepath.Join("testdata", name+".caddyfile"))
 			if err != nil {
@@ -89,6 +89,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"missing rules", "idempotency {\n store embedded\n}", "a rules file is required"},
 		{"unknown option", "idempotency {\n rules good.yaml\n colour blue\n}", "unrecognized idempotency option 'colour'"},
 		{"bad timeout", "idempotency {\n rules good.yaml\n op_timeout soon\n}", `op_timeout: "soon" is not a positive duration`},
+		{"bad wait_replicas", "idempotency {\n rules good.yaml\n wait_replicas one\n}", `wait_replicas: "one" is not a non-negative number`},
+		{"bad wait_timeout", "idempotency {\n rules good.yaml\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
+		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n tls_ca_file\n}", "wrong argument count"},
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
 	}
 	for _, tc := range cases {
@@ -102,5 +105,27 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCaddyfileCAFileRelative: a relative tls_ca_file is taken from the
+// Caddyfile's directory, like rules.
+func TestCaddyfileCAFileRelative(t *testing.T) {
+	dir := t.TempDir()
+	good := "routes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "routes.yaml"), []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(file, []byte(":8080 {\nidempotency {\n rules routes.yaml\n store rediss://127.0.0.1:6380\n tls_ca_file certs/ca.pem\n}\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := adapt(t, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(filepath.Join(dir, "certs", "ca.pem"))
+	if !strings.Contains(string(out), `"tls_ca_file":`+string(want)) {
+		t.Fatalf("tls_ca_file not resolved against the Caddyfile's directory:\n%s", out)
 	}
 }

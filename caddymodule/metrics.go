@@ -16,6 +16,7 @@ type metrics struct {
 	executions  *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
+	waitShort   *prometheus.CounterVec
 }
 
 var processMetrics = &metrics{
@@ -40,6 +41,11 @@ var processMetrics = &metrics{
 		Help:      "Latency of record store calls by operation.",
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 2.5},
 	}, []string{"op", "result"}),
+	waitShort: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "store_wait_short_total",
+		Help:      "Claims and completions that fewer replicas than wait_replicas acknowledged within wait_timeout, by op.",
+	}, []string{"op"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -50,7 +56,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	}
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
-		processMetrics.storeErrors, processMetrics.storeTime,
+		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

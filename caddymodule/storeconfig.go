@@ -3,11 +3,15 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -50,6 +54,11 @@ type StoreConfig struct {
 	// certificate.
 	TLSServerName string `json:"tls_server_name,omitempty"`
 
+	// TLSCAFile is a PEM file of the certificate authorities that sign
+	// Redis's TLS certificate, for a private CA. Default: the system's
+	// roots.
+	TLSCAFile string `json:"tls_ca_file,omitempty"`
+
 	// KeyPrefix is prepended to every Redis key. Default: `idemgate:`.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
@@ -63,6 +72,19 @@ type StoreConfig struct {
 	// OpTimeout bounds every Redis call, so a hung Redis cannot hang
 	// requests. Default: 2s.
 	OpTimeout caddy.Duration `json:"op_timeout,omitempty"`
+
+	// WaitReplicas, when above 0, makes every claim and completion wait
+	// until that many replicas acknowledged the write (Redis WAIT, in the
+	// same round trip as the write). It narrows the window in which a
+	// Sentinel or Cluster failover loses an acknowledged claim. When fewer
+	// replicas answer within WaitTimeout the request still goes on: the
+	// shortfall is logged and counted (idemgate_store_wait_short_total).
+	// Not for the embedded store.
+	WaitReplicas int `json:"wait_replicas,omitempty"`
+
+	// WaitTimeout bounds each WAIT. Default: 100ms; it must be shorter than
+	// OpTimeout.
+	WaitTimeout caddy.Duration `json:"wait_timeout,omitempty"`
 }
 
 // embedded reports whether the config selects the embedded store.
@@ -74,15 +96,25 @@ func (c StoreConfig) embedded() bool {
 func (c StoreConfig) options() (store.Options, error) {
 	repl := caddy.NewReplacer()
 	opts := store.Options{
-		MasterName:  c.MasterName,
-		Cluster:     c.Cluster,
-		Username:    repl.ReplaceAll(c.Username, ""),
-		Password:    repl.ReplaceAll(c.Password, ""),
-		DB:          c.DB,
-		KeyPrefix:   c.KeyPrefix,
-		PoolSize:    c.PoolSize,
-		DialTimeout: durationOr(c.DialTimeout, 0),
-		OpTimeout:   durationOr(c.OpTimeout, 0),
+		MasterName:   c.MasterName,
+		Cluster:      c.Cluster,
+		Username:     repl.ReplaceAll(c.Username, ""),
+		Password:     repl.ReplaceAll(c.Password, ""),
+		DB:           c.DB,
+		KeyPrefix:    c.KeyPrefix,
+		PoolSize:     c.PoolSize,
+		DialTimeout:  durationOr(c.DialTimeout, 0),
+		OpTimeout:    durationOr(c.OpTimeout, 0),
+		WaitReplicas: c.WaitReplicas,
+		WaitTimeout:  durationOr(c.WaitTimeout, 0),
+	}
+	switch {
+	case c.WaitReplicas < 0:
+		return opts, fmt.Errorf("wait_replicas %d is negative", c.WaitReplicas)
+	case c.WaitReplicas > 0 && c.embedded():
+		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
+	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
+		return opts, errors.New("wait_timeout is set but wait_replicas is not")
 	}
 	useTLS := c.TLS
 	for _, raw := range c.Addresses {
@@ -122,10 +154,33 @@ func (c StoreConfig) options() (store.Options, error) {
 			opts.DB = n
 		}
 	}
+	if c.TLSCAFile != "" && !useTLS {
+		return opts, errors.New("tls_ca_file is set but TLS is not (use tls or rediss://)")
+	}
 	if useTLS {
 		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLSServerName}
+		if c.TLSCAFile != "" {
+			pool, err := loadCAs(c.TLSCAFile)
+			if err != nil {
+				return opts, err
+			}
+			opts.TLS.RootCAs = pool
+		}
 	}
 	return opts, nil
+}
+
+// loadCAs reads a PEM file of CA certificates.
+func loadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("tls_ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls_ca_file %s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // poolKey identifies a store connection shared by configs with the same
@@ -136,9 +191,16 @@ func (c StoreConfig) poolKey(opts store.Options) string {
 		return "embedded|" + c.KeyPrefix
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d",
+	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d",
 		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
-		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout)
+		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout,
+		opts.WaitReplicas, opts.WaitTimeout)
+	if c.TLSCAFile != "" {
+		// The file's content, so that a reload after a CA rotation
+		// reconnects with the new roots.
+		pem, _ := os.ReadFile(c.TLSCAFile)
+		fmt.Fprintf(h, "|%q|%x", c.TLSCAFile, sha256.Sum256(pem))
+	}
 	return "redis|" + hex.EncodeToString(h.Sum(nil))
 }
 
@@ -183,6 +245,8 @@ func acquireStore(c StoreConfig, logger *zap.Logger) (*store.Store, string, erro
 			logger.Warn("using the embedded store: one node, in memory, not durable, for a single gateway instance; configure store redis://… for production")
 			return pooledStore{s}, nil
 		}
+		opts.OnEvictionCheck = func(ec store.EvictionCheck) { logEvictionCheck(logger, ec) }
+		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
 		s, err := store.Open(opts)
 		if err != nil {
 			return nil, err
@@ -196,6 +260,59 @@ func acquireStore(c StoreConfig, logger *zap.Logger) (*store.Store, string, erro
 		logger.Debug("record store connected", zap.Bool("embedded", c.embedded()), zap.Strings("addresses", redactAll(c.Addresses)))
 	}
 	return val.(pooledStore).Store, key, nil
+}
+
+// logEvictionCheck warns about a Redis whose maxmemory-policy may evict
+// records: once per store connection, when it is opened.
+func logEvictionCheck(logger *zap.Logger, ec store.EvictionCheck) {
+	switch {
+	case ec.Err != nil:
+		logger.Info("could not read the Redis eviction policy; make sure it is noeviction",
+			zap.String("redis", ec.Addr), zap.Error(ec.Err))
+	case ec.Evicts():
+		logger.Warn("Redis may evict idempotency records: set maxmemory-policy noeviction "+
+			"(every record has a TTL, so volatile-* policies evict them too; an evicted claim lets a retry execute again)",
+			zap.String("redis", ec.Addr), zap.String("maxmemory_policy", ec.Policy), zap.Int64("maxmemory", ec.MaxMemory))
+	}
+}
+
+// waitShortLogEvery spaces the log lines about replica shortfalls; every
+// shortfall is counted in the metric.
+const waitShortLogEvery = 10 * time.Second
+
+// waitShortLogger returns the store's OnWaitShort: count every shortfall,
+// log the first and then at most one every waitShortLogEvery with the
+// number in between. It logs through Caddy's current default logger, since
+// the store outlives the config that opened it.
+func waitShortLogger(wanted int) func(store.WaitShortfall) {
+	var (
+		mu         sync.Mutex
+		last       time.Time
+		suppressed int
+	)
+	return func(ws store.WaitShortfall) {
+		processMetrics.waitShort.WithLabelValues(ws.Op).Inc()
+		mu.Lock()
+		if !last.IsZero() && time.Since(last) < waitShortLogEvery {
+			suppressed++
+			mu.Unlock()
+			return
+		}
+		last = time.Now()
+		n := suppressed
+		suppressed = 0
+		mu.Unlock()
+		fields := []zap.Field{
+			zap.String("step", ws.Op), zap.String("key_id", ws.ID),
+			zap.Int("acked", ws.Acked), zap.Int("wait_replicas", wanted),
+			zap.Int("more_since_last_report", n),
+		}
+		if ws.Err != nil {
+			fields = append(fields, zap.Error(ws.Err))
+		}
+		caddy.Log().Named("http.handlers.idempotency").Warn(
+			"fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it", fields...)
+	}
 }
 
 func releaseStore(key string) error {

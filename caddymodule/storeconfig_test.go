@@ -1,8 +1,20 @@
 package caddymodule
 
 import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/idemgate/idemgate/internal/redistest"
 )
 
 func TestStoreOptions(t *testing.T) {
@@ -65,5 +77,144 @@ func TestPoolKey(t *testing.T) {
 	}
 	if strings.Contains(key(StoreConfig{Addresses: []string{"h:1"}, Password: "hunter2"}), "hunter2") {
 		t.Errorf("pool key holds the password")
+	}
+}
+
+func TestStoreOptionsWaitAndCA(t *testing.T) {
+	srv := redistest.StartTLS(t)
+	ok := StoreConfig{Addresses: []string{"rediss://" + srv.Addr}, TLSCAFile: srv.CAFile(), TLSServerName: redistest.TLSServerName,
+		WaitReplicas: 2, WaitTimeout: caddy.Duration(50 * time.Millisecond)}
+	opts, err := ok.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.WaitReplicas != 2 || opts.WaitTimeout != 50*time.Millisecond || opts.TLS == nil || opts.TLS.RootCAs == nil || opts.TLS.ServerName != redistest.TLSServerName {
+		t.Fatalf("options = %+v", opts)
+	}
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  StoreConfig
+		want string
+	}{
+		{StoreConfig{WaitReplicas: 1}, "embedded store has none"},
+		{StoreConfig{Addresses: []string{"h:1"}, WaitReplicas: -1}, "negative"},
+		{StoreConfig{Addresses: []string{"h:1"}, WaitTimeout: caddy.Duration(time.Second)}, "wait_replicas is not"},
+		{StoreConfig{Addresses: []string{"h:1"}, TLSCAFile: srv.CAFile()}, "TLS is not"},
+		{StoreConfig{Addresses: []string{"rediss://h:1"}, TLSCAFile: "/nonexistent/ca.pem"}, "tls_ca_file"},
+		{StoreConfig{Addresses: []string{"h:1"}, TLS: true, TLSCAFile: notPEM}, "no PEM certificate"},
+	} {
+		if _, err := tc.cfg.options(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	key := func(c StoreConfig) string {
+		t.Helper()
+		opts, err := c.options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.poolKey(opts)
+	}
+	base := StoreConfig{Addresses: []string{"rediss://" + srv.Addr}}
+	withWait := base
+	withWait.WaitReplicas = 1
+	withCA := base
+	withCA.TLSCAFile = srv.CAFile()
+	if k := key(base); k == key(withWait) || k == key(withCA) || key(withWait) == key(withCA) {
+		t.Error("wait_replicas or tls_ca_file do not change the pool key")
+	}
+
+	// The CA file is what makes the private certificate trusted.
+	s, _, err := acquireStore(withCA, zap.NewNop())
+	if err != nil {
+		t.Fatalf("TLS store with tls_ca_file: %v", err)
+	}
+	t.Cleanup(func() { _ = releaseStore(key(withCA)) })
+	if err := s.Client().Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := acquireStore(base, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("TLS store without the CA: %v, want a certificate error", err)
+	}
+}
+
+// TestEvictionPolicyWarning: a Redis whose maxmemory-policy may evict
+// records is warned about once per store connection, when it is opened;
+// noeviction is not, and a Redis that refuses CONFIG still serves.
+func TestEvictionPolicyWarning(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		warn bool
+		info bool
+	}{
+		{[]string{"--maxmemory-policy", "allkeys-lru"}, true, false},
+		{[]string{"--maxmemory-policy", "volatile-ttl"}, true, false},
+		{[]string{"--maxmemory-policy", "noeviction"}, false, false},
+		{[]string{"--rename-command", "CONFIG", ""}, false, true},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			srv := redistest.Start(t, tc.args...)
+			core, logs := observer.New(zap.DebugLevel)
+			cfg := StoreConfig{Addresses: []string{"redis://" + srv.Addr}}
+			for range 2 { // the second config shares the connection: no second warning
+				_, key, err := acquireStore(cfg, zap.New(core))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = releaseStore(key) })
+			}
+			warns := logs.FilterMessageSnippet("may evict idempotency records").All()
+			if tc.warn != (len(warns) == 1) || len(warns) > 1 {
+				t.Fatalf("%d warnings, want warn=%v once: %+v", len(warns), tc.warn, logs.All())
+			}
+			if tc.warn {
+				if w := warns[0]; w.Level != zap.WarnLevel || w.ContextMap()["maxmemory_policy"] != tc.args[1] || w.ContextMap()["redis"] != srv.Addr {
+					t.Fatalf("warning %+v", w)
+				}
+			}
+			if got := logs.FilterMessageSnippet("could not read the Redis eviction policy").Len(); (got == 1) != tc.info {
+				t.Fatalf("%d could-not-read lines, want %v", got, tc.info)
+			}
+		})
+	}
+}
+
+// TestWaitShortfallCountedNotFailed: with wait_replicas and no replica to
+// acknowledge, requests are served all the same; each claim and completion
+// is counted in idemgate_store_wait_short_total and logged.
+func TestWaitShortfallCountedNotFailed(t *testing.T) {
+	srv := redistest.Start(t)
+	h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+`, StoreConfig{Addresses: []string{"redis://" + srv.Addr}, WaitReplicas: 1, WaitTimeout: caddy.Duration(10 * time.Millisecond)})
+	count := func(op string) float64 {
+		var m dto.Metric
+		if err := processMetrics.waitShort.WithLabelValues(op).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	claims, completes := count("claim"), count("complete")
+	up := &counting{}
+	if w := serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", "w1"); w.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	if w := serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", "w1"); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s", w.Code, w.Body)
+	}
+	if got := count("claim") - claims; got != 2 {
+		t.Errorf("claim shortfalls counted: %v, want 2", got)
+	}
+	if got := count("complete") - completes; got != 1 {
+		t.Errorf("complete shortfalls counted: %v, want 1", got)
+	}
+	if up.calls.Load() != 1 {
+		t.Errorf("executions = %d", up.calls.Load())
 	}
 }
