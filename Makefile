@@ -4,7 +4,7 @@ GO      ?= go
 TAGS    := nobadger,nomysql,nopgx
 BIN     := bin/idemgate
 
-.PHONY: all build run demo test vet lint clean soak
+.PHONY: all build run demo test vet lint clean soak bench bench-micro
 
 all: build
 
@@ -43,6 +43,21 @@ DURATION ?= 60s
 soak: build
 	IDEMGATE_BIN=$(CURDIR)/$(BIN) IDEMGATE_REQUIRE_REDIS=1 IDEMGATE_SOAK_DURATION=$(DURATION) \
 		$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./e2e
+
+# The load benchmark (bench/main.go): plain Caddy reverse_proxy against the
+# gateway's execute, replay, conflict and passthrough paths, one binary, one
+# run, interleaved rounds; prints the table and the ratios and writes
+# bench/results.md. About 2-3 minutes; every phase is bounded in time.
+# `make bench BENCHFLAGS="-rounds 9 -profile bench/tmp"` for more rounds or
+# CPU profiles of the gateway.
+BENCHFLAGS ?=
+bench: build
+	$(GO) run ./bench -gateway $(BIN) -out bench/results.md $(BENCHFLAGS)
+
+# Micro-benchmarks with allocations: keying, the store, the handler with an
+# in-memory upstream (embedded store and redis-server).
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem ./keying ./store ./caddymodule
 
 clean:
 	rm -rf bin

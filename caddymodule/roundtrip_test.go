@@ -1,0 +1,175 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/internal/redistest"
+)
+
+// clientCommands records the commands the handler's store client sends.
+type clientCommands struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (c *clientCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *clientCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.cmds = append(c.cmds, strings.ToLower(cmd.Name()))
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *clientCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			c.cmds = append(c.cmds, "pipeline:"+strings.ToLower(cmd.Name()))
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (c *clientCommands) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cmds := c.cmds
+	c.cmds = nil
+	return cmds
+}
+
+// insideScripts are the commands the store's scripts run inside Redis.
+// INFO commandstats counts them too, but they are not round trips.
+var insideScripts = []string{"time", "hget", "hmget", "hset", "hdel", "hincrby", "pexpire", "zadd", "zrem", "zremrangebyscore"}
+
+// roundTrips reads INFO commandstats and returns the commands clients sent
+// (every command except those run inside scripts and the test's own INFO
+// and CONFIG RESETSTAT), by name.
+func roundTrips(t *testing.T, admin *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	sent := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, ok := strings.Cut(rest, ":calls=")
+		if !ok {
+			t.Fatalf("commandstats line %q", line)
+		}
+		calls, _, _ := strings.Cut(stats, ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		if name == "info" || name == "config|resetstat" || slices.Contains(insideScripts, name) {
+			continue
+		}
+		sent[name] = n
+	}
+	return sent
+}
+
+// TestRedisCommandsPerRequest proves with Redis's own counters how many
+// commands each kind of guarded request costs: execute = 2 (claim,
+// complete), replay = 1, conflict = 1 (outcome unknown, and in flight),
+// unmatched passthrough = 0. Calls shorter than a third of the lease cost no
+// renewal. The client side is checked too: every command is one EVALSHA
+// (no PING, no EVAL, no SCRIPT LOAD, no extra reads).
+func TestRedisCommandsPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
+	admin := srv.Client(t)
+	sent := &clientCommands{}
+	h.store.Client().AddHook(sent)
+	ctx := context.Background()
+	const n = 25
+
+	c := newBenchConn("/v1/deals")
+	failing := func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusInternalServerError)
+		return nil
+	}
+	// A call held in flight while its duplicates arrive.
+	entered, release := make(chan struct{}), make(chan struct{})
+	gated := func(w http.ResponseWriter, r *http.Request) error {
+		close(entered)
+		<-release
+		return benchNext(w, r)
+	}
+	// Records the replay and conflict cases use, made before counting.
+	for i := range n {
+		if s := c.serve(t, h, "done-"+strconv.Itoa(i)); s != http.StatusCreated {
+			t.Fatalf("priming: status %d", s)
+		}
+	}
+	if s := c.serveWith(t, h, "held", failing); s != http.StatusInternalServerError {
+		t.Fatalf("priming a held record: status %d", s)
+	}
+	inflight := make(chan error, 1)
+	go func() {
+		s, err := newBenchConn("/v1/deals").do(h, "in-flight", gated)
+		if err == nil && s != http.StatusCreated {
+			err = fmt.Errorf("status %d", s)
+		}
+		inflight <- err
+	}()
+	<-entered
+
+	steps := []struct {
+		name    string
+		request func(i int) int // returns the status
+		want    int             // status
+		perReq  int64           // commands per request
+	}{
+		{"execute", func(i int) int { return c.serve(t, h, "new-"+strconv.Itoa(i)) }, http.StatusCreated, 2},
+		{"replay", func(i int) int { return c.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1},
+		{"conflict (outcome unknown)", func(int) int { return c.serve(t, h, "held") }, http.StatusConflict, 1},
+		{"conflict (in flight)", func(int) int { return c.serve(t, h, "in-flight") }, http.StatusConflict, 1},
+		{"passthrough", func(int) int { return newBenchConn("/v1/notes").serve(t, h, "k") }, http.StatusCreated, 0},
+	}
+	for _, st := range steps {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatalf("CONFIG RESETSTAT: %v", err)
+		}
+		sent.take()
+		for i := range n {
+			if got := st.request(i); got != st.want {
+				t.Fatalf("%s: status %d, want %d", st.name, got, st.want)
+			}
+		}
+		trips := roundTrips(t, admin)
+		var total int64
+		for _, calls := range trips {
+			total += calls
+		}
+		if total != st.perReq*n || trips["evalsha"] != st.perReq*n {
+			t.Errorf("%s: Redis counted %v for %d requests, want %d EVALSHA per request and nothing else", st.name, trips, n, st.perReq)
+		}
+		cmds := sent.take()
+		if int64(len(cmds)) != st.perReq*n || slices.IndexFunc(cmds, func(c string) bool { return c != "evalsha" }) >= 0 {
+			t.Errorf("%s: the client sent %d commands %v, want %d EVALSHA", st.name, len(cmds), cmds, st.perReq*n)
+		}
+	}
+	close(release)
+	if err := <-inflight; err != nil {
+		t.Errorf("the held call: %v", err)
+	}
+}
