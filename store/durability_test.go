@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -319,6 +321,45 @@ func TestLeaseExpiryFollowsRedisClock(t *testing.T) {
 			}
 			if expired.Record.LeaseUntil.After(expired.Now) {
 				t.Fatalf("LeaseUntil %v after Now %v although the script found it expired", expired.Record.LeaseUntil, expired.Now)
+			}
+		})
+	}
+}
+
+// BenchmarkClaimCompleteReplicated is the execute path (claim a new key,
+// store a 1 KiB result) against a master with one replica on loopback,
+// without and with WaitReplicas 1: the cost of waiting for the replica's
+// acknowledgement after each of the two writes.
+func BenchmarkClaimCompleteReplicated(b *testing.B) {
+	master := redistest.Start(b)
+	redistest.StartReplica(b, master)
+	res := benchResult(1024)
+	for _, wait := range []int{0, 1} {
+		b.Run("wait_replicas="+strconv.Itoa(wait), func(b *testing.B) {
+			var shortN atomic.Int64
+			s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: wait, OnWaitShort: func(WaitShortfall) { shortN.Add(1) }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			ctx := context.Background()
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					claimComplete(b, ctx, s, res)
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(benchParallelism)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						claimComplete(b, ctx, s, res)
+					}
+				})
+			})
+			if n := shortN.Load(); n != 0 {
+				b.Fatalf("%d writes not acknowledged by the replica", n)
 			}
 		})
 	}
