@@ -73,6 +73,7 @@ const (
 	codeCreated  = 1 // claimed a new record
 	codeTakeOver = 2 // claimed a released record or one whose lease ran out
 	codeOwned    = 3 // already held with this token (a retried Claim)
+	codeLate     = 4 // the claim reached Redis after its caller gave up: refused, nothing changed
 )
 
 // Operator script codes, the first element of their replies.
@@ -131,9 +132,16 @@ return r
 
 // claimScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
-// rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release").
-// Reply: {code, now ms, <fields...>}.
+// rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release"),
+// 10 not after (Redis clock ms; 0 = no limit).
+// Reply: {code, now ms, <fields...>}, or {late code, now ms} when the claim
+// ran after ARGV[10]: its caller has given up on it, and a claim nobody
+// waits for would hold the key until its lease ran out.
 var claimScript = redis.NewScript(luaIndex + `
+local notAfter = tonumber(ARGV[10])
+if notAfter > 0 and now > notAfter then
+  return {` + itoa(codeLate) + `, now}
+end
 local key = KEYS[1]
 local tok = ARGV[2]
 local lease = tonumber(ARGV[7])

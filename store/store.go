@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -122,6 +123,11 @@ type Store struct {
 
 	// index holds the state index keys by shard and indexStates position.
 	index [numShards][len(indexStates)]string
+
+	// clockOffset is the Redis clock minus the local clock in ms, learnt
+	// from claim replies; clockKnown says whether one has been seen.
+	clockOffset atomic.Int64
+	clockKnown  atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -414,19 +420,40 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := s.run(ctx, "claim", req.ID, claimScript, s.recordKeys(req.ID),
-		req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
-		ms(lease), ms(hold), onExpired).Slice()
-	if err != nil {
-		return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
-	}
-	if len(v) != 2+numFields {
-		return ClaimResult{}, errShortReply
+	var (
+		v   []any
+		now time.Time
+	)
+	// A refusal while this caller still waits means the store's idea of the
+	// Redis clock was off (the Redis clock jumped); the reply corrected it,
+	// and the refused script changed nothing, so one more try is safe.
+	for try := 0; ; try++ {
+		sent := time.Now()
+		var err error
+		v, err = s.run(ctx, "claim", req.ID, claimScript, s.recordKeys(req.ID),
+			req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
+			ms(lease), ms(hold), onExpired, s.notAfter(ctx, sent)).Slice()
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
+		}
+		if len(v) < 2 {
+			return ClaimResult{}, errShortReply
+		}
+		now, err = msTime(v[1])
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
+		}
+		s.learnClock(sent, time.Now(), now)
+		if code, _ := v[0].(int64); code != codeLate {
+			break
+		}
+		if try > 0 || ctx.Err() != nil {
+			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, ErrLateClaim)
+		}
 	}
 	code, _ := v[0].(int64)
-	now, err := msTime(v[1])
-	if err != nil {
-		return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
+	if len(v) != 2+numFields {
+		return ClaimResult{}, errShortReply
 	}
 	rec, err := decodeRecord(req.ID, v[2:])
 	if err != nil {
@@ -441,6 +468,31 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		Record:   rec,
 		Now:      now,
 	}, nil
+}
+
+// ErrLateClaim: a claim reached Redis only after its deadline had passed
+// (Redis was stalled), so the script refused it and changed nothing.
+var ErrLateClaim = errors.New("store: the claim reached Redis after its deadline and was refused")
+
+// notAfter is the latest Redis time (ms) at which a claim sent at sent may
+// still take effect: its caller stops waiting at the context's deadline. A
+// claim that runs later (its command sat in a stalled Redis's socket) would
+// hold the key for a request that already answered "not forwarded". 0 (no
+// limit) until a reply has taught the store the Redis clock.
+func (s *Store) notAfter(ctx context.Context, sent time.Time) int64 {
+	deadline, ok := ctx.Deadline()
+	if !ok || !s.clockKnown.Load() {
+		return 0
+	}
+	return deadline.UnixMilli() + s.clockOffset.Load()
+}
+
+// learnClock records the Redis clock against the local one, taking the
+// Redis time as of the middle of the round trip.
+func (s *Store) learnClock(sent, received, redisNow time.Time) {
+	mid := sent.Add(received.Sub(sent) / 2)
+	s.clockOffset.Store(redisNow.UnixMilli() - mid.UnixMilli())
+	s.clockKnown.Store(true)
 }
 
 // fenced runs a fenced script and maps its 1/0 reply. The script gets the
