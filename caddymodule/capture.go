@@ -1,10 +1,10 @@
 package caddymodule
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"hash"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -21,7 +21,7 @@ type capture struct {
 
 	status    int         // final status; 0 until WriteHeader(>=200)
 	header    http.Header // snapshot taken at WriteHeader
-	buf       *bytes.Buffer
+	buf       *[]byte     // pooled; nil once the body overflowed or was released
 	size      int64
 	digest    hash.Hash
 	overflow  bool // body exceeded max: only status, headers and digest are kept
@@ -29,20 +29,38 @@ type capture struct {
 	clientErr error
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bufPool holds the buffers of request bodies and captured responses.
+var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 
-func getBuffer() *bytes.Buffer {
-	b := bufPool.Get().(*bytes.Buffer)
-	b.Reset()
+// maxPooled is the largest buffer kept in the pool.
+const maxPooled = 4 << 20
+
+func getBuffer() *[]byte {
+	b := bufPool.Get().(*[]byte)
+	*b = (*b)[:0]
 	return b
 }
 
 // putBuffer returns b to the pool unless it grew too large to keep.
-func putBuffer(b *bytes.Buffer) {
-	if b == nil || b.Cap() > 4<<20 {
+func putBuffer(b *[]byte) {
+	if b == nil || cap(*b) > maxPooled {
 		return
 	}
 	bufPool.Put(b)
+}
+
+// appendBounded appends p to b, growing b geometrically but never beyond
+// limit bytes of capacity (unless b and p need more), so that a bounded
+// buffer never holds more than its bound.
+func appendBounded(b, p []byte, limit int64) []byte {
+	if need := len(b) + len(p); need > cap(b) {
+		c := int64(max(2*cap(b), 4096))
+		c = max(min(c, limit), int64(need))
+		nb := make([]byte, len(b), c)
+		copy(nb, b)
+		b = nb
+	}
+	return append(b, p...)
 }
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
@@ -61,9 +79,28 @@ func (c *capture) WriteHeader(status int) {
 		if strings.HasPrefix(c.header.Get("Content-Type"), "text/event-stream") {
 			c.streaming = true
 		}
+		c.sizeFor(c.header.Get("Content-Length"))
 	}
 	if c.clientErr == nil {
 		c.w.WriteHeader(status)
+	}
+}
+
+// sizeFor prepares the buffer for a body of the announced length: a body
+// longer than max is never buffered, one within max gets a buffer of its
+// exact size.
+func (c *capture) sizeFor(contentLength string) {
+	if contentLength == "" || c.buf == nil {
+		return
+	}
+	n, err := strconv.ParseInt(contentLength, 10, 64)
+	switch {
+	case err != nil || n < 0:
+	case n > c.max:
+		c.overflow = true
+		c.release()
+	case int64(cap(*c.buf)) < n:
+		*c.buf = make([]byte, 0, n)
 	}
 }
 
@@ -76,10 +113,9 @@ func (c *capture) Write(p []byte) (int, error) {
 	if !c.overflow {
 		if c.size > c.max {
 			c.overflow = true
-			putBuffer(c.buf)
-			c.buf = nil
+			c.release()
 		} else {
-			c.buf.Write(p)
+			*c.buf = appendBounded(*c.buf, p, c.max)
 		}
 	}
 	if c.clientErr == nil {
@@ -113,7 +149,7 @@ func (c *capture) body() []byte {
 	if c.buf == nil {
 		return nil
 	}
-	return c.buf.Bytes()
+	return *c.buf
 }
 
 func (c *capture) sum() []byte { return c.digest.Sum(nil) }

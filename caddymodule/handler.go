@@ -67,7 +67,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
 	}
-	body := buf.Bytes()
+	body := *buf
 	in := keying.NewInput(r.Method, r.Header, r.URL.RawQuery, body)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
@@ -384,30 +384,52 @@ func (h *Handler) decided(g *guarded) {
 var errTooLarge = errors.New("request body too large")
 
 // readBody reads the whole request body, at most max bytes, into a pooled
-// buffer that the caller returns after the request is done.
-func readBody(r *http.Request, max int64) (*bytes.Buffer, error) {
+// buffer that the caller returns after the request is done. A body with a
+// Content-Length is read into a buffer of that size (and one byte more, to
+// see its end), so it is held once; a body of unknown length grows the
+// buffer geometrically, never beyond max+1 bytes. A body longer than max
+// is not read beyond max+1 bytes.
+func readBody(r *http.Request, limit int64) (*[]byte, error) {
 	buf := getBuffer()
-	if r.ContentLength > max {
+	if r.ContentLength > limit {
 		return buf, errTooLarge
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return buf, nil
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+	b := *buf
+	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
+		b = make([]byte, 0, r.ContentLength+1)
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, max+1))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return buf, errTooLarge
+	var err error
+	for int64(len(b)) <= limit && err == nil {
+		if len(b) == cap(b) {
+			// Unknown length: double, up to limit+1 bytes (one more than
+			// the limit tells a body at the limit from one over it).
+			c := max(2*int64(cap(b)), 4096)
+			if c >= limit {
+				c = limit + 1
+			}
+			nb := make([]byte, len(b), c)
+			copy(nb, b)
+			b = nb
 		}
-		return buf, fmt.Errorf("reading request body: %w", err)
+		var n int
+		n, err = r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
 	}
-	if n > max {
+	*buf = b
+	switch {
+	case int64(len(b)) > limit:
+		return buf, errTooLarge
+	case err == io.EOF:
+		return buf, nil
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
 		return buf, errTooLarge
 	}
-	return buf, nil
+	return buf, fmt.Errorf("reading request body: %w", err)
 }
 
 // restoreBody puts the body that was read back on the request.
