@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -277,38 +278,57 @@ func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (p
 
 // renewWhileRunning extends the claim's lease while the upstream call is
 // alive, so a slow live call is never mistaken for a dead one. Calls that
-// finish within a third of the lease cost no renewal.
+// finish within a third of the lease cost no renewal: nothing runs before
+// then but a timer (no goroutine per call). stop returns once no renewal
+// is running and none will start.
 func (h *Handler) renewWhileRunning(id, token string, lease time.Duration) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(lease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
-				began := time.Now()
-				ok, err := h.store.Renew(ctx, id, token, lease)
-				cancel()
-				h.metrics.observeStore("renew", began, err)
-				switch {
-				case err != nil:
-					h.logger.Warn("renewing a claim failed", zap.String("key_id", id), zap.Error(err))
-				case !ok:
-					h.logger.Warn("claim lost while the upstream call was running", zap.String("key_id", id))
-					return
-				}
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
+	rn := &renewal{h: h, id: id, token: token, lease: lease}
+	rn.mu.Lock() // renew reads rn.timer
+	rn.timer = time.AfterFunc(lease/3, rn.renew)
+	rn.mu.Unlock()
+	return rn.stop
+}
+
+// renewal is the lease renewal of one running call.
+type renewal struct {
+	h         *Handler
+	id, token string
+	lease     time.Duration
+
+	mu      sync.Mutex // held while a renewal runs
+	timer   *time.Timer
+	stopped bool
+}
+
+// renew runs on the timer's goroutine, a third of the lease after the call
+// started or after the last renewal.
+func (rn *renewal) renew() {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.stopped {
+		return
 	}
+	h := rn.h
+	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
+	began := time.Now()
+	ok, err := h.store.Renew(ctx, rn.id, rn.token, rn.lease)
+	cancel()
+	h.metrics.observeStore("renew", began, err)
+	switch {
+	case err != nil:
+		h.logger.Warn("renewing a claim failed", zap.String("key_id", rn.id), zap.Error(err))
+	case !ok:
+		h.logger.Warn("claim lost while the upstream call was running", zap.String("key_id", rn.id))
+		return
+	}
+	rn.timer.Reset(rn.lease / 3)
+}
+
+func (rn *renewal) stop() {
+	rn.timer.Stop()
+	rn.mu.Lock() // wait for a renewal under way
+	rn.stopped = true
+	rn.mu.Unlock()
 }
 
 // releaseLost gives back a claim whose answer may have been lost.
