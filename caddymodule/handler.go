@@ -130,11 +130,9 @@ func (h *Handler) claim(ctx context.Context, g *guarded, fp, fpRule string) (sto
 	}
 	// The claim must not be abandoned halfway because the client hung up:
 	// a claim that landed but whose answer was lost would sit until its
-	// lease ran out.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opTimeout())
-	defer cancel()
+	// lease ran out. The store bounds every call by op_timeout itself.
 	began := time.Now()
-	res, err := h.store.Claim(ctx, req)
+	res, err := h.store.Claim(context.WithoutCancel(ctx), req)
 	h.metrics.observeStore("claim", began, err)
 	if err != nil {
 		// The script may have run even though its answer was lost: give

@@ -96,8 +96,9 @@ func (h *Handler) settle(g *guarded, token string, cw *capture, out outcome) {
 			v = verdictComplete
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
-	defer cancel()
+	// Not the request's context: the outcome is recorded even when the
+	// client has gone. The store bounds the call by op_timeout.
+	ctx := context.Background()
 	var (
 		ok     bool
 		err    error
