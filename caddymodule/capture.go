@@ -20,7 +20,7 @@ type capture struct {
 	max int64
 
 	status    int         // final status; 0 until WriteHeader(>=200)
-	header    http.Header // snapshot taken at WriteHeader
+	header    http.Header // storable copy taken at WriteHeader
 	buf       *[]byte     // pooled; nil once the body overflowed or was released
 	size      int64
 	digest    hash.Hash
@@ -75,11 +75,12 @@ func (c *capture) WriteHeader(status int) {
 	}
 	if status >= 200 || status == http.StatusSwitchingProtocols {
 		c.status = status
-		c.header = c.w.Header().Clone()
-		if strings.HasPrefix(c.header.Get("Content-Type"), "text/event-stream") {
+		hdr := c.w.Header()
+		c.header = storableHeader(hdr)
+		if strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") {
 			c.streaming = true
 		}
-		c.sizeFor(c.header.Get("Content-Length"))
+		c.sizeFor(hdr.Get("Content-Length"))
 	}
 	if c.clientErr == nil {
 		c.w.WriteHeader(status)

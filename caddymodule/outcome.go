@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/textproto"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +143,7 @@ func (h *Handler) settle(g *guarded, token string, cw *capture, out outcome) {
 func storedResult(rt *route, cw *capture, out outcome) store.Result {
 	res := store.Result{
 		Status: out.status,
-		Header: storableHeader(cw.header),
+		Header: cw.header, // already storable (see capture.WriteHeader)
 		Digest: hex.EncodeToString(cw.sum()),
 	}
 	if cw.overflow || cw.streaming {
@@ -165,19 +167,45 @@ var unstoredHeaders = []string{
 	"Server", "Alt-Svc", "Via", "Date", "Content-Length", "Idempotent-Replayed",
 }
 
-// storableHeader copies h without hop-by-hop and per-server headers.
-func storableHeader(h http.Header) http.Header {
-	if h == nil {
-		return http.Header{}
+var unstored = func() map[string]bool {
+	m := make(map[string]bool, len(unstoredHeaders))
+	for _, name := range unstoredHeaders {
+		m[name] = true
 	}
-	out := h.Clone()
-	for _, v := range out.Values("Connection") {
+	return m
+}()
+
+// storableHeader copies h without hop-by-hop and per-server headers (and
+// those the Connection header lists), in one pass: the values of all kept
+// names share one backing array, as in http.Header.Clone.
+func storableHeader(h http.Header) http.Header {
+	var hop []string // names listed in Connection
+	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
-			out.Del(strings.TrimSpace(name))
+			hop = append(hop, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name)))
 		}
 	}
-	for _, name := range unstoredHeaders {
-		out.Del(name)
+	keep := func(name string) bool { return !unstored[name] && !slices.Contains(hop, name) }
+	n, names := 0, 0
+	for name, vv := range h {
+		if keep(name) {
+			n += len(vv)
+			names++
+		}
+	}
+	out := make(http.Header, names)
+	block := make([]string, n)
+	for name, vv := range h {
+		if !keep(name) {
+			continue
+		}
+		if vv == nil {
+			out[name] = nil
+			continue
+		}
+		k := copy(block, vv)
+		out[name] = block[:k:k]
+		block = block[k:]
 	}
 	return out
 }
