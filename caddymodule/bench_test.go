@@ -276,3 +276,18 @@ func BenchmarkHandler(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProblemWrite is the 409 answer of the conflict path.
+func BenchmarkProblemWrite(b *testing.B) {
+	w := &discardWriter{header: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.header)
+		w.status = 0
+		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record 0123456789abcdef0123456789abcdef", "create_deal")
+		p.RecordID = "0123456789abcdef0123456789abcdef"
+		if err := p.write(w); err != nil || w.status != http.StatusConflict {
+			b.Fatal(err, w.status)
+		}
+	}
+}
