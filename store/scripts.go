@@ -136,7 +136,9 @@ return r
 // 10 not after (Redis clock ms; 0 = no limit).
 // Reply: {code, now ms, <fields...>}, or {late code, now ms} when the claim
 // ran after ARGV[10]: its caller has given up on it, and a claim nobody
-// waits for would hold the key until its lease ran out.
+// waits for would hold the key until its lease ran out; or {created code,
+// now ms} for a new record, which holds exactly what ARGV says (the caller
+// builds it without reading it back).
 var claimScript = redis.NewScript(luaIndex + `
 local notAfter = tonumber(ARGV[10])
 if notAfter > 0 and now > notAfter then
@@ -153,7 +155,7 @@ if not st then
   redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
     'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
   settle(false, 'in_flight', hold)
-  code = ` + itoa(codeCreated) + `
+  return {` + itoa(codeCreated) + `, now}
 elseif st == 'in_flight' and cur[2] == tok then
   code = ` + itoa(codeOwned) + `
 else

@@ -326,12 +326,15 @@ func validID(id string) bool {
 
 // ms converts a duration to whole milliseconds as a script argument,
 // rounding up so that a positive duration never becomes 0.
-func ms(d time.Duration) string {
+func ms(d time.Duration) string { return strconv.FormatInt(msCeil(d), 10) }
+
+// msCeil is d in whole milliseconds, rounded up.
+func msCeil(d time.Duration) int64 {
 	m := d.Milliseconds()
 	if time.Duration(m)*time.Millisecond < d {
 		m++
 	}
-	return strconv.FormatInt(m, 10)
+	return m
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -452,6 +455,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		}
 	}
 	code, _ := v[0].(int64)
+	if code == codeCreated && len(v) == 2 {
+		return ClaimResult{Claimed: true, Record: createdRecord(req, now, lease), Now: now}, nil
+	}
 	if len(v) != 2+numFields {
 		return ClaimResult{}, errShortReply
 	}
@@ -468,6 +474,24 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		Record:   rec,
 		Now:      now,
 	}, nil
+}
+
+// createdRecord is the record the claim script makes for a new key: what
+// the request asked for, started at the script's clock now.
+func createdRecord(req ClaimRequest, now time.Time, lease time.Duration) *Record {
+	return &Record{
+		ID:              req.ID,
+		Route:           req.Route,
+		Operation:       req.Operation,
+		Fingerprint:     req.Fingerprint,
+		FingerprintRule: req.FingerprintRule,
+		State:           StateInFlight,
+		Token:           req.Token,
+		StartedAt:       now,
+		LeaseUntil:      now.Add(time.Duration(msCeil(lease)) * time.Millisecond),
+		Attempts:        1,
+		Executions:      1,
+	}
 }
 
 // ErrLateClaim: a claim reached Redis only after its deadline had passed
