@@ -71,11 +71,21 @@ type member struct {
 	val    gjson.Result
 }
 
-// canonicalizer holds the scratch stack of object members shared by all
+// canonicalizer holds the scratch stacks of object members shared by all
 // nesting levels of one call, so that sorting needs no allocation per object.
 type canonicalizer struct {
 	members []member
-	err     error
+	// order is the sort order of the members of the objects being written:
+	// small entries (a key and its member's index), so sorting moves
+	// little memory.
+	order []memberRef
+	err   error
+}
+
+// memberRef is one entry of canonicalizer.order.
+type memberRef struct {
+	key string // the member's unescaped key
+	i   int    // its index in canonicalizer.members
 }
 
 var canonicalizerPool = sync.Pool{New: func() any { return new(canonicalizer) }}
@@ -84,10 +94,11 @@ func getCanonicalizer() *canonicalizer { return canonicalizerPool.Get().(*canoni
 
 func putCanonicalizer(c *canonicalizer) {
 	if cap(c.members) > 1024 {
-		c.members = nil // do not pin huge buffers
+		c.members, c.order = nil, nil // do not pin huge buffers
 	}
 	clear(c.members[:cap(c.members)]) // drop references to the document
-	c.members = c.members[:0]
+	clear(c.order[:cap(c.order)])
+	c.members, c.order = c.members[:0], c.order[:0]
 	c.err = nil
 	canonicalizerPool.Put(c)
 }
@@ -134,30 +145,34 @@ func (c *canonicalizer) array(dst []byte, v gjson.Result, depth int) ([]byte, er
 }
 
 func (c *canonicalizer) object(dst []byte, v gjson.Result, depth int) ([]byte, error) {
-	start := len(c.members)
+	start, ostart := len(c.members), len(c.order)
 	v.ForEach(func(k, e gjson.Result) bool {
 		m := member{key: k.Str, val: e}
 		if strings.IndexByte(k.Raw, '\\') < 0 {
 			m.rawKey = k.Raw
 		}
+		c.order = append(c.order, memberRef{key: m.key, i: len(c.members)})
 		c.members = append(c.members, m)
 		return true
 	})
-	end := len(c.members)
+	oend := len(c.order)
 	// A stable sort keeps duplicate keys in document order, so the last
 	// of each run of equal keys is the one that wins.
-	slices.SortStableFunc(c.members[start:end], func(a, b member) int {
-		return strings.Compare(a.key, b.key)
-	})
+	order := c.order[ostart:oend]
+	if !slices.IsSortedFunc(order, compareRefs) {
+		slices.SortStableFunc(order, compareRefs)
+	}
 	dst = append(dst, '{')
 	first := true
 	var err error
-	for i := start; i < end; i++ {
-		// Index c.members afresh: nested objects may grow (and move) it.
-		m := c.members[i]
-		if i+1 < end && c.members[i+1].key == m.key {
+	for j := ostart; j < oend; j++ {
+		// Index c.order and c.members afresh: nested objects may grow
+		// (and move) them.
+		ref := c.order[j]
+		if j+1 < oend && c.order[j+1].key == ref.key {
 			continue // a later duplicate wins
 		}
+		m := c.members[ref.i]
 		if !first {
 			dst = append(dst, ',')
 		}
@@ -172,12 +187,14 @@ func (c *canonicalizer) object(dst []byte, v gjson.Result, depth int) ([]byte, e
 			break
 		}
 	}
-	c.members = c.members[:start]
+	c.members, c.order = c.members[:start], c.order[:ostart]
 	if err != nil {
 		return dst, err
 	}
 	return append(dst, '}'), nil
 }
+
+func compareRefs(a, b memberRef) int { return strings.Compare(a.key, b.key) }
 
 const hexDigits = "0123456789abcdef"
 
