@@ -78,8 +78,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.gateway, "gateway", "bin/idemgate", "the gateway binary (make build)")
-	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every variant once")
-	flag.DurationVar(&o.duration, "duration", 3*time.Second, "load duration of one variant in one round")
+	flag.IntVar(&o.rounds, "rounds", 7, "rounds; each runs every variant once")
+	flag.DurationVar(&o.duration, "duration", 2*time.Second, "load duration of one variant in one round")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load per variant before the first round")
 	flag.IntVar(&o.conns, "conns", 64, "keep-alive connections")
 	flag.IntVar(&o.idleRounds, "idle-rounds", 3, "rounds of plain and execute on one connection (1s each)")
@@ -196,6 +196,11 @@ func run(o options) error {
 			}
 		}
 	}
+	// What one bare Redis round trip costs on this machine, for comparison.
+	var ping time.Duration
+	if e.redis != nil && o.idleRounds > 0 {
+		ping = e.redis.roundTripP50(1000)
+	}
 
 	var mem *memoryResult
 	if o.keys > 0 {
@@ -210,7 +215,7 @@ func run(o options) error {
 	}
 
 	rep := buildReport(o, e, vs, rounds, mem, time.Since(began))
-	rep.idle = idle
+	rep.idle, rep.ping = idle, ping
 	fmt.Print("\n" + rep.text())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, []byte(rep.markdown()), 0o644); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,6 +177,26 @@ func (r *redisServer) info(section, field string) string {
 		}
 	}
 	return ""
+}
+
+// roundTripP50 returns the median time of n EVALSHA calls of a script
+// that only returns, sent one after the other: one bare Redis round trip
+// of the kind the gateway makes, on this machine.
+func (r *redisServer) roundTripP50(n int) time.Duration {
+	script := redis.NewScript("return 1")
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		began := time.Now()
+		err := script.Run(ctx, r.client, []string{"bench:rt"}).Err()
+		cancel()
+		if err != nil {
+			return 0
+		}
+		lat = append(lat, time.Since(began))
+	}
+	slices.Sort(lat)
+	return percentile(lat, 0.5)
 }
 
 // scriptStats are the server's counters of EVALSHA and EVAL: every store

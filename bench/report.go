@@ -32,6 +32,7 @@ type report struct {
 	rounds   map[string][]roundStats
 	mem      *memoryResult
 	idle     map[string][]roundStats // plain and execute on one connection
+	ping     time.Duration           // p50 of a bare EVALSHA round trip from the load generator (0: none)
 	took     time.Duration
 	failures string // non-empty when answers were wrong: the run is invalid
 }
@@ -97,8 +98,12 @@ func (r *report) idleLine() string {
 		return ""
 	}
 	ps, xs := summarizeRounds(p), summarizeRounds(x)
-	return fmt.Sprintf("one connection: plain p50 %.3f ms (%.0f req/s), execute p50 %.3f ms (%.0f req/s): the gateway adds %.3f ms\n",
-		ps.p50, ps.rps, xs.p50, xs.rps, xs.p50-ps.p50)
+	ping := ""
+	if r.ping > 0 {
+		ping = fmt.Sprintf("; one bare EVALSHA round trip to Redis: %.3f ms", ms(r.ping))
+	}
+	return fmt.Sprintf("one connection: plain p50 %.3f ms (%.0f req/s), execute p50 %.3f ms (%.0f req/s): the gateway adds %.3f ms%s\n",
+		ps.p50, ps.rps, xs.p50, xs.rps, xs.p50-ps.p50, ping)
 }
 
 func (r *report) table(md bool) string {
