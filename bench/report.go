@@ -236,7 +236,8 @@ func (r *report) markdown() string {
 		b.WriteString("- gateway log level INFO (one decision line per guarded request, to a file)\n")
 	}
 	b.WriteString("\n" + r.table(true) + "\n")
-	b.WriteString("Redis/req: EVALSHA calls per request (INFO commandstats); script µs: Redis's time per call inside the script. gw, redis, load µs: CPU time per request " +
+	b.WriteString("Redis/req: EVALSHA calls per request (INFO commandstats; a little above the exact figure, because the requests " +
+		"still in flight when a round ends are not counted but their calls are); script µs: Redis's time per call inside the script. gw, redis, load µs: CPU time per request " +
 		"of the gateway, of redis-server and of the load generator with the upstream (/proc/PID/stat, 10 ms ticks).\n\n")
 	b.WriteString("```\n" + r.ratios() + "```\n\n")
 	b.WriteString(r.goals())
