@@ -1,9 +1,9 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 )
 
 // problemBase is where the problem types are documented.
@@ -37,10 +37,10 @@ var (
 
 // write sends p as application/problem+json.
 func (p problem) write(w http.ResponseWriter) error {
-	buf := getBuffer()
-	defer putBuffer(buf)
-	body := p.appendJSON(*buf)
-	*buf = body
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "application/problem+json")
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
@@ -49,93 +49,8 @@ func (p problem) write(w http.ResponseWriter) error {
 		hdr.Set("Retry-After", strconv.Itoa(p.retryAfter))
 	}
 	w.WriteHeader(p.Status)
-	_, err := w.Write(body)
+	_, err = w.Write(body)
 	return err
-}
-
-// appendJSON appends p as JSON, byte for byte what encoding/json's Marshal
-// makes of it (field order, omitempty, HTML-safe escaping), without
-// reflection.
-func (p problem) appendJSON(b []byte) []byte {
-	b = append(b, `{"type":`...)
-	b = appendJSONString(b, p.Type)
-	b = append(b, `,"title":`...)
-	b = appendJSONString(b, p.Title)
-	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(p.Status), 10)
-	for _, f := range [...]struct{ name, value string }{
-		{`,"detail":`, p.Detail}, {`,"route":`, p.Route}, {`,"record_id":`, p.RecordID},
-	} {
-		if f.value != "" {
-			b = append(b, f.name...)
-			b = appendJSONString(b, f.value)
-		}
-	}
-	if len(p.Tried) > 0 {
-		b = append(b, `,"templates_tried":[`...)
-		for i, t := range p.Tried {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, t)
-		}
-		b = append(b, ']')
-	}
-	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string escaped as encoding/json
-// does by default: '"' and '\\' with a backslash; \b \f \n \r \t short;
-// other control characters and the HTML-sensitive '<', '>' and '&' as
-// \u00xx; U+2028 and U+2029 as \u2028 and \u2029; invalid UTF-8 as \ufffd.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // with returns a copy of p with detail and route set.
