@@ -6,50 +6,12 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
 )
-
-// clientCommands records the commands the handler's store client sends.
-type clientCommands struct {
-	mu   sync.Mutex
-	cmds []string
-}
-
-func (c *clientCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *clientCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.cmds = append(c.cmds, strings.ToLower(cmd.Name()))
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *clientCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		for _, cmd := range cmds {
-			c.cmds = append(c.cmds, "pipeline:"+strings.ToLower(cmd.Name()))
-		}
-		c.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-func (c *clientCommands) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cmds := c.cmds
-	c.cmds = nil
-	return cmds
-}
 
 // insideScripts are the commands the store's scripts run inside Redis.
 // INFO commandstats counts them too, but they are not round trips.
@@ -60,29 +22,11 @@ var insideScripts = []string{"time", "hget", "hmget", "hset", "hdel", "hincrby",
 // and CONFIG RESETSTAT), by name.
 func roundTrips(t *testing.T, admin *redis.Client) map[string]int64 {
 	t.Helper()
-	info, err := admin.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	sent := map[string]int64{}
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, stats, ok := strings.Cut(rest, ":calls=")
-		if !ok {
-			t.Fatalf("commandstats line %q", line)
-		}
-		calls, _, _ := strings.Cut(stats, ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
+	sent := redistest.CommandStats(t, admin)
+	for name := range sent {
 		if name == "info" || name == "config|resetstat" || slices.Contains(insideScripts, name) {
-			continue
+			delete(sent, name)
 		}
-		sent[name] = n
 	}
 	return sent
 }
@@ -97,7 +41,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
-	sent := &clientCommands{}
+	sent := &redistest.CommandLog{}
 	h.store.Client().AddHook(sent)
 	ctx := context.Background()
 	const n = 25
@@ -149,7 +93,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
-		sent.take()
+		sent.Take()
 		for i := range n {
 			if got := st.request(i); got != st.want {
 				t.Fatalf("%s: status %d, want %d", st.name, got, st.want)
@@ -163,7 +107,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		if total != st.perReq*n || trips["evalsha"] != st.perReq*n {
 			t.Errorf("%s: Redis counted %v for %d requests, want %d EVALSHA per request and nothing else", st.name, trips, n, st.perReq)
 		}
-		cmds := sent.take()
+		cmds := sent.Take()
 		if int64(len(cmds)) != st.perReq*n || slices.IndexFunc(cmds, func(c string) bool { return c != "evalsha" }) >= 0 {
 			t.Errorf("%s: the client sent %d commands %v, want %d EVALSHA", st.name, len(cmds), cmds, st.perReq*n)
 		}

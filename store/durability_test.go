@@ -48,7 +48,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	sent := &sentCommands{}
+	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
 	admin, onReplica := master.Client(t), replica.Client(t)
 	ctx := context.Background()
@@ -78,14 +78,14 @@ func TestWaitReplicas(t *testing.T) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		sent.take()
+		sent.Take()
 		if err := st.call(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		if got := sent.take(); !slices.Equal(got, st.want) {
+		if got := sent.Take(); !slices.Equal(got, st.want) {
 			t.Errorf("%s: client sent %q, want %q", st.name, got, st.want)
 		}
-		stats := commandStats(t, admin)
+		stats := redistest.CommandStats(t, admin)
 		if stats["evalsha"] != 1 || stats["wait"] != st.wait || stats["eval"] != 0 {
 			t.Errorf("%s: master counted evalsha=%d wait=%d eval=%d, want 1, %d, 0", st.name, stats["evalsha"], stats["wait"], stats["eval"], st.wait)
 		}
@@ -142,13 +142,13 @@ func TestWaitReplicasScriptFlush(t *testing.T) {
 	if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sent := &sentCommands{}
+	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
 	res, err := s.Claim(ctx, claimReq(newID(t), "tok"))
 	if err != nil || !res.Claimed {
 		t.Fatalf("Claim after SCRIPT FLUSH: %+v, %v", res, err)
 	}
-	if got, want := sent.take(), []string{"pipeline:evalsha", "pipeline:wait", "pipeline:eval", "pipeline:wait"}; !slices.Equal(got, want) {
+	if got, want := sent.Take(), []string{"pipeline:evalsha", "pipeline:wait", "pipeline:eval", "pipeline:wait"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
 	if l := short.take(); len(l) != 0 {
@@ -184,7 +184,7 @@ func TestWaitReplicasCluster(t *testing.T) {
 	}
 	total := int64(0)
 	for _, node := range cl.Nodes {
-		stats := commandStats(t, node.Client(t))
+		stats := redistest.CommandStats(t, node.Client(t))
 		if stats["wait"] != stats["evalsha"] {
 			t.Errorf("node %s: wait=%d evalsha=%d, want a WAIT beside each script", node.Addr, stats["wait"], stats["evalsha"])
 		}

@@ -6,73 +6,11 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/idemgate/idemgate/internal/redistest"
 )
-
-// sentCommands records the commands a client sends.
-type sentCommands struct {
-	mu   sync.Mutex
-	cmds []string
-}
-
-func (h *sentCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *sentCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.cmds = append(h.cmds, strings.ToLower(cmd.Name()))
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (h *sentCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		for _, c := range cmds {
-			h.cmds = append(h.cmds, "pipeline:"+strings.ToLower(c.Name()))
-		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-func (h *sentCommands) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := h.cmds
-	h.cmds = nil
-	return c
-}
-
-// commandStats parses INFO commandstats into command → calls.
-func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	stats := map[string]int64{}
-	for _, line := range strings.Split(info, "\r\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok || !strings.HasPrefix(line, "cmdstat_") {
-			continue
-		}
-		calls, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		stats[name] = n
-	}
-	return stats
-}
 
 // TestOneCommandPerCall proves with the server's own counters that every
 // store call is one command from the client: EVALSHA for the scripted steps
@@ -84,7 +22,7 @@ func TestOneCommandPerCall(t *testing.T) {
 	e := openRedis(t)
 	ctx := context.Background()
 	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
-	sent := &sentCommands{}
+	sent := &redistest.CommandLog{}
 	e.s.Client().AddHook(sent)
 	insideScripts := []string{"time", "hget", "hmget", "hset", "hdel", "hincrby", "pexpire", "zadd", "zrem", "zremrangebyscore"}
 
@@ -114,7 +52,7 @@ func TestOneCommandPerCall(t *testing.T) {
 			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 				return err
 			}
-			sent.take()
+			sent.Take()
 			_, err := e.s.OperatorRelease(ctx, id, time.Hour)
 			if !errors.Is(err, ErrConflict) {
 				return fmt.Errorf("err = %v, want ErrConflict", err)
@@ -126,14 +64,14 @@ func TestOneCommandPerCall(t *testing.T) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
-		sent.take()
+		sent.Take()
 		if err := st.call(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		if got := sent.take(); !slices.Equal(got, []string{st.want}) {
+		if got := sent.Take(); !slices.Equal(got, []string{st.want}) {
 			t.Errorf("%s: client sent %q, want [%s]", st.name, got, st.want)
 		}
-		stats := commandStats(t, admin)
+		stats := redistest.CommandStats(t, admin)
 		delete(stats, "config|resetstat")
 		delete(stats, "info")
 		if stats[st.want] < 1 {
@@ -162,19 +100,19 @@ func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
 		if err := e.s.Client().ScriptFlush(ctx).Err(); err != nil {
 			t.Fatalf("SCRIPT FLUSH: %v", err)
 		}
-		sent := &sentCommands{}
+		sent := &redistest.CommandLog{}
 		e.s.Client().AddHook(sent)
 		res, err := e.s.Claim(ctx, claimReq(newID(t), "tok"))
 		if err != nil || !res.Claimed {
 			t.Fatalf("Claim after SCRIPT FLUSH: %+v, %v", res, err)
 		}
-		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
+		if got := sent.Take(); !slices.Equal(got, []string{"evalsha", "eval"}) {
 			t.Fatalf("client sent %q, want [evalsha eval]", got)
 		}
 		if _, err := e.s.Claim(ctx, claimReq(newID(t), "tok")); err != nil {
 			t.Fatal(err)
 		}
-		if got := sent.take(); !slices.Equal(got, []string{"evalsha"}) {
+		if got := sent.Take(); !slices.Equal(got, []string{"evalsha"}) {
 			t.Fatalf("second claim sent %q, want [evalsha] (EVAL caches the script)", got)
 		}
 	})

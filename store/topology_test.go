@@ -21,14 +21,14 @@ func TestCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
-	sent := &sentCommands{}
+	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
 
 	var ids []string
 	for range 30 {
 		id := newID(t)
 		ids = append(ids, id)
-		sent.take()
+		sent.Take()
 		if c := mustClaim(t, s, claimReq(id, "tok")); !c.Claimed {
 			t.Fatalf("claim %s: %+v", id, c)
 		}
@@ -37,7 +37,7 @@ func TestCluster(t *testing.T) {
 		if r := mustClaim(t, s, claimReq(id, "tok2")).Record; r.State != StateCompleted || r.Status != 201 {
 			t.Fatalf("replay %s: %+v", id, r)
 		}
-		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "evalsha", "evalsha"}) {
+		if got := sent.Take(); !slices.Equal(got, []string{"evalsha", "evalsha", "evalsha"}) {
 			t.Fatalf("claim+complete+replay sent %q, want three EVALSHA", got)
 		}
 	}
@@ -76,7 +76,7 @@ func TestClusterIndexAndOperators(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
-	sent := &sentCommands{}
+	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
 
 	fx := makeRecords(t, s, 24) // 96 records in all 16 shards, so on every master
@@ -85,25 +85,25 @@ func TestClusterIndexAndOperators(t *testing.T) {
 			t.Fatalf("%s: listed %d records, want %d", st, len(got), len(fx.byState[st]))
 		}
 	}
-	sent.take()
+	sent.Take()
 	if got := listAll(t, s, ListFilter{Route: "deals", Limit: 7}); !slices.Equal(got, fx.byRoute["deals"]) {
 		t.Fatalf("route deals: listed %d records, want %d", len(got), len(fx.byRoute["deals"]))
 	}
-	for _, cmd := range sent.take() {
+	for _, cmd := range sent.Take() {
 		if cmd != "time" && cmd != "pipeline:zrangebyscore" && cmd != "pipeline:hmget" {
 			t.Fatalf("List sent %s", cmd)
 		}
 	}
 
 	for _, id := range fx.byState[StateUnknown] {
-		sent.take()
+		sent.Take()
 		if _, err := s.OperatorRelease(ctx, id, time.Hour); err != nil {
 			t.Fatalf("OperatorRelease %s: %v", id, err)
 		}
 		if r, err := s.OperatorComplete(ctx, id, sampleResult(), time.Hour); err != nil || r.State != StateCompleted {
 			t.Fatalf("OperatorComplete %s: %+v, %v", id, r, err)
 		}
-		if got := sent.take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
+		if got := sent.Take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {
 			t.Fatalf("operator release+complete sent %q, want two EVALSHA", got)
 		}
 	}
