@@ -144,6 +144,24 @@ func faultPost(url, key, body string) (response, error) {
 	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
+// faultSend is faultPost with a transport error reported as status -1 and
+// the error text as the body; safe to call from any goroutine.
+func faultSend(url, key, body string) response {
+	r, err := faultPost(url, key, body)
+	if err != nil {
+		return response{status: -1, body: []byte(err.Error())}
+	}
+	return r
+}
+
+// faultSendAsync sends one request in the background; the channel yields
+// its answer.
+func faultSendAsync(url, key, body string) <-chan response {
+	answer := make(chan response, 1)
+	go func() { answer <- faultSend(url, key, body) }()
+	return answer
+}
+
 // faultDeliver delivers one request from the test goroutine.
 func faultDeliver(t *testing.T, url, key, body string) response {
 	t.Helper()
@@ -303,14 +321,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 		key := "double-overlapping"
 		open := env.up.gate(key)
 		defer open()
-		first := make(chan response, 1)
-		go func() {
-			r, err := faultPost(env.gw.url+"/slow/deals", key, body)
-			if err != nil {
-				r = response{status: -1, body: []byte(err.Error())}
-			}
-			first <- r
-		}()
+		first := faultSendAsync(env.gw.url+"/slow/deals", key, body)
 		waitFor(t, func() bool { return env.up.executions(key) == 1 })
 		second := faultDeliver(t, env.gw.url+"/slow/deals", key, body)
 		if !faultIsProblem(t, second, http.StatusConflict, "in-flight", "") || second.header.Get("Retry-After") == "" {
@@ -355,11 +366,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			r, err := faultPost(env.gw.url+"/slow/deals", key, body)
-			if err != nil {
-				r = response{status: -1, body: []byte(err.Error())}
-			}
-			results <- r
+			results <- faultSend(env.gw.url+"/slow/deals", key, body)
 		}()
 	}
 	close(start)
@@ -897,14 +904,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 	url := env.gw.url + "/slow/deals"
 	body := `{"amount":1}`
 
-	first := make(chan response, 1)
-	go func() {
-		r, err := faultPost(url, key, body)
-		if err != nil {
-			r = response{status: -1, body: []byte(err.Error())}
-		}
-		first <- r
-	}()
+	first := faultSendAsync(url, key, body)
 	waitFor(t, func() bool { return env.up.executions(key) == 1 })
 	env.redis.Stop()
 	open()
@@ -941,14 +941,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 	url := env.gw.url + "/slow/deals"
 	body := `{"amount":1}`
 
-	first := make(chan response, 1)
-	go func() {
-		r, err := faultPost(url, key, body)
-		if err != nil {
-			r = response{status: -1, body: []byte(err.Error())}
-		}
-		first <- r
-	}()
+	first := faultSendAsync(url, key, body)
 	waitFor(t, func() bool { return env.up.executions(key) == 1 })
 	// Retry for three leases (1s each) while the call runs.
 	retries := 0
