@@ -99,11 +99,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.id = keying.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 
 	claim, err := h.claim(r.Context(), g, fp, g.rt.fpRule)
-	if err == nil && h.claimableUnderOldRule(claim, g.rt, r.Method, in) {
+	if err == nil {
 		// A released record made under an earlier fingerprint rule is
 		// taken over only with the fingerprint that rule gives.
-		oldFP, _ := h.fingerprintUnder(claim.Record, r.Method, in)
-		claim, err = h.claim(r.Context(), g, oldFP, claim.Record.FingerprintRule)
+		if oldFP, ok := h.claimableUnderOldRule(claim, g.rt, r.Method, in); ok {
+			claim, err = h.claim(r.Context(), g, oldFP, claim.Record.FingerprintRule)
+		}
 	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, body, err)
@@ -210,22 +211,22 @@ func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.
 	return fp, err == nil && fp == rec.Fingerprint
 }
 
-// claimableUnderOldRule reports whether an unclaimed record could be taken
-// over (released, or its lease ran out) but was made under an earlier
-// fingerprint rule that gives this request the record's fingerprint. Lease
+// claimableUnderOldRule returns the fingerprint to claim with when an
+// unclaimed record could be taken over (released, or its lease ran out) but
+// was made under an earlier fingerprint rule that gives this request the
+// record's fingerprint. Lease
 // expiry is judged as the claim script judges it, by the Redis clock the
 // script ran at (lease_until <= now), never by this gateway's clock.
-func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) bool {
+func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) (oldFP string, ok bool) {
 	rec := res.Record
 	if res.Claimed || rec == nil || rec.FingerprintRule == rt.fpRule {
-		return false
+		return "", false
 	}
 	expired := rec.State == store.StateInFlight && !rec.LeaseUntil.After(res.Now)
 	if rec.State != store.StateReleased && !expired {
-		return false
+		return "", false
 	}
-	_, same := h.fingerprintUnder(rec, method, in)
-	return same
+	return h.fingerprintUnder(rec, method, in)
 }
 
 // replay writes a stored response: status, headers and body as they were,
