@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Engine is the record-store contract: what the handler and the operator
+// API need from a store, whatever keeps the records (Redis through Store,
+// or the durable embedded engine). Every engine behaves identically; the
+// conformance suite is the definition of "identically".
+//
+// Fencing: Renew, Complete, Release and MarkUnknown succeed only while the
+// record carries the caller's token; false (not an error) means someone
+// else owns the record now.
+type Engine interface {
+	// Claim takes the right to execute an operation, or returns its record.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Renew extends a live claim's lease.
+	Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error)
+	// Complete stores a result under a claim (see CompleteRequest).
+	Complete(ctx context.Context, req CompleteRequest) (bool, error)
+	// Release marks the attempt as having had no effect.
+	Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
+	// MarkUnknown holds the record as outcome unknown.
+	MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error)
+
+	// Get reads one record; nil, nil when it does not exist.
+	Get(ctx context.Context, id string) (*Record, error)
+	// List pages through records by state from the state indexes.
+	List(ctx context.Context, f ListFilter) (ListPage, error)
+	// OperatorRelease and OperatorComplete resolve a record on an
+	// operator's word, atomically against claims, under a new token.
+	OperatorRelease(ctx context.Context, id string, ttl time.Duration) (*Record, error)
+	OperatorComplete(ctx context.Context, id string, res Result, ttl time.Duration) (*Record, error)
+
+	// Secret returns the deployment secret kept in the store, creating a
+	// random one atomically the first time, so every gateway that shares
+	// the store derives the same record ids.
+	Secret(ctx context.Context) ([]byte, error)
+
+	// Close releases the engine's resources.
+	Close() error
+}
+
+// CompleteRequest stores the result of an upstream call under its claim.
+//
+// It succeeds while the record carries Token, also when it was meanwhile
+// marked outcome_unknown (a late but real outcome is better than none);
+// false when the token was taken over. When the record does not exist at
+// all (a failover lost the claim, or it expired while the result was being
+// written) it is written anew as completed from Claim, StartedAt and
+// Result, with attempts and executions 1: the call ran and its result is
+// known, so losing the claim must not cost a second execution.
+type CompleteRequest struct {
+	// Claim is the request that made the claim (ID and Token fence it).
+	Claim ClaimRequest
+	// StartedAt is when the claim was made (the store's clock).
+	StartedAt time.Time
+	// Result is what the upstream answered.
+	Result Result
+	// TTL is how long the completed record is replayed (default 24h).
+	TTL time.Duration
+}
