@@ -30,9 +30,10 @@ type Engine interface {
 	// List pages through records by state from the state indexes.
 	List(ctx context.Context, f ListFilter) (ListPage, error)
 	// OperatorRelease and OperatorComplete resolve a record on an
-	// operator's word, atomically against claims, under a new token.
-	OperatorRelease(ctx context.Context, id string, ttl time.Duration) (*Record, error)
-	OperatorComplete(ctx context.Context, id string, res Result, ttl time.Duration) (*Record, error)
+	// operator's word, atomically against claims, under a new token, and
+	// append act to the record's audit trail in the same step.
+	OperatorRelease(ctx context.Context, id string, act Action, ttl time.Duration) (*Record, error)
+	OperatorComplete(ctx context.Context, id string, res Result, act Action, ttl time.Duration) (*Record, error)
 
 	// Secret returns the deployment secret kept in the store, creating a
 	// random one atomically the first time, so every gateway that shares
@@ -61,4 +62,22 @@ type CompleteRequest struct {
 	Result Result
 	// TTL is how long the completed record is replayed (default 24h).
 	TTL time.Duration
+}
+
+// Action is who resolved a record by hand and why: it is kept on the
+// record as an AuditEntry and logged.
+type Action struct {
+	// Actor is who acted: the authenticated user of the console
+	// ({http.auth.user.id}), or "admin-api" for the admin endpoint.
+	Actor string
+	// Reason is the operator's own words, required by the console.
+	Reason string
+}
+
+// AuditEntry is one operator action kept on a record, oldest first.
+type AuditEntry struct {
+	At     time.Time // the store's clock when the action took effect
+	Actor  string
+	Action string // "release", "complete" (later: "verify")
+	Reason string
 }
