@@ -58,6 +58,8 @@ type Record struct {
 	// Reason says why the outcome is unknown (e.g. "lease_expired"), or is
 	// "operator" when an operator released or completed the record.
 	Reason string
+	// Audit lists the operator actions taken on the record, oldest first.
+	Audit []AuditEntry
 }
 
 func stateFromStored(s string) State {
