@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ type guarded struct {
 // ServeHTTP guards the request if a route matches it:
 // match route → derive key → claim → forward → record → complete.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rt := h.match(r)
+	rt, target := h.match(r)
 	if rt == nil {
 		return next.ServeHTTP(w, r)
 	}
@@ -69,7 +70,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.reject(g, w, err)
 	}
 	body := *buf
-	in := keying.NewInput(r.Method, r.Header, r.URL.RawQuery, body)
+	// The method as the route matched it: a retry sent as `post` is the
+	// same request as POST (it is forwarded as sent).
+	method := strings.ToUpper(r.Method)
+	in := keying.NewInput(method, r.Header, r.URL.RawQuery, body)
+	in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
 	if err != nil {
@@ -91,7 +96,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		g.outcome = outcomeInvalid
 		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
 	}
-	fp, err := keying.Fingerprint(r.Method, rt.Operation, in, rt.Fingerprint)
+	fp, err := keying.Fingerprint(method, rt.Operation, in, rt.Fingerprint)
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
@@ -102,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err == nil {
 		// A released record made under an earlier fingerprint rule is
 		// taken over only with the fingerprint that rule gives.
-		if oldFP, ok := h.claimableUnderOldRule(claim, g.rt, r.Method, in); ok {
+		if oldFP, ok := h.claimableUnderOldRule(claim, g.rt, method, in); ok {
 			claim, err = h.claim(r.Context(), g, oldFP, claim.Record.FingerprintRule)
 		}
 	}
@@ -111,7 +116,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	g.rec, g.now = claim.Record, claim.Now
 	if !claim.Claimed {
-		return h.answer(g, w, r, in, fp)
+		return h.answer(g, w, method, in, fp)
 	}
 	return h.execute(g, w, r, next, key, body, claim.Record.Token)
 }
@@ -158,9 +163,9 @@ func expiredPolicy(onUnknown string) string {
 }
 
 // answer responds from an existing record: replay, conflict or mismatch.
-func (h *Handler) answer(g *guarded, w http.ResponseWriter, r *http.Request, in *keying.Input, fp string) error {
+func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *keying.Input, fp string) error {
 	rec := g.rec
-	if !h.sameFingerprint(rec, r.Method, g.rt, in, fp) {
+	if !h.sameFingerprint(rec, method, g.rt, in, fp) {
 		g.outcome = outcomeMismatch
 		p := probKeyReused.with(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
 		p.RecordID = rec.ID

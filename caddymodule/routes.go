@@ -2,11 +2,9 @@ package caddymodule
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/idemgate/idemgate/config"
 )
@@ -16,7 +14,7 @@ type route struct {
 	config.Resolved
 
 	methods   map[string]bool
-	path      caddyhttp.MatchPath
+	path      pathPattern
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
@@ -28,7 +26,6 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 		rt := &route{
 			Resolved: res,
 			methods:  make(map[string]bool, len(res.Methods)),
-			path:     caddyhttp.MatchPath{res.Path},
 			fpRule:   res.Fingerprint.Encode(),
 			retry:    make(map[int]bool, len(res.RetryStatuses)),
 		}
@@ -39,8 +36,9 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		if err := rt.path.Provision(ctx); err != nil {
-			return nil, fmt.Errorf("route %s: path: %w", res.Name, err)
+		var err error
+		if rt.path, err = compilePath(res.Path); err != nil {
+			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)
 		}
 		routes = append(routes, rt)
 	}
@@ -54,19 +52,4 @@ func (rt *route) templateList() []string {
 		names[i] = t.String()
 	}
 	return names
-}
-
-// match returns the first route guarding r, or nil. Safe methods are never
-// guarded.
-func (h *Handler) match(r *http.Request) *route {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return nil
-	}
-	for _, rt := range h.routes {
-		if rt.methods[r.Method] && rt.path.Match(r) {
-			return rt
-		}
-	}
-	return nil
 }

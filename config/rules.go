@@ -121,6 +121,10 @@ type Fingerprint struct {
 	// Ignore lists JSON paths dropped before fingerprinting (volatile
 	// fields like delivery attempts).
 	Ignore []string `json:"ignore,omitempty" mapstructure:"ignore"`
+	// Query says whether the query string counts (its parameters sorted,
+	// so their order does not matter). Default true; false leaves the
+	// query out, for routes whose query carries nothing of the operation.
+	Query *bool `json:"query,omitempty" mapstructure:"query"`
 }
 
 // Route is one route rule. Routes are matched in order; the first that
@@ -248,6 +252,8 @@ func resolveRoute(rt *Route, def *Policy) (Resolved, error) {
 	res.Fingerprint = keying.FingerprintRule{
 		Body:   cloneOrNil(rt.Fingerprint.Body),
 		Ignore: cloneOrNil(rt.Fingerprint.Ignore),
+		// The path's wildcards always count; the query unless switched off.
+		IgnoreQuery: rt.Fingerprint.Query != nil && !*rt.Fingerprint.Query,
 	}
 	return res, nil
 }

@@ -3,6 +3,7 @@ package keying
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,7 +19,13 @@ import (
 
 // IsZero reports whether the rule neither selects nor ignores any field, so
 // the whole canonical body is fingerprinted.
-func (r FingerprintRule) IsZero() bool { return len(r.Body) == 0 && len(r.Ignore) == 0 }
+func (r FingerprintRule) IsZero() bool {
+	return len(r.Body) == 0 && len(r.Ignore) == 0 && !r.IgnoreQuery
+}
+
+// selectsBody reports whether the rule selects or ignores body fields (so
+// the body must be JSON).
+func (r FingerprintRule) selectsBody() bool { return len(r.Body) != 0 || len(r.Ignore) != 0 }
 
 // Validate checks the rule's paths: none may be empty, and every Ignore path
 // must be one sjson can delete (no queries, wildcards, modifiers or multipaths).
@@ -51,7 +58,7 @@ func (r FingerprintRule) normalized() FingerprintRule {
 		slices.Sort(s)
 		return slices.Compact(s)
 	}
-	return FingerprintRule{Body: norm(r.Body), Ignore: norm(r.Ignore)}
+	return FingerprintRule{Body: norm(r.Body), Ignore: norm(r.Ignore), IgnoreQuery: r.IgnoreQuery}
 }
 
 // Encode returns a compact, stable text form of the rule, stored with each
@@ -93,7 +100,7 @@ func ParseFingerprintRule(s string) (FingerprintRule, error) {
 	return r.normalized(), nil
 }
 
-const fpDomain = "idemgate-fp-v1\x00"
+const fpDomain = "idemgate-fp-v2\x00"
 
 // fpScratch is the per-call state of Fingerprint, pooled.
 type fpScratch struct {
@@ -106,9 +113,13 @@ var fpPool = sync.Pool{New: func() any { return &fpScratch{h: sha256.New()} }}
 
 // Fingerprint returns the lowercase hex SHA-256 over
 //
-//	"idemgate-fp-v1\x00" + method + "\x00" + operation + "\x00" + body
+//	"idemgate-fp-v2\x00" + method + "\x00" + operation + "\x00" +
+//	len32(target) + target + len32(query) + query + body
 //
-// where body is: "" for an empty (or all white space) request body; the
+// where len32 is a length as 4 big-endian bytes; target is the Input's
+// target (what the route's path wildcards matched, see Input.SetTarget);
+// query is the canonical query string (see CanonicalQuery), or "" when
+// rule.IgnoreQuery; and body is: "" for an empty (or all white space) request body; the
 // canonical JSON when the body is valid JSON, after rule.Ignore paths are
 // deleted and, when rule.Body is set, reduced to a canonical object mapping
 // each selected path to its value ({"path":value,...} sorted by path, null
@@ -124,7 +135,7 @@ func Fingerprint(method, operation string, in *Input, rule FingerprintRule) (str
 	doc, err := in.json()
 	raw := false
 	switch {
-	case err != nil && rule.IsZero():
+	case err != nil && !rule.selectsBody():
 		raw, err = true, nil
 	case err != nil:
 		return "", fmt.Errorf("fingerprint: %w", err)
@@ -143,12 +154,21 @@ func Fingerprint(method, operation string, in *Input, rule FingerprintRule) (str
 	s.buf = append(s.buf, 0)
 	s.buf = append(s.buf, operation...)
 	s.buf = append(s.buf, 0)
+	s.buf = appendLen32(s.buf, in.target)
+	if rule.IgnoreQuery || in.rawQuery == "" {
+		s.buf = append(s.buf, 0, 0, 0, 0)
+	} else {
+		at := len(s.buf)
+		s.buf = append(s.buf, 0, 0, 0, 0)
+		s.buf = AppendCanonicalQuery(s.buf, in.rawQuery)
+		binary.BigEndian.PutUint32(s.buf[at:], uint32(len(s.buf)-at-4))
+	}
 	s.h.Write(s.buf)
 
 	switch {
 	case raw:
 		s.h.Write(in.body)
-	case doc == "" || rule.IsZero():
+	case doc == "" || !rule.selectsBody():
 		s.h.Write(stringToBytes(doc))
 	default:
 		if doc, err = applyIgnore(doc, rule.Ignore); err != nil {
@@ -235,4 +255,10 @@ func appendSelection(dst []byte, doc string, paths []string) ([]byte, error) {
 		}
 	}
 	return append(dst, '}'), nil
+}
+
+// appendLen32 appends s prefixed with its length as 4 big-endian bytes.
+func appendLen32(dst []byte, s string) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
 }

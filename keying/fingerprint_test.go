@@ -9,10 +9,57 @@ import (
 	"testing"
 )
 
-// fpOf computes the expected fingerprint from its definition.
+// fpOf computes the expected fingerprint from its definition, for a
+// request with no target and no query.
 func fpOf(method, operation, body string) string {
-	sum := sha256.Sum256([]byte("idemgate-fp-v1\x00" + method + "\x00" + operation + "\x00" + body))
+	return fpOfTarget(method, operation, "", "", body)
+}
+
+// fpOfTarget computes the expected fingerprint with a target and a
+// canonical query.
+func fpOfTarget(method, operation, target, query, body string) string {
+	len32 := func(s string) string {
+		n := len(s)
+		return string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}) + s
+	}
+	sum := sha256.Sum256([]byte("idemgate-fp-v2\x00" + method + "\x00" + operation + "\x00" + len32(target) + len32(query) + body))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestFingerprintTarget: the target and the sorted query count, the query
+// only unless the rule ignores it.
+func TestFingerprintTarget(t *testing.T) {
+	tests := []struct {
+		name, target, rawQuery string
+		rule                   FingerprintRule
+		wantTarget, wantQuery  string
+	}{
+		{"none", "", "", FingerprintRule{}, "", ""},
+		{"target", "2/", "", FingerprintRule{}, "2/", ""},
+		{"sorted query", "", "b=2&a=1&a=0", FingerprintRule{}, "", "a=0&a=1&b=2"},
+		{"decoded query", "", "b=%32&a=x+y", FingerprintRule{}, "", "a=x+y&b=2"},
+		{"empty pairs dropped", "", "&a=1&&", FingerprintRule{}, "", "a=1"},
+		{"bad escape kept", "", "a=%zz", FingerprintRule{}, "", "a=%25zz"},
+		{"query ignored", "7/", "a=1", FingerprintRule{IgnoreQuery: true}, "7/", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := NewInput("POST", nil, tt.rawQuery, []byte(`{"a":1}`))
+			in.SetTarget(tt.target)
+			got, err := Fingerprint("POST", "op", in, tt.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fpOfTarget("POST", "op", tt.wantTarget, tt.wantQuery, `{"a":1}`); got != want {
+				t.Errorf("Fingerprint = %s, want %s", got, want)
+			}
+		})
+	}
+	a, _ := Fingerprint("POST", "op", NewInput("POST", nil, "amount=5", nil), FingerprintRule{})
+	b, _ := Fingerprint("POST", "op", NewInput("POST", nil, "amount=500", nil), FingerprintRule{})
+	if a == b {
+		t.Error("?amount=5 and ?amount=500 give one fingerprint")
+	}
 }
 
 func TestFingerprint(t *testing.T) {

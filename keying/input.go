@@ -33,6 +33,7 @@ type Input struct {
 	header   http.Header
 	rawQuery string
 	body     []byte
+	target   string // see SetTarget
 
 	query       url.Values
 	queryParsed bool

@@ -174,4 +174,8 @@ func (t Template) NeedsBody() bool { return t.needsBody }
 type FingerprintRule struct {
 	Body   []string `json:"body,omitempty"`
 	Ignore []string `json:"ignore,omitempty"`
+	// IgnoreQuery leaves the query string out of the fingerprint (the
+	// route's `fingerprint.query: false`); by default its parameters,
+	// sorted, count.
+	IgnoreQuery bool `json:"ignore_query,omitempty"`
 }

@@ -1,0 +1,139 @@
+package caddymodule
+
+import (
+	"net/http"
+	"testing"
+)
+
+// TestRequestTargetIsIdentity: the same key sent for another object of a
+// wildcard route, or with other query parameters, is a 422, never a replay
+// of the first object's result; the query's parameter order does not
+// matter; fingerprint.query: false leaves the query out; two routes that
+// share an operation under different literal paths share their records.
+func TestRequestTargetIsIdentity(t *testing.T) {
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			h, _ := newHandler(t, `
+routes:
+  - name: refund
+    match: { methods: [POST], path: "/orders/*/refund" }
+    key: ["{header.Idempotency-Key}"]
+  - name: charge
+    match: { methods: [POST], path: /charge }
+    key: ["{header.Idempotency-Key}"]
+    fingerprint: { query: false }
+  - name: deal_webhook
+    operation: create_deal
+    match: { methods: [POST], path: /hooks/deal }
+    key: ["{header.Idempotency-Key}"]
+  - name: deal_retry
+    operation: create_deal
+    match: { methods: [POST], path: /internal/deals/retry }
+    key: ["{header.Idempotency-Key}"]
+`, st.cfg(t))
+			up := &counting{}
+			steps := []struct {
+				path, key string
+				want      int
+				replayed  bool
+			}{
+				{"/orders/1/refund", "k1", http.StatusCreated, false},
+				{"/orders/1/refund", "k1", http.StatusCreated, true},
+				{"/orders/2/refund", "k1", http.StatusUnprocessableEntity, false},
+				{"/orders/1/refund?amount=5", "k2", http.StatusCreated, false},
+				{"/orders/1/refund?amount=500", "k2", http.StatusUnprocessableEntity, false},
+				{"/orders/1/refund?a=1&b=2", "k3", http.StatusCreated, false},
+				{"/orders/1/refund?b=2&a=1", "k3", http.StatusCreated, true},
+				{"/charge?debug=1", "k4", http.StatusCreated, false},
+				{"/charge?debug=2", "k4", http.StatusCreated, true},
+				{"/hooks/deal", "k5", http.StatusCreated, false},
+				{"/internal/deals/retry", "k5", http.StatusCreated, true},
+			}
+			for i, s := range steps {
+				w := serve(h, up.next, "POST", s.path, `{"amount":5}`, "Idempotency-Key", s.key)
+				replayed := w.Header().Get("Idempotent-Replayed") == "true"
+				if w.Code != s.want || replayed != s.replayed {
+					t.Fatalf("step %d: POST %s key %s: %d replayed=%v, want %d replayed=%v; body %s",
+						i, s.path, s.key, w.Code, replayed, s.want, s.replayed, w.Body)
+				}
+			}
+			if n := up.calls.Load(); n != 5 {
+				t.Errorf("upstream executions: %d, want 5", n)
+			}
+		})
+	}
+}
+
+// TestMatchNormalisedRequest: lower-case methods and the path spellings
+// that upstream frameworks route alike are guarded as the route, and the
+// same key on any of them is the same operation (one execution).
+func TestMatchNormalisedRequest(t *testing.T) {
+	h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { methods: [POST], path: /crm/deals }
+    key: ["{header.Idempotency-Key}"]
+`, testStores[0].cfg(t))
+	up := &counting{}
+	spellings := []struct{ method, path string }{
+		{"POST", "/crm/deals"},
+		{"post", "/crm/deals"},
+		{"Post", "/crm/deals"},
+		{"POST", "/crm/deals/"},
+		{"POST", "/crm/deals;jsessionid=1"},
+		{"POST", "/crm;v=2/deals"},
+		{"POST", "/crm/%64eals"},
+		{"POST", "/CRM/Deals"},
+		{"POST", "//crm//deals"},
+		{"POST", "/crm/./deals"},
+	}
+	for i, s := range spellings {
+		w := serve(h, up.next, s.method, s.path, `{"n":1}`, "Idempotency-Key", "same")
+		replayed := w.Header().Get("Idempotent-Replayed") == "true"
+		if w.Code != http.StatusCreated || replayed != (i > 0) {
+			t.Fatalf("%s %s: %d replayed=%v, want 201 replayed=%v; body %s", s.method, s.path, w.Code, replayed, i > 0, w.Body)
+		}
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("upstream executions: %d, want 1", n)
+	}
+	// Other paths are other routes (or none): not guarded.
+	for _, p := range []string{"/crm/deals/1", "/crm/dealsx", "/crm"} {
+		w := serve(h, up.next, "POST", p, `{"n":1}`, "Idempotency-Key", "same")
+		if w.Header().Get("Idempotent-Replayed") != "" || w.Code != http.StatusCreated {
+			t.Errorf("POST %s: %d %v, want a pass-through 201", p, w.Code, w.Header())
+		}
+	}
+	// Safe methods are never guarded, whatever their case.
+	for _, m := range []string{"get", "GET", "options"} {
+		before := up.calls.Load()
+		serve(h, up.next, m, "/crm/deals", "", "Idempotency-Key", "same")
+		if up.calls.Load() != before+1 {
+			t.Errorf("%s was not passed through", m)
+		}
+	}
+}
+
+// TestNormalisePath pins the path normalisation table.
+func TestNormalisePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/crm/deals":              "/crm/deals",
+		"/crm/deals/":             "/crm/deals",
+		"/":                       "/",
+		"":                        "/",
+		"/CRM/Deals":              "/crm/deals",
+		"/crm/deals;jsessionid=1": "/crm/deals",
+		"/crm;a=b/deals;c":        "/crm/deals",
+		"/crm//deals":             "/crm/deals",
+		"/crm/../deals":           "/deals",
+		"/crm/deals//":            "/crm/deals",
+		"/a;b/":                   "/a",
+	} {
+		if got := normalisePath(in); got != want {
+			t.Errorf("normalisePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { normalisePath("/crm/deals") }); n != 0 {
+		t.Errorf("a normal path allocates %v times", n)
+	}
+}
