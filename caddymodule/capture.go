@@ -23,6 +23,7 @@ type capture struct {
 	header    http.Header // storable copy taken at WriteHeader
 	buf       *[]byte     // pooled; nil once the body overflowed or was released
 	size      int64
+	declared  int64 // the Content-Length announced; -1 when none
 	digest    hash.Hash
 	overflow  bool // body exceeded max: only status, headers and digest are kept
 	streaming bool // an event stream: never replayable
@@ -64,7 +65,7 @@ func appendBounded(b, p []byte, limit int64) []byte {
 }
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
-	return &capture{w: w, max: max, buf: getBuffer(), digest: sha256.New()}
+	return &capture{w: w, max: max, buf: getBuffer(), digest: sha256.New(), declared: -1}
 }
 
 func (c *capture) Header() http.Header { return c.w.Header() }
@@ -95,8 +96,11 @@ func (c *capture) sizeFor(contentLength string) {
 		return
 	}
 	n, err := strconv.ParseInt(contentLength, 10, 64)
+	if err != nil || n < 0 {
+		return
+	}
+	c.declared = n
 	switch {
-	case err != nil || n < 0:
 	case n > c.max:
 		c.overflow = true
 		c.release()
@@ -154,6 +158,9 @@ func (c *capture) body() []byte {
 }
 
 func (c *capture) sum() []byte { return c.digest.Sum(nil) }
+
+// short reports whether fewer bytes came than the Content-Length announced.
+func (c *capture) short() bool { return c.declared >= 0 && c.size < c.declared }
 
 // release returns the pooled buffer; the capture is unusable afterwards.
 func (c *capture) release() {

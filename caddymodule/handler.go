@@ -2,14 +2,12 @@ package caddymodule
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -103,245 +101,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	g.id = keying.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 
-	claim, err := h.claim(r.Context(), g, fp, g.rt.fpRule)
-	if err == nil {
-		// A released record made under an earlier fingerprint rule is
-		// taken over only with the fingerprint that rule gives.
-		if oldFP, ok := h.claimableUnderOldRule(claim, g.rt, method, in); ok {
-			claim, err = h.claim(r.Context(), g, oldFP, claim.Record.FingerprintRule)
-		}
-	}
+	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if err != nil {
 		return h.storeFailed(g, w, r, next, body, err)
 	}
-	g.rec, g.now = claim.Record, claim.Now
-	if !claim.Claimed {
+	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
-	return h.execute(g, w, r, next, key, body, claim.Record.Token)
-}
-
-// claim takes the right to execute the key, or returns its record.
-func (h *Handler) claim(ctx context.Context, g *guarded, fp, fpRule string) (store.ClaimResult, error) {
-	req := store.ClaimRequest{
-		ID:              g.id,
-		Route:           g.rt.Name,
-		Operation:       g.rt.Operation,
-		Fingerprint:     fp,
-		FingerprintRule: fpRule,
-		Token:           store.NewToken(),
-		Lease:           g.rt.LockLease,
-		HoldTTL:         g.rt.HoldTTL,
-		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
-	}
-	// The claim must not be abandoned halfway because the client hung up:
-	// a claim that landed but whose answer was lost would sit until its
-	// lease ran out. The store bounds every call by op_timeout itself.
-	began := time.Now()
-	res, err := h.store.Claim(context.WithoutCancel(ctx), req)
-	h.metrics.observeStore("claim", began, err)
-	if err != nil {
-		// The script may have run even though its answer was lost: give
-		// the claim back so it does not wait out its lease as "unknown".
-		h.enter()
-		go h.releaseLost(g.id, req.Token, g.rt.TTL)
-		return res, fmt.Errorf("claiming key %s: %w", g.id, err)
-	}
-	if res.Claimed && res.Record != nil {
-		res.Record.Token = req.Token
-	}
-	return res, nil
-}
-
-// expiredPolicy says what a claim does with a record whose lease ran out:
-// the gateway that held it died mid-call, so the outcome is unknown.
-func expiredPolicy(onUnknown string) string {
-	if onUnknown == "release" {
-		return "release"
-	}
-	return "hold"
-}
-
-// answer responds from an existing record: replay, conflict or mismatch.
-func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *keying.Input, fp string) error {
-	rec := g.rec
-	if !h.sameFingerprint(rec, method, g.rt, in, fp) {
-		g.outcome = outcomeMismatch
-		p := probKeyReused.with(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
-		p.RecordID = rec.ID
-		return h.problem(g, w, p)
-	}
-	switch rec.State {
-	case store.StateCompleted:
-		g.outcome = outcomeReplayed
-		g.status = rec.Status
-		return replay(w, rec)
-	case store.StateUnknown:
-		g.outcome = outcomeUnknown
-		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
-		p.RecordID = rec.ID
-		return h.problem(g, w, p)
-	default:
-		g.outcome = outcomeInFlight
-		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
-		// Redis's clock, not this gateway's: instances with skewed clocks
-		// give the same hint.
-		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
-			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
-		}
-		return h.problem(g, w, p)
-	}
-}
-
-// sameFingerprint compares the request with the record, under the
-// fingerprint rule that made the record: a reload that changed the rule
-// must not turn a genuine retry into a mismatch.
-func (h *Handler) sameFingerprint(rec *store.Record, method string, rt *route, in *keying.Input, fp string) bool {
-	if rec.FingerprintRule == rt.fpRule {
-		return rec.Fingerprint == fp
-	}
-	_, same := h.fingerprintUnder(rec, method, in)
-	return same
-}
-
-// fingerprintUnder computes the request's fingerprint under the rule that
-// made rec, and whether it equals the record's.
-func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.Input) (string, bool) {
-	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
-	if err != nil {
-		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("key_id", rec.ID), zap.Error(err))
-		return "", false
-	}
-	fp, err := keying.Fingerprint(method, rec.Operation, in, rule)
-	return fp, err == nil && fp == rec.Fingerprint
-}
-
-// claimableUnderOldRule returns the fingerprint to claim with when an
-// unclaimed record could be taken over (released, or its lease ran out) but
-// was made under an earlier fingerprint rule that gives this request the
-// record's fingerprint. Lease
-// expiry is judged as the claim script judges it, by the Redis clock the
-// script ran at (lease_until <= now), never by this gateway's clock.
-func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) (oldFP string, ok bool) {
-	rec := res.Record
-	if res.Claimed || rec == nil || rec.FingerprintRule == rt.fpRule {
-		return "", false
-	}
-	expired := rec.State == store.StateInFlight && !rec.LeaseUntil.After(res.Now)
-	if rec.State != store.StateReleased && !expired {
-		return "", false
-	}
-	return h.fingerprintUnder(rec, method, in)
-}
-
-// replay writes a stored response: status, headers and body as they were,
-// plus Idempotent-Replayed.
-func replay(w http.ResponseWriter, rec *store.Record) error {
-	hdr := w.Header()
-	for name, values := range rec.Header {
-		hdr[name] = values
-	}
-	hdr.Set("Idempotent-Replayed", "true")
-	if rec.BodyOmitted {
-		hdr.Set("Idempotent-Body-Omitted", "true")
-	}
-	hdr.Set("Content-Length", strconv.Itoa(len(rec.Body)))
-	w.WriteHeader(rec.Status)
-	_, err := w.Write(rec.Body)
-	return err
-}
-
-// execute forwards a claimed request once and records what came back.
-func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body []byte, token string) error {
-	prepareUpstream(r, g.rt, key, body)
-	// A client that hangs up must not cancel the call: it finishes, and
-	// its result is stored for the client's retry.
-	r = r.WithContext(context.WithoutCancel(r.Context()))
-
-	cw := newCapture(w, g.rt.MaxResponse)
-	defer cw.release()
-
-	stopRenewing := h.renewWhileRunning(g.id, token, g.rt.LockLease)
-	panicked, err := callNext(next, cw, r)
-	stopRenewing()
-
-	h.settle(g, token, cw, classify(g.rt, cw, err, panicked))
-	if panicked != nil {
-		panic(panicked)
-	}
-	return err
-}
-
-// callNext runs the rest of the chain, catching a panic (reverse_proxy
-// aborts a broken response with http.ErrAbortHandler) so the outcome can
-// be recorded before it is re-raised.
-func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
-	defer func() { panicked = recover() }()
-	return nil, next.ServeHTTP(w, r)
-}
-
-// renewWhileRunning extends the claim's lease while the upstream call is
-// alive, so a slow live call is never mistaken for a dead one. Calls that
-// finish within a third of the lease cost no renewal: nothing runs before
-// then but a timer (no goroutine per call). stop returns once no renewal
-// is running and none will start.
-func (h *Handler) renewWhileRunning(id, token string, lease time.Duration) (stop func()) {
-	rn := &renewal{h: h, id: id, token: token, lease: lease}
-	rn.mu.Lock() // renew reads rn.timer
-	rn.timer = time.AfterFunc(lease/3, rn.renew)
-	rn.mu.Unlock()
-	return rn.stop
-}
-
-// renewal is the lease renewal of one running call.
-type renewal struct {
-	h         *Handler
-	id, token string
-	lease     time.Duration
-
-	mu      sync.Mutex // held while a renewal runs
-	timer   *time.Timer
-	stopped bool
-}
-
-// renew runs on the timer's goroutine, a third of the lease after the call
-// started or after the last renewal.
-func (rn *renewal) renew() {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if rn.stopped {
-		return
-	}
-	h := rn.h
-	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
-	began := time.Now()
-	ok, err := h.store.Renew(ctx, rn.id, rn.token, rn.lease)
-	cancel()
-	h.metrics.observeStore("renew", began, err)
-	switch {
-	case err != nil:
-		h.logger.Warn("renewing a claim failed", zap.String("key_id", rn.id), zap.Error(err))
-	case !ok:
-		h.logger.Warn("claim lost while the upstream call was running", zap.String("key_id", rn.id))
-		return
-	}
-	rn.timer.Reset(rn.lease / 3)
-}
-
-func (rn *renewal) stop() {
-	rn.timer.Stop()
-	rn.mu.Lock() // wait for a renewal under way
-	rn.stopped = true
-	rn.mu.Unlock()
-}
-
-// releaseLost gives back a claim whose answer may have been lost.
-// It runs in the background and leaves the handler when done.
-func (h *Handler) releaseLost(id, token string, ttl time.Duration) {
-	defer h.leave()
-	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
-	defer cancel()
-	_, _ = h.store.Release(ctx, id, token, ttl)
+	return h.execute(g, w, r, next, key, body, claim)
 }
 
 // storeFailed handles a store that could not be reached at claim time.

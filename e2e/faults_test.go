@@ -46,15 +46,27 @@ routes:
     match: { path: /slow/store }
     key: ["{header.Idempotency-Key}"]
     on_unknown_outcome: store
+  - name: slow_long
+    match: { path: /slow/long }
+    key: ["{header.Idempotency-Key}"]
+    lock_lease: 10s
   - name: slow
     match: { path: /slow/* }
     key: ["{header.Idempotency-Key}"]
+  - name: drop_store
+    match: { path: /drop/store }
+    key: ["{header.Idempotency-Key}"]
+    on_unknown_outcome: store
   - name: drop
     match: { path: /drop/* }
     key: ["{header.Idempotency-Key}"]
   - name: reset
     match: { path: /reset/* }
     key: ["{header.Idempotency-Key}"]
+  - name: partial_store
+    match: { path: /partial/store }
+    key: ["{header.Idempotency-Key}"]
+    on_unknown_outcome: store
   - name: partial
     match: { path: /partial/* }
     key: ["{header.Idempotency-Key}"]
@@ -884,43 +896,125 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	}
 }
 
-// TestFaultRedisFailsAtCompletion: Redis goes away while the upstream call
-// runs. The client still gets the upstream's answer; the completion is
-// lost, logged and never retried. After Redis is back the record's lease
-// runs out and the retry finds it outcome unknown.
+// TestFaultRedisFailsAtCompletion: the upstream has answered, and the
+// store fails just as the gateway records the result: Redis stalls
+// (SIGSTOP) for longer than op_timeout, restarts with its data, or
+// restarts empty (a failover to a replica that never saw the claim). The
+// gateway keeps storing the known result in the background, under the same
+// token, until the claim's lease (10s) would have run out, and writes the
+// record anew when the claim itself was lost.
 //
-// Expected: 1 business execution; the first client gets the upstream's 201
-// (not a replay); the retry 409 "outcome unknown"; record outcome_unknown
-// (lease_expired), executions 1.
+// Expected: the client gets the upstream's 201; 1 business execution; the
+// record ends completed with the upstream's result, and the retry replays
+// it.
 func TestFaultRedisFailsAtCompletion(t *testing.T) {
-	const (
-		wantExecutions = 1
-		key            = "completion-lost"
-	)
-	env := faultStart(t, faultSetup{redisArgs: faultDurable})
-	open := env.up.gate(key)
-	defer open()
-	id := faultKeyID("slow", key)
-	url := env.gw.url + "/slow/deals"
-	body := `{"amount":1}`
+	for _, tc := range []struct {
+		name  string
+		fail  func(t *testing.T, env *faultEnv) (heal func())
+		lost  bool // the claim is gone from Redis
+		extra []string
+	}{
+		{"stall", func(t *testing.T, env *faultEnv) func() {
+			pid := faultRedisPID(t, env.redis)
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			resume := func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+			t.Cleanup(resume)
+			return resume
+		}, false, nil},
+		{"restart", func(t *testing.T, env *faultEnv) func() {
+			env.redis.Stop()
+			return func() { env.redis.Restart(t) }
+		}, false, faultDurable},
+		{"claim lost", func(t *testing.T, env *faultEnv) func() {
+			env.redis.Stop()
+			return func() { env.redis.Restart(t) }
+		}, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const key = "completion-fails"
+			env := faultStart(t, faultSetup{redisArgs: tc.extra})
+			open := env.up.gate(key)
+			defer open()
+			id := faultKeyID("slow_long", key)
+			url := env.gw.url + "/slow/long"
+			body := `{"amount":1}`
 
-	first := faultSendAsync(url, key, body)
-	waitFor(t, func() bool { return env.up.executions(key) == 1 })
-	env.redis.Stop()
-	open()
-	f := <-first
-	if f.status != http.StatusCreated || f.header.Get("Idempotent-Replayed") != "" || !strings.Contains(string(f.body), `"call":1`) {
-		t.Errorf("client during the failed completion: %d %s, want the upstream's 201", f.status, f.body)
+			first := faultSendAsync(url, key, body)
+			waitFor(t, func() bool { return env.up.executions(key) == 1 })
+			heal := tc.fail(t, env)
+			open()
+			f := <-first
+			if f.status != http.StatusCreated || f.header.Get("Idempotent-Replayed") != "" || !strings.Contains(string(f.body), `"call":1`) {
+				t.Errorf("client during the failed completion: %d %s, want the upstream's 201", f.status, f.body)
+			}
+			// The client may have its answer before the gateway tried to record it.
+			waitFor(t, func() bool { return strings.Contains(env.gw.logs.String(), "recording the upstream outcome failed") })
+			time.Sleep(700 * time.Millisecond) // longer than op_timeout: the first try has failed
+			heal()
+			// The background tries land within a second or two of recovery;
+			// the checks below say what the record became.
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if faultRecordState(env.gw, id) == store.StateCompleted {
+					break
+				}
+			}
+
+			r := faultDeliver(t, url, key, body)
+			if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(r.body), `"call":1`) {
+				t.Errorf("retry: %d %s, want the stored 201 replayed", r.status, r.body)
+			}
+			faultCheckExecutions(t, env.up, key, 1)
+			want := faultWant{state: store.StateCompleted, executions: 1, status: http.StatusCreated}
+			if tc.lost {
+				want.attempts = 2 // the rewritten record, then the retry
+			}
+			faultCheckRecord(t, env.gw, id, want)
+		})
 	}
-	// The client may have its answer before the gateway tried to record it.
-	waitFor(t, func() bool { return strings.Contains(env.gw.logs.String(), "recording the upstream outcome failed") })
-	env.redis.Restart(t)
+}
 
-	faultUntilUnknown(t, url, key, body, id)
-	faultCheckExecutions(t, env.up, key, wantExecutions)
-	rec := faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, reason: "lease_expired"})
-	if rec.Attempts < 2 {
-		t.Errorf("attempts %d, want at least 2", rec.Attempts)
+// faultRecordState is the record's state as the operator API shows it, ""
+// when it cannot be read (absent, or the store is down).
+func faultRecordState(gw *gateway, id string) store.State {
+	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var rec faultRecord
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rec) != nil {
+		return ""
+	}
+	return rec.State
+}
+
+// TestFaultCutOffNeverStored: under on_unknown_outcome: store, a response
+// that broke off (Content-Length 1000, a few bytes, then the connection
+// drops) or never had a status (the connection closed before any answer)
+// is held as outcome unknown, never stored and replayed as if complete.
+//
+// Expected: 1 business execution each; record outcome_unknown; the retry
+// gets 409 outcome unknown.
+func TestFaultCutOffNeverStored(t *testing.T) {
+	env := faultStart(t, faultSetup{})
+	for _, tc := range []struct{ route, path, reason string }{
+		{"partial_store", "/partial/store", "response_aborted"},
+		{"drop_store", "/drop/store", "upstream_error"},
+	} {
+		t.Run(tc.route, func(t *testing.T) {
+			key := "cut-off-" + tc.route
+			id := faultKeyID(tc.route, key)
+			url := env.gw.url + tc.path
+			_, _ = faultPost(url, key, `{"amount":1}`)
+			retry := faultDeliver(t, url, key, `{"amount":1}`)
+			if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
+			}
+			faultCheckExecutions(t, env.up, key, 1)
+			faultCheckRecord(t, env.gw, id, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: tc.reason})
+		})
 	}
 }
 

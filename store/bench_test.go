@@ -78,7 +78,7 @@ func claimComplete(b *testing.B, ctx context.Context, s *Store, res Result) {
 	if err != nil || !c.Claimed {
 		b.Fatalf("Claim: %+v, %v", c, err)
 	}
-	ok, err := s.Complete(ctx, req.ID, req.Token, res, time.Hour)
+	ok, err := s.Complete(ctx, completion(req.ID, req.Token, res, time.Hour))
 	if err != nil || !ok {
 		b.Fatalf("Complete: %v, %v", ok, err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkReplayClaim(b *testing.B) {
 		if c, err := s.Claim(ctx, claimReq(id, "tok")); err != nil || !c.Claimed {
 			b.Fatalf("Claim: %+v, %v", c, err)
 		}
-		if ok, err := s.Complete(ctx, id, "tok", res, time.Hour); err != nil || !ok {
+		if ok, err := s.Complete(ctx, completion(id, "tok", res, time.Hour)); err != nil || !ok {
 			b.Fatalf("Complete: %v, %v", ok, err)
 		}
 		replay := func() {

@@ -66,7 +66,7 @@ func TestWaitReplicas(t *testing.T) {
 		{"Claim", func() error { _, err := s.Claim(ctx, claimReq(id, "tok")); return err }, []string{"pipeline:evalsha", "pipeline:wait"}, 1},
 		{"Renew", func() error { _, err := s.Renew(ctx, id, "tok", time.Minute); return err }, []string{"evalsha"}, 0},
 		{"Complete", func() error {
-			ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+			ok, err := s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 			mustOK(t, "Complete", ok, err)
 			return nil
 		}, []string{"pipeline:evalsha", "pipeline:wait"}, 1},
@@ -107,7 +107,7 @@ func TestWaitReplicas(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Fatalf("Claim without the replica: %+v, %v; want a claim all the same", res, err)
 	}
-	ok, err := s.Complete(ctx, id2, "tok", sampleResult(), time.Hour)
+	ok, err := s.Complete(ctx, completion(id2, "tok", sampleResult(), time.Hour))
 	mustOK(t, "Complete without the replica", ok, err)
 	if took := time.Since(began); took < 2*300*time.Millisecond {
 		t.Errorf("claim+complete took %v: WAIT did not wait for its timeout", took)
@@ -179,7 +179,7 @@ func TestWaitReplicasCluster(t *testing.T) {
 		if c := mustClaim(t, s, claimReq(id, "tok")); !c.Claimed {
 			t.Fatalf("claim %s: %+v", id, c)
 		}
-		ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+		ok, err := s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 		mustOK(t, "Complete", ok, err)
 	}
 	total := int64(0)

@@ -70,7 +70,7 @@ func TestIndexFollowsTransitions(t *testing.T) {
 	expire := func(t *testing.T, s *Store, id string) { waitPast(t, s, mustGet(t, s, id).LeaseUntil) }
 	complete := func(token string) func(t *testing.T, s *Store, id string) {
 		return func(t *testing.T, s *Store, id string) {
-			ok, err := s.Complete(context.Background(), id, token, sampleResult(), 3*time.Hour)
+			ok, err := s.Complete(context.Background(), completion(id, token, sampleResult(), 3*time.Hour))
 			mustOK(t, "Complete", ok, err)
 		}
 	}

@@ -75,7 +75,7 @@ func makeRecords(t *testing.T, s *Store, n int) listFixture {
 		case StateInFlight:
 			ok = true
 		case StateCompleted:
-			ok, err = s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+			ok, err = s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 		case StateUnknown:
 			ok, err = s.MarkUnknown(ctx, id, "tok", "upstream_5xx", time.Hour)
 		case StateReleased:
@@ -194,7 +194,7 @@ func TestListTies(t *testing.T) {
 		ids := sameShardIDs(t, "3", 25)
 		for _, id := range ids {
 			mustClaim(t, e.s, claimReq(id, "tok"))
-			ok, err := e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+			ok, err := e.s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 			mustOK(t, "Complete", ok, err)
 		}
 		// Give every entry one of two scores, both in the future.

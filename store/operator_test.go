@@ -38,7 +38,7 @@ var operatorSetups = map[string]setup{
 	"completed": {"completed", func(t *testing.T, s *Store) (string, string) {
 		id := newID(t)
 		mustClaim(t, s, claimReq(id, "tok-A"))
-		ok, err := s.Complete(context.Background(), id, "tok-A", sampleResult(), time.Hour)
+		ok, err := s.Complete(context.Background(), completion(id, "tok-A", sampleResult(), time.Hour))
 		mustOK(t, "Complete", ok, err)
 		return id, "tok-A"
 	}},
@@ -64,7 +64,7 @@ func checkFencedOut(t *testing.T, s *Store, id, token string) {
 	t.Helper()
 	ctx := context.Background()
 	before := mustGet(t, s, id)
-	ok, err := s.Complete(ctx, id, token, Result{Status: 500}, time.Hour)
+	ok, err := s.Complete(ctx, completion(id, token, Result{Status: 500}, time.Hour))
 	mustLose(t, "Complete by the old claimant", ok, err)
 	ok, err = s.Release(ctx, id, token, time.Hour)
 	mustLose(t, "Release by the old claimant", ok, err)

@@ -35,7 +35,10 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"Claim (new)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok")); return err }, "evalsha"},
 		{"Claim (in flight)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok2")); return err }, "evalsha"},
 		{"Renew", func() error { _, err := e.s.Renew(ctx, id, "tok", time.Minute); return err }, "evalsha"},
-		{"Complete", func() error { _, err := e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour); return err }, "evalsha"},
+		{"Complete", func() error {
+			_, err := e.s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
+			return err
+		}, "evalsha"},
 		{"Claim (replay)", func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok3")); return err }, "evalsha"},
 		{"MarkUnknown", func() error { _, err := e.s.MarkUnknown(ctx, id, "tok", "x", time.Hour); return err }, "evalsha"},
 		{"Release", func() error { _, err := e.s.Release(ctx, id, "tok", time.Hour); return err }, "evalsha"},

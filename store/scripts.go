@@ -186,10 +186,18 @@ return 1
 
 // completeScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 status, 4 header, 5 body, 6 body omitted
-// ("1"/"0"), 7 digest, 8 external id, 9 ttl ms. Reply 1 when stored, else 0.
+// ("1"/"0"), 7 digest, 8 external id, 9 ttl ms, 10 route, 11 operation,
+// 12 fingerprint, 13 fingerprint rule, 14 started at ms. Reply 1 when
+// stored, else 0. A record that is gone (a failover lost the claim) is
+// written anew from ARGV 10-14, with one attempt and one execution.
 var completeScript = redis.NewScript(luaIndex + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[2] ~= ARGV[2] then return 0 end
+if not cur[1] then
+  redis.call('HSET', KEYS[1], 'tok', ARGV[2], 'route', ARGV[10], 'op', ARGV[11],
+    'fp', ARGV[12], 'fpr', ARGV[13], 'sa', ARGV[14], 'lu', ARGV[14], 'att', 1, 'exe', 1)
+elseif cur[2] ~= ARGV[2] then
+  return 0
+end
 redis.call('HDEL', KEYS[1], 'rsn')
 redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[3], 'hd', ARGV[4],
   'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8])

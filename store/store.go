@@ -560,21 +560,22 @@ type Result struct {
 }
 
 // Complete stores the result and marks the record completed (completed_at =
-// now, key TTL = ttl, default 24h). It succeeds while the record carries
-// token, also when it was meanwhile marked outcome_unknown (a late but real
-// outcome is better than none); false when the token was taken over.
-func (s *Store) Complete(ctx context.Context, id, token string, res Result, ttl time.Duration) (bool, error) {
-	ttl = orDefault(ttl, DefaultTTL)
+// now, key TTL = req.TTL, default 24h); see CompleteRequest for when it
+// succeeds, and for a record that is gone.
+func (s *Store) Complete(ctx context.Context, req CompleteRequest) (bool, error) {
+	ttl := orDefault(req.TTL, DefaultTTL)
 	if ttl < 0 {
 		return false, errors.New("store: negative TTL")
 	}
+	res, c := req.Result, req.Claim
 	omitted := "0"
 	if res.BodyOmitted {
 		omitted = "1"
 	}
-	return s.fenced(ctx, "complete", completeScript, id, token,
+	return s.fenced(ctx, "complete", completeScript, c.ID, c.Token,
 		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, omitted,
-		res.Digest, res.ExternalID, ms(ttl))
+		res.Digest, res.ExternalID, ms(ttl),
+		c.Route, c.Operation, c.Fingerprint, c.FingerprintRule, req.StartedAt.UnixMilli())
 }
 
 // Release marks the record released (the attempt had no effect): the next

@@ -212,7 +212,7 @@ func TestClaimCompleteReplay(t *testing.T) {
 		}
 
 		want := sampleResult()
-		ok, err := e.s.Complete(ctx, id, "tok-A", want, time.Hour)
+		ok, err := e.s.Complete(ctx, completion(id, "tok-A", want, time.Hour))
 		mustOK(t, "Complete", ok, err)
 
 		replay := mustClaim(t, e.s, claimReq(id, "tok-C"))
@@ -308,7 +308,7 @@ func TestFencingAfterTakeOver(t *testing.T) {
 			return s.Renew(context.Background(), id, tok, time.Minute)
 		}},
 		{"Complete", func(s *Store, id, tok string) (bool, error) {
-			return s.Complete(context.Background(), id, tok, sampleResult(), time.Hour)
+			return s.Complete(context.Background(), completion(id, tok, sampleResult(), time.Hour))
 		}},
 		{"Release", func(s *Store, id, tok string) (bool, error) {
 			return s.Release(context.Background(), id, tok, time.Hour)
@@ -346,14 +346,15 @@ func TestFencingAfterTakeOver(t *testing.T) {
 	})
 }
 
+// TestFencedCallsOnAbsentRecord: fenced calls on a record that does not
+// exist change nothing (Complete is the exception: it writes a known result
+// whose claim was lost, see TestCompleteWritesLostRecord).
 func TestFencedCallsOnAbsentRecord(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := newID(t)
 		ok, err := e.s.Renew(ctx, id, "tok", time.Second)
 		mustLose(t, "Renew", ok, err)
-		ok, err = e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
-		mustLose(t, "Complete", ok, err)
 		ok, err = e.s.Release(ctx, id, "tok", time.Hour)
 		mustLose(t, "Release", ok, err)
 		ok, err = e.s.MarkUnknown(ctx, id, "tok", "x", time.Hour)
@@ -441,7 +442,7 @@ func TestLateFinisherResolvesHeldRecord(t *testing.T) {
 			t.Fatalf("state %q, want outcome_unknown", res.Record.State)
 		}
 		// The slow claimant's real outcome still lands: nobody took over.
-		ok, err := e.s.Complete(ctx, id, "tok-A", sampleResult(), time.Hour)
+		ok, err := e.s.Complete(ctx, completion(id, "tok-A", sampleResult(), time.Hour))
 		mustOK(t, "late Complete", ok, err)
 		r := mustGet(t, e.s, id)
 		if r.State != StateCompleted || r.Reason != "" || r.Status != 201 {
@@ -475,7 +476,7 @@ func TestRenewKeepsClaimAlive(t *testing.T) {
 			t.Fatalf("LeaseUntil %v not extended (was %v)", res.Record.LeaseUntil, first.Record.LeaseUntil)
 		}
 
-		ok, err = e.s.Complete(ctx, id, "tok-A", sampleResult(), time.Hour)
+		ok, err = e.s.Complete(ctx, completion(id, "tok-A", sampleResult(), time.Hour))
 		mustOK(t, "Complete", ok, err)
 		ok, err = e.s.Renew(ctx, id, "tok-A", time.Minute)
 		mustLose(t, "Renew after Complete", ok, err)
@@ -494,7 +495,7 @@ func TestTTLs(t *testing.T) {
 
 		completed := newID(t)
 		mustClaim(t, e.s, claimReq(completed, "tok"))
-		ok, err := e.s.Complete(ctx, completed, "tok", sampleResult(), 72*time.Hour)
+		ok, err := e.s.Complete(ctx, completion(completed, "tok", sampleResult(), 72*time.Hour))
 		mustOK(t, "Complete", ok, err)
 		checkTTL(t, e.s, completed, 72*time.Hour)
 
@@ -528,7 +529,7 @@ func TestTTLs(t *testing.T) {
 		if got := res.Record.LeaseUntil.Sub(res.Record.StartedAt); got != DefaultLease {
 			t.Fatalf("default lease %v, want %v", got, DefaultLease)
 		}
-		ok, err = e.s.Complete(ctx, defaults, "tok", sampleResult(), 0)
+		ok, err = e.s.Complete(ctx, completion(defaults, "tok", sampleResult(), 0))
 		mustOK(t, "Complete", ok, err)
 		checkTTL(t, e.s, defaults, DefaultTTL)
 	})
@@ -565,9 +566,9 @@ func TestReleaseThenReclaim(t *testing.T) {
 			t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 5 executions 2", res.Claimed, res.TakeOver, r)
 		}
 		checkTTL(t, e.s, id, 720*time.Hour)
-		ok, err = e.s.Complete(ctx, id, "tok-A", sampleResult(), time.Hour)
+		ok, err = e.s.Complete(ctx, completion(id, "tok-A", sampleResult(), time.Hour))
 		mustLose(t, "Complete by the releaser", ok, err)
-		ok, err = e.s.Complete(ctx, id, "tok-B", sampleResult(), time.Hour)
+		ok, err = e.s.Complete(ctx, completion(id, "tok-B", sampleResult(), time.Hour))
 		mustOK(t, "Complete by the reclaimer", ok, err)
 	})
 }
@@ -592,7 +593,7 @@ func TestBinaryBodyAndMultiValueHeaders(t *testing.T) {
 		id := newID(t)
 		mustClaim(t, e.s, claimReq(id, "tok"))
 		res := Result{Status: 200, Header: header, Body: body, Digest: "d", ExternalID: "x"}
-		ok, err := e.s.Complete(ctx, id, "tok", res, time.Hour)
+		ok, err := e.s.Complete(ctx, completion(id, "tok", res, time.Hour))
 		mustOK(t, "Complete", ok, err)
 		for _, r := range []*Record{mustClaim(t, e.s, claimReq(id, "tok-2")).Record, mustGet(t, e.s, id)} {
 			if !bytes.Equal(r.Body, body) {
@@ -611,7 +612,7 @@ func TestBodyOmittedAndEmpty(t *testing.T) {
 		id := newID(t)
 		mustClaim(t, e.s, claimReq(id, "tok"))
 		res := Result{Status: 200, BodyOmitted: true, Digest: strings.Repeat("ab", 32)}
-		ok, err := e.s.Complete(ctx, id, "tok", res, time.Hour)
+		ok, err := e.s.Complete(ctx, completion(id, "tok", res, time.Hour))
 		mustOK(t, "Complete", ok, err)
 		r := mustGet(t, e.s, id)
 		if !r.BodyOmitted || len(r.Body) != 0 || r.Header != nil || r.Digest != res.Digest {
@@ -664,7 +665,7 @@ func TestKeyLayout(t *testing.T) {
 			if _, err := e.s.Get(ctx, bad); !errors.Is(err, ErrInvalidID) {
 				t.Errorf("Get(%q) err = %v, want ErrInvalidID", bad, err)
 			}
-			if _, err := e.s.Complete(ctx, bad, "tok", Result{}, time.Hour); !errors.Is(err, ErrInvalidID) {
+			if _, err := e.s.Complete(ctx, completion(bad, "tok", Result{}, time.Hour)); !errors.Is(err, ErrInvalidID) {
 				t.Errorf("Complete(%q) err = %v, want ErrInvalidID", bad, err)
 			}
 		}
@@ -704,7 +705,7 @@ func TestRedisDown(t *testing.T) {
 			"Claim": func() error { _, err := e.s.Claim(ctx, claimReq(id, "tok2")); return err },
 			"Renew": func() error { _, err := e.s.Renew(ctx, id, "tok", time.Second); return err },
 			"Complete": func() error {
-				_, err := e.s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+				_, err := e.s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 				return err
 			},
 			"Release":     func() error { _, err := e.s.Release(ctx, id, "tok", time.Hour); return err },
@@ -795,5 +796,43 @@ func TestRecordsExpire(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		t.Fatal("record never expired")
+	})
+}
+
+// completion is the CompleteRequest of a claim on id with token.
+func completion(id, token string, res Result, ttl time.Duration) CompleteRequest {
+	return CompleteRequest{Claim: ClaimRequest{ID: id, Token: token}, Result: res, TTL: ttl}
+}
+
+// TestCompleteWritesLostRecord: a result whose claim is gone (a failover
+// lost it, or it expired) is written anew, completed, with the claim's
+// identity; a record that carries another token is never overwritten.
+func TestCompleteWritesLostRecord(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		id := "cafe01"
+		req := claimReq(id, "tok-A")
+		started := time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
+		ok, err := e.s.Complete(ctx, CompleteRequest{Claim: req, StartedAt: started, Result: sampleResult(), TTL: time.Hour})
+		mustOK(t, "Complete of a lost claim", ok, err)
+		r, err := e.s.Get(ctx, id)
+		if err != nil || r == nil {
+			t.Fatalf("Get: %v %v", r, err)
+		}
+		if r.State != StateCompleted || r.Route != req.Route || r.Operation != req.Operation ||
+			r.Fingerprint != req.Fingerprint || r.FingerprintRule != req.FingerprintRule ||
+			r.Attempts != 1 || r.Executions != 1 || !r.StartedAt.Equal(started) ||
+			r.Status != sampleResult().Status || !bytes.Equal(r.Body, sampleResult().Body) {
+			t.Fatalf("written record %+v", r)
+		}
+		checkTTL(t, e.s, id, time.Hour)
+		// A retry of the request now replays it.
+		res := mustClaim(t, e.s, claimReq(id, "tok-C"))
+		if res.Claimed || res.Record.State != StateCompleted || res.Record.Attempts != 2 {
+			t.Fatalf("claim after the rewrite: %+v %+v", res, res.Record)
+		}
+		// Another claimant's record is never overwritten.
+		ok, err = e.s.Complete(ctx, CompleteRequest{Claim: claimReq(id, "tok-B"), Result: Result{Status: 500}, TTL: time.Hour})
+		mustLose(t, "Complete under a foreign token", ok, err)
 	})
 }

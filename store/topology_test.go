@@ -32,7 +32,7 @@ func TestCluster(t *testing.T) {
 		if c := mustClaim(t, s, claimReq(id, "tok")); !c.Claimed {
 			t.Fatalf("claim %s: %+v", id, c)
 		}
-		ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+		ok, err := s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 		mustOK(t, "Complete", ok, err)
 		if r := mustClaim(t, s, claimReq(id, "tok2")).Record; r.State != StateCompleted || r.Status != 201 {
 			t.Fatalf("replay %s: %+v", id, r)
@@ -130,7 +130,7 @@ func TestSentinel(t *testing.T) {
 	ctx := context.Background()
 	id := newID(t)
 	mustClaim(t, s, claimReq(id, "tok"))
-	ok, err := s.Complete(ctx, id, "tok", sampleResult(), time.Hour)
+	ok, err := s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 	mustOK(t, "Complete", ok, err)
 	if n, err := master.Client(t).Exists(ctx, s.Key(id)).Result(); err != nil || n != 1 {
 		t.Fatalf("record not on the master: %d, %v", n, err)

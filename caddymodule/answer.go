@@ -1,0 +1,84 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/store"
+)
+
+// answer responds from an existing record: replay, conflict or mismatch.
+func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *keying.Input, fp string) error {
+	rec := g.rec
+	if !h.sameFingerprint(rec, method, g.rt, in, fp) {
+		g.outcome = outcomeMismatch
+		p := probKeyReused.with(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
+		p.RecordID = rec.ID
+		return h.problem(g, w, p)
+	}
+	switch rec.State {
+	case store.StateCompleted:
+		g.outcome = outcomeReplayed
+		g.status = rec.Status
+		return replay(w, rec)
+	case store.StateUnknown:
+		g.outcome = outcomeUnknown
+		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
+		p.RecordID = rec.ID
+		return h.problem(g, w, p)
+	default:
+		g.outcome = outcomeInFlight
+		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
+		// Redis's clock, not this gateway's: instances with skewed clocks
+		// give the same hint.
+		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
+			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
+		}
+		return h.problem(g, w, p)
+	}
+}
+
+// sameFingerprint compares the request with the record, under the
+// fingerprint rule that made the record: a reload that changed the rule
+// must not turn a genuine retry into a mismatch.
+func (h *Handler) sameFingerprint(rec *store.Record, method string, rt *route, in *keying.Input, fp string) bool {
+	if rec.FingerprintRule == rt.fpRule {
+		return rec.Fingerprint == fp
+	}
+	_, same := h.fingerprintUnder(rec, method, in)
+	return same
+}
+
+// fingerprintUnder computes the request's fingerprint under the rule that
+// made rec, and whether it equals the record's.
+func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.Input) (string, bool) {
+	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
+	if err != nil {
+		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("key_id", rec.ID), zap.Error(err))
+		return "", false
+	}
+	fp, err := keying.Fingerprint(method, rec.Operation, in, rule)
+	return fp, err == nil && fp == rec.Fingerprint
+}
+
+// replay writes a stored response: status, headers and body as they were,
+// plus Idempotent-Replayed.
+func replay(w http.ResponseWriter, rec *store.Record) error {
+	hdr := w.Header()
+	for name, values := range rec.Header {
+		hdr[name] = values
+	}
+	hdr.Set("Idempotent-Replayed", "true")
+	if rec.BodyOmitted {
+		hdr.Set("Idempotent-Body-Omitted", "true")
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	w.WriteHeader(rec.Status)
+	_, err := w.Write(rec.Body)
+	return err
+}
