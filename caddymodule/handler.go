@@ -10,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
@@ -44,7 +46,8 @@ type guarded struct {
 	rec     *store.Record
 	now     time.Time // the Redis clock at the claim: lease times compare with it
 	note    string
-	span    trace.Span // the request's span when Caddy's tracing is on
+	span    trace.Span      // the request's span when Caddy's tracing is on
+	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
 
 // ServeHTTP guards the request if a route matches it:
@@ -59,6 +62,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.enter()
 	defer h.leave()
 	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
+	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
 	buf, err := readBody(r, rt.MaxBody)
@@ -116,7 +120,7 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
 	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
-	if g.rt.OnStoreError == "fail_open" {
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
 		g.note = "forwarded unguarded: " + g.note
 		restoreBody(r, body)
 		return next.ServeHTTP(w, r)
@@ -141,10 +145,25 @@ func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
 	return p.write(w)
 }
 
-// decided writes the decision's log line, counts it, and sets it on the
-// request's span when tracing is on.
+// Placeholders that the decision sets for the handlers and logs after it
+// (access logs, `header`, `handle_errors`).
+const (
+	placeholderRoute    = "http.idempotency.route"
+	placeholderKeyID    = "http.idempotency.key_id"
+	placeholderOutcome  = "http.idempotency.outcome"
+	placeholderReplayed = "http.idempotency.replayed"
+)
+
+// decided writes the decision's log line, counts it, sets it on the
+// request's placeholders, and on the request's span when tracing is on.
 func (h *Handler) decided(g *guarded) {
 	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
+	if g.repl != nil {
+		g.repl.Set(placeholderRoute, g.rt.Name)
+		g.repl.Set(placeholderKeyID, g.id)
+		g.repl.Set(placeholderOutcome, g.outcome)
+		g.repl.Set(placeholderReplayed, g.outcome == outcomeReplayed)
+	}
 	if g.span.IsRecording() {
 		g.span.SetAttributes(
 			attribute.String("idempotency.route", g.rt.Name),

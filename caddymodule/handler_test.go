@@ -200,7 +200,7 @@ routes:
 }
 
 func TestClassify(t *testing.T) {
-	// "outcome{...}" fields: verdict, status, reason, cut off.
+	// "callResult{...}" fields: verdict, status, reason, cut off.
 	rt := &route{retry: map[int]bool{429: true, 503: true}}
 	dial := caddyhttp.Error(http.StatusBadGateway, reverseproxy.DialError{})
 	timeout := caddyhttp.Error(http.StatusGatewayTimeout, errors.New("net/http: timeout awaiting response headers"))
@@ -209,26 +209,26 @@ func TestClassify(t *testing.T) {
 		status   int
 		err      error
 		panicked any
-		want     outcome
+		want     callResult
 	}{
-		{"stored 201", 201, nil, nil, outcome{verdictComplete, 201, "", false}},
-		{"stored 400", 400, nil, nil, outcome{verdictComplete, 400, "", false}},
-		{"nothing written", 0, nil, nil, outcome{verdictComplete, 200, "", false}},
-		{"retry status 429", 429, nil, nil, outcome{verdictRelease, 429, "retry_status", false}},
-		{"retry status 503", 503, nil, nil, outcome{verdictRelease, 503, "retry_status", false}},
-		{"upstream 500", 500, nil, nil, outcome{verdictUnknown, 500, "upstream_5xx", false}},
-		{"upstream 502", 502, nil, nil, outcome{verdictUnknown, 502, "upstream_5xx", false}},
-		{"client closed", 499, nil, nil, outcome{verdictUnknown, 499, "client_closed", true}},
-		{"switching protocols", 101, nil, nil, outcome{verdictRelease, 101, "switching_protocols", false}},
-		{"dial error: never sent", 0, dial, nil, outcome{verdictRelease, 502, "not_sent", false}},
-		{"no upstreams", 0, caddyhttp.Error(503, errors.New("no upstreams available")), nil, outcome{verdictRelease, 503, "not_sent", false}},
-		{"timeout after sending", 0, timeout, nil, outcome{verdictUnknown, 504, "upstream_error", true}},
-		{"aborted body", 200, nil, http.ErrAbortHandler, outcome{verdictUnknown, 200, "response_aborted", true}},
-		{"error after the status", 200, caddyhttp.Error(502, errors.New("reading body: unexpected EOF")), nil, outcome{verdictUnknown, 502, "upstream_error", true}},
-		{"panic before the status", 0, nil, http.ErrAbortHandler, outcome{verdictUnknown, 0, "response_aborted", true}},
+		{"stored 201", 201, nil, nil, callResult{verdictComplete, 201, "", false}},
+		{"stored 400", 400, nil, nil, callResult{verdictComplete, 400, "", false}},
+		{"nothing written", 0, nil, nil, callResult{verdictComplete, 200, "", false}},
+		{"retry status 429", 429, nil, nil, callResult{verdictRelease, 429, "retry_status", false}},
+		{"retry status 503", 503, nil, nil, callResult{verdictRelease, 503, "retry_status", false}},
+		{"upstream 500", 500, nil, nil, callResult{verdictUnknown, 500, "upstream_5xx", false}},
+		{"upstream 502", 502, nil, nil, callResult{verdictUnknown, 502, "upstream_5xx", false}},
+		{"client closed", 499, nil, nil, callResult{verdictUnknown, 499, "client_closed", true}},
+		{"switching protocols", 101, nil, nil, callResult{verdictRelease, 101, "switching_protocols", false}},
+		{"dial error: never sent", 0, dial, nil, callResult{verdictRelease, 502, "not_sent", false}},
+		{"no upstreams", 0, caddyhttp.Error(503, errors.New("no upstreams available")), nil, callResult{verdictRelease, 503, "not_sent", false}},
+		{"timeout after sending", 0, timeout, nil, callResult{verdictUnknown, 504, "upstream_error", true}},
+		{"aborted body", 200, nil, http.ErrAbortHandler, callResult{verdictUnknown, 200, "response_aborted", true}},
+		{"error after the status", 200, caddyhttp.Error(502, errors.New("reading body: unexpected EOF")), nil, callResult{verdictUnknown, 502, "upstream_error", true}},
+		{"panic before the status", 0, nil, http.ErrAbortHandler, callResult{verdictUnknown, 0, "response_aborted", true}},
 	}
 	short := &capture{status: 200, declared: 1000, size: 500}
-	if got, want := classify(rt, short, nil, nil), (outcome{verdictUnknown, 200, "response_cut_off", true}); got != want {
+	if got, want := classify(rt, short, nil, nil), (callResult{verdictUnknown, 200, "response_cut_off", true}); got != want {
 		t.Errorf("a body shorter than its Content-Length: classify = %+v, want %+v", got, want)
 	}
 	for _, tc := range cases {
@@ -413,7 +413,7 @@ routes:
 		}
 		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.key_id"]) != 32 ||
 			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {
-			t.Errorf("span %d attributes = %v, want outcome %s", i, attrs, want)
+			t.Errorf("span %d attributes = %v, want callResult %s", i, attrs, want)
 		}
 	}
 }

@@ -2,7 +2,12 @@ package caddymodule
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // TestRequestTargetIsIdentity: the same key sent for another object of a
@@ -135,5 +140,32 @@ func TestNormalisePath(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { normalisePath("/crm/deals") }); n != 0 {
 		t.Errorf("a normal path allocates %v times", n)
+	}
+}
+
+// TestDecisionPlaceholders: the decision is visible to the handlers and
+// logs after the gateway as {http.idempotency.*} placeholders.
+func TestDecisionPlaceholders(t *testing.T) {
+	h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { methods: [POST], path: /crm/deals }
+    key: ["{header.Idempotency-Key}"]
+`, testStores[0].cfg(t))
+	up := &counting{}
+	for i, want := range []struct{ outcome, replayed string }{{"executed", "false"}, {"replayed", "true"}} {
+		req := httptest.NewRequest("POST", "/crm/deals", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k")
+		w := httptest.NewRecorder()
+		repl := caddy.NewReplacer()
+		req = caddyhttp.PrepareRequest(req, repl, w, &caddyhttp.Server{})
+		if err := h.ServeHTTP(w, req, caddyhttp.HandlerFunc(up.next)); err != nil {
+			t.Fatal(err)
+		}
+		got := repl.ReplaceAll("{http.idempotency.route} {http.idempotency.outcome} {http.idempotency.replayed} {http.idempotency.key_id}", "-")
+		parts := strings.Fields(got)
+		if len(parts) != 4 || parts[0] != "deals" || parts[1] != want.outcome || parts[2] != want.replayed || len(parts[3]) != 32 {
+			t.Errorf("request %d: placeholders %q, want deals %s %s <key id>", i, got, want.outcome, want.replayed)
+		}
 	}
 }

@@ -34,8 +34,8 @@ const (
 	verdictUnknown
 )
 
-// outcome classifies one upstream call.
-type outcome struct {
+// callResult classifies one upstream call: what it means for its claim.
+type callResult struct {
 	verdict verdict
 	status  int    // the status the client got (or the handler error's)
 	reason  string // why a claim is released or held
@@ -48,32 +48,32 @@ type outcome struct {
 }
 
 // classify tells a stored result from "never sent" from "sent, no answer".
-func classify(rt *route, cw *capture, err error, panicked any) outcome {
+func classify(rt *route, cw *capture, err error, panicked any) callResult {
 	switch {
 	case panicked != nil:
 		// reverse_proxy aborts with http.ErrAbortHandler when the upstream's
 		// body breaks after the status went out.
-		return outcome{verdictUnknown, cw.status, "response_aborted", true}
+		return callResult{verdictUnknown, cw.status, "response_aborted", true}
 	case err != nil:
 		if cw.status == 0 && neverSent(err) {
-			return outcome{verdictRelease, errorStatus(err), "not_sent", false}
+			return callResult{verdictRelease, errorStatus(err), "not_sent", false}
 		}
-		return outcome{verdictUnknown, errorStatus(err), "upstream_error", true}
+		return callResult{verdictUnknown, errorStatus(err), "upstream_error", true}
 	case cw.short():
-		return outcome{verdictUnknown, cw.status, "response_cut_off", true}
+		return callResult{verdictUnknown, cw.status, "response_cut_off", true}
 	case cw.status == 0:
 		// Nothing written: the server answers 200 with an empty body.
-		return outcome{verdictComplete, http.StatusOK, "", false}
+		return callResult{verdictComplete, http.StatusOK, "", false}
 	case cw.status == http.StatusSwitchingProtocols:
-		return outcome{verdictRelease, cw.status, "switching_protocols", false}
+		return callResult{verdictRelease, cw.status, "switching_protocols", false}
 	case cw.status == 499:
-		return outcome{verdictUnknown, cw.status, "client_closed", true}
+		return callResult{verdictUnknown, cw.status, "client_closed", true}
 	case rt.retry[cw.status]:
-		return outcome{verdictRelease, cw.status, "retry_status", false}
+		return callResult{verdictRelease, cw.status, "retry_status", false}
 	case cw.status >= 500:
-		return outcome{verdictUnknown, cw.status, "upstream_5xx", false}
+		return callResult{verdictUnknown, cw.status, "upstream_5xx", false}
 	default:
-		return outcome{verdictComplete, cw.status, "", false}
+		return callResult{verdictComplete, cw.status, "", false}
 	}
 }
 
@@ -110,7 +110,7 @@ func completing(c *store.Claim, res store.Result) recording {
 
 // recordingFor decides what the outcome leaves on the record, by the
 // route's policy for unknown outcomes.
-func recordingFor(rt *route, c *store.Claim, cw *capture, out outcome) recording {
+func recordingFor(rt *route, c *store.Claim, cw *capture, out callResult) recording {
 	v := out.verdict
 	if v == verdictUnknown {
 		switch rt.OnUnknownOutcome {
@@ -141,7 +141,7 @@ func recordingFor(rt *route, c *store.Claim, cw *capture, out outcome) recording
 // fails now (a stall, a failover) is tried again in the background, under
 // the same token, until the claim's lease would have run out. A result
 // whose claim a failover lost is written anew (see store.CompleteRequest).
-func (h *Handler) settle(g *guarded, c *store.Claim, out outcome, cw *capture) {
+func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture) {
 	g.outcome = outcomeExecuted
 	g.status = out.status
 	rec := recordingFor(g.rt, c, cw, out)
@@ -220,7 +220,7 @@ func (h *Handler) claimLost(route, id, op string) {
 }
 
 // storedResult is what a completed call leaves for replays.
-func storedResult(rt *route, cw *capture, out outcome) store.Result {
+func storedResult(rt *route, cw *capture, out callResult) store.Result {
 	res := store.Result{
 		Status: out.status,
 		Header: cw.header, // already storable (see capture.WriteHeader)
