@@ -35,6 +35,13 @@ type Engine interface {
 	OperatorRelease(ctx context.Context, id string, act Action, ttl time.Duration) (*Record, error)
 	OperatorComplete(ctx context.Context, id string, res Result, act Action, ttl time.Duration) (*Record, error)
 
+	// BeginCheck takes a held record's check lease and EndCheck records
+	// the check and applies its verdict under it (see Store.BeginCheck and
+	// Store.EndCheck): one check at a time per record, a verdict only
+	// while the record is still held under the claim it was made for.
+	BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error)
+	EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error)
+
 	// Secret returns the deployment secret kept in the store, creating a
 	// random one atomically the first time, so every gateway that shares
 	// the store derives the same record ids.

@@ -60,6 +60,19 @@ type Record struct {
 	Reason string
 	// Audit lists the operator actions taken on the record, oldest first.
 	Audit []AuditEntry
+
+	// Verification (see BeginCheck). Check is the lookup the claim kept
+	// (zero when its route has none); Checks are the last MaxCheckEntries
+	// checks, oldest first, and CheckCount the checks made under the
+	// current claim; NextCheck is when the next scheduled check is due
+	// (zero: none); NotFoundStreak counts "not applied" answers in a row;
+	// a check is running until CheckLeaseUntil.
+	Check           Check
+	Checks          []CheckEntry
+	CheckCount      int64
+	NextCheck       time.Time
+	NotFoundStreak  int64
+	CheckLeaseUntil time.Time
 }
 
 func stateFromStored(s string) State {
@@ -150,6 +163,9 @@ func decodeRecord(id string, v []any) (*Record, error) {
 	}
 	if bd := str(v[iBody]); bd != "" {
 		r.Body = []byte(bd)
+	}
+	if err := decodeChecks(r, v); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -28,6 +28,16 @@ const (
 	fDigest          = "dg"    // hex SHA-256 of the full body
 	fExternalID      = "eid"   // external object id
 	fReason          = "rsn"   // why the outcome is unknown
+	// Verification (see check.go); absent on routes without verify.
+	fCheck           = "chk" // the resolved check: "METHOD URL"
+	fCheckAfter      = "cha" // ms from a hold to the first scheduled check
+	fChecks          = "chl" // the last checks: "at status verdict" lines, oldest first
+	fCheckCount      = "chc" // checks made under the current claim
+	fNextCheck       = "chn" // ms: when the next scheduled check is due
+	fNotFoundStreak  = "chs" // counted "not applied" answers in a row
+	fNotFoundAt      = "chf" // ms of the last counted "not applied" answer
+	fCheckToken      = "clt" // the running check's token (the check lease)
+	fCheckLeaseUntil = "clu" // ms: the check lease runs out
 )
 
 // Field positions in fields.
@@ -50,6 +60,15 @@ const (
 	iDigest
 	iExternalID
 	iReason
+	iCheck
+	iCheckAfter
+	iChecks
+	iCheckCount
+	iNextCheck
+	iNotFoundStreak
+	iNotFoundAt
+	iCheckToken
+	iCheckLeaseUntil
 	numFields
 )
 
@@ -57,6 +76,8 @@ var fields = [numFields]string{
 	fState, fToken, fRoute, fOperation, fFingerprint, fFingerprintRule,
 	fStartedAt, fCompletedAt, fLeaseUntil, fAttempts, fExecutions,
 	fStatus, fHeader, fBody, fBodyOmitted, fDigest, fExternalID, fReason,
+	fCheck, fCheckAfter, fChecks, fCheckCount, fNextCheck, fNotFoundStreak,
+	fNotFoundAt, fCheckToken, fCheckLeaseUntil,
 }
 
 // Stored state values. StateUnknown is stored in its short form.
@@ -114,6 +135,10 @@ var luaFields = "'" + strings.Join(fields[:], "', '") + "'"
 // luaResultFields are the fields of a result (cleared on release/reclaim).
 const luaResultFields = `'ca', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'`
 
+// luaCheckState are the verification fields of one claim (cleared when a
+// new claim takes the record over); the check log stays.
+const luaCheckState = `'chc', 'chn', 'chs', 'chf', 'clt', 'clu'`
+
 // luaReply ends the scripts that answer with a code and the record.
 var luaReply = `
 local r = redis.call('HMGET', KEYS[1], ` + luaFields + `)
@@ -133,7 +158,8 @@ return r
 // claimScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
 // rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release"),
-// 10 not after (Redis clock ms; 0 = no limit).
+// 10 not after (Redis clock ms; 0 = no limit), 11 the resolved check
+// ("METHOD URL", "" for none), 12 the check's after ms.
 // Reply: {code, now ms, <fields...>}, or {late code, now ms} when the claim
 // ran after ARGV[10]: its caller has given up on it, and a claim nobody
 // waits for would hold the key until its lease ran out; or {created code,
@@ -148,12 +174,15 @@ local key = KEYS[1]
 local tok = ARGV[2]
 local lease = tonumber(ARGV[7])
 local hold = tonumber(ARGV[8])
-local cur = redis.call('HMGET', key, 'st', 'tok', 'lu', 'fp', 'fpr')
+local cur = redis.call('HMGET', key, 'st', 'tok', 'lu', 'fp', 'fpr', 'cha')
 local st = cur[1]
 local code = ` + itoa(codeExisting) + `
 if not st then
   redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
     'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
+  if ARGV[11] ~= '' then
+    redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
+  end
   settle(false, 'in_flight', hold)
   return {` + itoa(codeCreated) + `, now}
 elseif st == 'in_flight' and cur[2] == tok then
@@ -164,10 +193,18 @@ else
   redis.call('HINCRBY', key, 'att', 1)
   if expired and ARGV[9] ~= 'release' then
     redis.call('HSET', key, 'st', 'unknown', 'rsn', 'lease_expired')
+    if cur[6] then
+      redis.call('HSET', key, 'chn', now + tonumber(cur[6]))
+    end
     settle(st, 'unknown', hold)
   elseif same and (expired or st == 'released') then
-    redis.call('HDEL', key, ` + luaResultFields + `)
+    redis.call('HDEL', key, ` + luaResultFields + `, ` + luaCheckState + `)
     redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'sa', now, 'lu', now + lease)
+    if ARGV[11] ~= '' then
+      redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
+    else
+      redis.call('HDEL', key, 'chk', 'cha')
+    end
     redis.call('HINCRBY', key, 'exe', 1)
     settle(st, 'in_flight', hold)
     code = ` + itoa(codeTakeOver) + `
@@ -218,11 +255,15 @@ return 1
 
 // markUnknownScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 reason, 4 hold ttl ms. Reply 1 when marked, else
-// 0. A completed record is never demoted.
+// 0. A completed record is never demoted. A record that carries a check
+// is due for its first scheduled check its after ms from now.
 var markUnknownScript = redis.NewScript(luaIndex + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'cha')
 if cur[2] ~= ARGV[2] or cur[1] == 'completed' then return 0 end
 redis.call('HSET', KEYS[1], 'st', 'unknown', 'rsn', ARGV[3])
+if cur[3] then
+  redis.call('HSET', KEYS[1], 'chn', now + tonumber(cur[3]))
+end
 settle(cur[1], 'unknown', tonumber(ARGV[4]))
 return 1
 `)
@@ -267,6 +308,7 @@ end
 var allScripts = []*redis.Script{
 	claimScript, renewScript, completeScript, releaseScript, markUnknownScript,
 	operatorReleaseScript, operatorCompleteScript,
+	beginCheckScript, endCheckScript,
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

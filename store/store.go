@@ -363,6 +363,10 @@ type ClaimRequest struct {
 	// no result to store) turns it into outcome_unknown with reason
 	// lease_expired; "release" lets this request take it over.
 	OnExpired string
+	// Check is the lookup that verifies the outcome if it turns out
+	// unknown (see BeginCheck), kept on the record by a claim that creates
+	// or takes it over; zero for a route without verification.
+	Check Check
 }
 
 // ClaimResult is the outcome of Claim.
@@ -421,6 +425,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	default:
 		return ClaimResult{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
 	}
+	if err := req.Check.Validate(); err != nil {
+		return ClaimResult{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	var (
@@ -435,7 +442,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		var err error
 		v, err = s.run(ctx, "claim", req.ID, claimScript, s.recordKeys(req.ID),
 			req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
-			ms(lease), ms(hold), onExpired, s.notAfter(ctx, sent)).Slice()
+			ms(lease), ms(hold), onExpired, s.notAfter(ctx, sent), req.Check.stored(), ms(req.Check.After)).Slice()
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -491,6 +498,7 @@ func createdRecord(req ClaimRequest, now time.Time, lease time.Duration) *Record
 		LeaseUntil:      now.Add(time.Duration(msCeil(lease)) * time.Millisecond),
 		Attempts:        1,
 		Executions:      1,
+		Check:           req.Check.normalized(),
 	}
 }
 

@@ -1,0 +1,320 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Verification: a record held as outcome unknown on a route that says how
+// to look the operation up by its key (the route's verify rule) is checked
+// by the gateways, one check at a time, before an operator is needed. The
+// claim keeps the resolved check on the record (ClaimRequest.Check), so any
+// gateway can run it later without the request. A check is fenced twice:
+// by the check lease (BeginCheck), so no two checks of one record run at
+// once, and by the claim token the record was held under, so a verdict
+// never lands on a record that an operator or a late real result resolved
+// meanwhile (EndCheck).
+
+// Check verdicts: what one check found.
+const (
+	// VerdictApplied: the lookup found the operation's result.
+	VerdictApplied = "applied"
+	// VerdictNotApplied: the lookup answered that the operation did not
+	// take effect.
+	VerdictNotApplied = "not_applied"
+	// VerdictInconclusive: the lookup answered something else (another
+	// status, a body that is not JSON, one too large).
+	VerdictInconclusive = "inconclusive"
+	// VerdictError: the lookup gave no answer (connection refused, a
+	// timeout, a check URL that does not resolve).
+	VerdictError = "error"
+)
+
+// Reasons of records that a check resolved.
+const (
+	// ReasonVerified: completed with the lookup's answer.
+	ReasonVerified = "verified"
+	// ReasonVerifiedNotApplied: released after NotFoundChecks "not
+	// applied" answers; the next retry executes.
+	ReasonVerifiedNotApplied = "verified_not_applied"
+)
+
+// MaxCheckEntries is how many checks a record keeps, the newest.
+const MaxCheckEntries = 20
+
+// Check is a resolved lookup: the request that asks the upstream whether
+// the operation took effect. It carries no headers (those come from the
+// route's config when the check runs, and may be secret).
+type Check struct {
+	Method string
+	URL    string
+	// After is how long after the record is held the first scheduled
+	// check is due.
+	After time.Duration
+}
+
+// IsZero reports whether c is no check.
+func (c Check) IsZero() bool { return c.URL == "" }
+
+// Validate checks a claim's check as every engine must: none, or a
+// method that is an HTTP token, a URL without white space or control
+// characters (at most 4096 bytes), and an After that is not negative.
+func (c Check) Validate() error {
+	if c.IsZero() {
+		if c.Method != "" {
+			return fmt.Errorf("%w: check: a method without a URL", ErrInvalidArgument)
+		}
+		return nil
+	}
+	switch {
+	case !isToken(c.Method):
+		return fmt.Errorf("%w: check: method %q is not an HTTP method", ErrInvalidArgument, c.Method)
+	case len(c.URL) > 4096 || strings.ContainsFunc(c.URL, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fmt.Errorf("%w: check: the URL is longer than 4096 bytes or has white space or control characters", ErrInvalidArgument)
+	case c.After < 0:
+		return fmt.Errorf("%w: check: negative after", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// stored is the check's stored form, "METHOD URL" ("" for none).
+func (c Check) stored() string {
+	if c.IsZero() {
+		return ""
+	}
+	return c.Method + " " + c.URL
+}
+
+// normalized is c as a record gives it back: After in whole milliseconds.
+func (c Check) normalized() Check {
+	if c.IsZero() {
+		return Check{}
+	}
+	c.After = time.Duration(msCeil(c.After)) * time.Millisecond
+	return c
+}
+
+// CheckEntry is one check kept on a record.
+type CheckEntry struct {
+	At      time.Time // the store's clock when the check ended
+	Status  int       // the lookup's HTTP status; 0 when it gave none
+	Verdict string    // one of the Verdict constants
+}
+
+// CheckOutcome ends a check: EndCheck records it and applies its verdict.
+type CheckOutcome struct {
+	// ID is the record; ClaimToken the token it was held under and
+	// CheckToken the check lease's, as given to BeginCheck.
+	ID, ClaimToken, CheckToken string
+	// Entry is what the check found (At is set by the store).
+	Entry CheckEntry
+	// Result is what a retry replays when the verdict is applied: the
+	// lookup's status (or the route's replay_status), body and
+	// Content-Type, and the external id it found.
+	Result Result
+	// NotFoundChecks is how many counted "not applied" answers in a row
+	// release the record (at least 1).
+	NotFoundChecks int
+	// Every is the least time between two counted "not applied" answers:
+	// one that comes sooner after the last counted one is recorded but
+	// does not count.
+	Every time.Duration
+	// Next is how long until the next scheduled check; 0 when none is
+	// scheduled (its attempts are used up).
+	Next time.Duration
+	// TTL is how long a completed or released record lives (default 24h).
+	TTL time.Duration
+}
+
+// Token is the claim's fencing token: a check of the record the claim
+// leaves held is made under it.
+func (c *Claim) Token() string { return c.req.Token }
+
+// BeginCheck takes the check lease of record id for lease (the store's
+// clock): the right to run one check and end it with EndCheck under
+// checkToken. It succeeds only while the record is outcome_unknown under
+// claimToken and no other check holds a live lease; with due, also only
+// once the next scheduled check's time has come (scheduled checks ask so;
+// a retry's and an operator's check do not). A BeginCheck retried with the
+// same checkToken while its lease lives succeeds again. It returns the
+// record as the script left it (nil when it does not exist) and whether
+// the lease is the caller's.
+func (s *Store) BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error) {
+	switch {
+	case !validID(id):
+		return nil, false, ErrInvalidID
+	case claimToken == "" || checkToken == "":
+		return nil, false, fmt.Errorf("%w: a check needs the claim token and a check token", ErrInvalidArgument)
+	case lease <= 0:
+		return nil, false, fmt.Errorf("%w: the check lease must be positive", ErrInvalidArgument)
+	}
+	dueArg := "0"
+	if due {
+		dueArg = "1"
+	}
+	return s.checkScript(ctx, "begin check", beginCheckScript, s.recordKeys(id)[:1], id,
+		claimToken, checkToken, ms(lease), dueArg)
+}
+
+// EndCheck records a check under its lease and applies its verdict in the
+// same atomic step, while the record is still outcome_unknown under the
+// claim token and the check token is the lease's (else it changes nothing
+// and returns false with the current record):
+//
+//   - applied: completed with o.Result (CompletedAt now, Reason
+//     "verified", the check token as the record's token, so the held
+//     claim's late finisher can no longer overwrite it), lifetime o.TTL;
+//   - not applied: the streak of counted "not applied" answers grows by
+//     one, when it is the first or comes at least o.Every after the last
+//     counted one; once it reaches o.NotFoundChecks the record is
+//     released (Reason "verified_not_applied", the check token as its
+//     token, lifetime o.TTL) and the next claim executes;
+//   - anything else, or a streak still short: the record stays held, the
+//     streak kept, the next check due o.Next from now (none when 0).
+//
+// The entry is kept (the last MaxCheckEntries), CheckCount grows and the
+// lease ends. The record is returned as the script left it.
+func (s *Store) EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error) {
+	if err := o.check(); err != nil {
+		return nil, false, err
+	}
+	ttl := orDefault(o.TTL, DefaultTTL)
+	res := o.Result
+	if o.Entry.Verdict == VerdictApplied && res.Digest == "" {
+		sum := sha256.Sum256(res.Body)
+		res.Digest = hex.EncodeToString(sum[:])
+	}
+	return s.checkScript(ctx, "end check", endCheckScript, s.recordKeys(o.ID), o.ID,
+		o.ClaimToken, o.CheckToken, strconv.Itoa(o.Entry.Status), o.Entry.Verdict,
+		strconv.Itoa(o.NotFoundChecks), ms(o.Every), ms(o.Next), ms(ttl),
+		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, res.Digest, res.ExternalID)
+}
+
+// check validates an outcome as every engine must.
+func (o CheckOutcome) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: check outcome: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !validID(o.ID):
+		return ErrInvalidID
+	case o.ClaimToken == "" || o.CheckToken == "":
+		return bad("no claim or check token")
+	case !validVerdict(o.Entry.Verdict):
+		return bad("verdict %q is not one of applied, not_applied, inconclusive, error", o.Entry.Verdict)
+	case o.Entry.Status != 0 && (o.Entry.Status < 100 || o.Entry.Status > 599):
+		return bad("status %d is not an HTTP status", o.Entry.Status)
+	case o.NotFoundChecks < 1:
+		return bad("not found checks %d is below 1", o.NotFoundChecks)
+	case o.Every < 0 || o.Next < 0 || o.TTL < 0:
+		return bad("negative duration")
+	case o.Entry.Verdict == VerdictApplied && (o.Result.Status < 100 || o.Result.Status > 599):
+		return bad("result status %d is not an HTTP status", o.Result.Status)
+	}
+	return nil
+}
+
+// Validate checks an outcome's arguments as EndCheck does, for every
+// engine (ErrInvalidID, ErrInvalidArgument).
+func (o CheckOutcome) Validate() error { return o.check() }
+
+func validVerdict(v string) bool {
+	switch v {
+	case VerdictApplied, VerdictNotApplied, VerdictInconclusive, VerdictError:
+		return true
+	}
+	return false
+}
+
+// checkScript runs a check script (reply: code, now, fields) and returns
+// the record and whether the code is a success.
+func (s *Store) checkScript(ctx context.Context, op string, sc *redis.Script, keys []string, id string, args ...any) (*Record, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	v, err := s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	if len(v) != 2+numFields {
+		return nil, false, errShortReply
+	}
+	code, _ := v[0].(int64)
+	rec, err := decodeRecord(id, v[2:])
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, code != 0 && rec != nil, nil
+}
+
+// decodeChecks fills the verification fields of r from HMGET values.
+func decodeChecks(r *Record, v []any) error {
+	if c := str(v[iCheck]); c != "" {
+		method, url, _ := strings.Cut(c, " ")
+		r.Check = Check{Method: method, URL: url}
+		after, err := integer(v[iCheckAfter])
+		if err != nil {
+			return fieldErr(r.ID, fCheckAfter, err)
+		}
+		r.Check.After = time.Duration(after) * time.Millisecond
+	}
+	r.Checks = decodeCheckLog(str(v[iChecks]))
+	var err error
+	if r.CheckCount, err = integer(v[iCheckCount]); err != nil {
+		return fieldErr(r.ID, fCheckCount, err)
+	}
+	if r.NotFoundStreak, err = integer(v[iNotFoundStreak]); err != nil {
+		return fieldErr(r.ID, fNotFoundStreak, err)
+	}
+	if r.NextCheck, err = msTime(v[iNextCheck]); err != nil {
+		return fieldErr(r.ID, fNextCheck, err)
+	}
+	if r.CheckLeaseUntil, err = msTime(v[iCheckLeaseUntil]); err != nil {
+		return fieldErr(r.ID, fCheckLeaseUntil, err)
+	}
+	return nil
+}
+
+// decodeCheckLog reads the check log: "at status verdict" lines. A line
+// that does not read (never written by this package) is skipped rather
+// than making the record unreadable.
+func decodeCheckLog(s string) []CheckEntry {
+	if s == "" {
+		return nil
+	}
+	out := make([]CheckEntry, 0, strings.Count(s, "\n")+1)
+	for line := range strings.SplitSeq(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		at, err1 := strconv.ParseInt(f[0], 10, 64)
+		status, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil || !validVerdict(f[2]) {
+			continue
+		}
+		out = append(out, CheckEntry{At: time.UnixMilli(at), Status: status, Verdict: f[2]})
+	}
+	return out
+}
