@@ -240,17 +240,21 @@ func lint(n *yaml.Node, path string, c *ErrorList) {
 				continue
 			}
 			field := joinField(path, k.Value)
-			if lower := strings.ToLower(k.Value); lower != k.Value {
+			// The keys of a map field (verify.headers) are data, in any
+			// case; viper lowercases them all the same, so they must
+			// differ in more than case.
+			lower := strings.ToLower(k.Value)
+			if t := typeAt(path); lower != k.Value && (t == nil || t.Kind() != reflect.Map) {
 				*c = append(*c, &Error{Line: k.Line, Field: field,
 					Msg: "field names are lower case: write " + quote(lower)})
 				continue
 			}
-			if first, dup := seen[k.Value]; dup {
+			if first, dup := seen[lower]; dup {
 				*c = append(*c, &Error{Line: k.Line, Field: field,
 					Msg: "is set twice (first on line " + strconv.Itoa(first) + ")"})
 				continue
 			}
-			seen[k.Value] = k.Line
+			seen[lower] = k.Line
 			lint(v, field, c)
 		}
 	}
@@ -304,6 +308,9 @@ func typeAt(field string) reflect.Type {
 			return nil
 		}
 		t = f.Type
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
 	return t
 }

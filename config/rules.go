@@ -146,6 +146,9 @@ type Route struct {
 	// ExternalID is a JSON path (gjson syntax) into the upstream's JSON
 	// response; the value found there is recorded with the result.
 	ExternalID string `json:"external_id,omitempty" mapstructure:"external_id"`
+	// Verify, when set, says how to look the operation up by its key when
+	// its outcome is unknown, before an operator is needed (see Verify).
+	Verify *Verify `json:"verify,omitempty" mapstructure:"verify"`
 	// Policy holds the route's own policy fields, written inline beside
 	// the fields above (in YAML and in JSON alike).
 	Policy `mapstructure:",squash"`
@@ -185,6 +188,8 @@ type Resolved struct {
 	RetryStatuses    []int  // nil when retry_statuses is an explicit []
 	OnUnknownOutcome string // one of the OnUnknown constants
 	OnStoreError     string // one of the OnStoreError constants
+
+	Verify *VerifyRule // nil when the route has no verify rule
 }
 
 // Resolve validates the rules and returns the routes, in order, with every
@@ -227,6 +232,7 @@ func resolveRoute(rt *Route, def *Policy) (Resolved, error) {
 		ForwardKeyHeader: *firstPtr(rt.ForwardKeyHeader, def.ForwardKeyHeader, ptr(defaultForwardKeyHeader)),
 		OnUnknownOutcome: first(rt.OnUnknownOutcome, def.OnUnknownOutcome, defaultOnUnknownOutcome),
 		OnStoreError:     first(rt.OnStoreError, def.OnStoreError, defaultOnStoreError),
+		Verify:           resolveVerify(rt.Verify),
 	}
 
 	methods := rt.Match.Methods

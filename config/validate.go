@@ -40,6 +40,7 @@ func (r *Rules) check() ErrorList {
 	names := make(map[string]int, len(r.Routes))
 	for i := range r.Routes {
 		checkRoute(&c, i, &r.Routes[i], names)
+		checkVerify(&c, i, &r.Routes[i], &r.Defaults)
 	}
 	return c.list
 }

@@ -1,0 +1,187 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/keying"
+)
+
+const verifyRules = `routes:
+  - name: create_crm_deal
+    match: { path: /crm/deals }
+    key: ["{header.Idempotency-Key}", "{body.id}"]
+    verify:
+      url: "{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}"
+      headers: { Authorization: "Bearer {env.CRM_TOKEN}", X-Static: "demo" }
+      found: { status: [200], id: "0.id" }
+      replay_status: 201
+  - name: tuned
+    match: { path: /tuned }
+    key: ["{header.Idempotency-Key}"]
+    on_unknown_outcome: store
+    verify:
+      url: "https://crm.example/deals/by-key/{key_id}"
+      method: get
+      timeout: 500ms
+      found: { status: [200, 203], id: "id" }
+      not_found: { status: [404, 410] }
+      after: 100ms
+      every: 300ms
+      attempts: 0
+      not_found_checks: 3
+`
+
+func TestVerifyResolve(t *testing.T) {
+	r, err := Parse("r.yaml", []byte(verifyRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res[0].Verify
+	if v == nil {
+		t.Fatal("no verify rule")
+	}
+	u, _ := ParseURLTemplate("{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}")
+	want := &VerifyRule{
+		URL: u, Method: "GET",
+		Headers:        []VerifyHeader{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Static", "demo"}},
+		Timeout:        2 * time.Second, After: 2 * time.Second, Every: 10 * time.Second,
+		Attempts:       5, NotFoundChecks: 2,
+		FoundStatus:    []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
+		ReplayStatus:   201,
+	}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", v, want)
+	}
+	v = res[1].Verify
+	if v.Method != "GET" || v.Timeout != 500*time.Millisecond || v.After != 100*time.Millisecond ||
+		v.Every != 300*time.Millisecond || v.Attempts != 0 || v.NotFoundChecks != 3 ||
+		!reflect.DeepEqual(v.FoundStatus, []int{200, 203}) || !reflect.DeepEqual(v.NotFoundStatus, []int{404, 410}) ||
+		!v.Found(203) || v.Found(404) || !v.NotFound(410) || v.ReplayStatus != 0 {
+		t.Errorf("tuned: %+v", v)
+	}
+	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(); plain[0].Verify != nil {
+		t.Errorf("a route without verify resolved one: %+v", plain[0].Verify)
+	}
+
+	// JSON (Caddy's config) has the same schema.
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Rules
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&back); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	again, err := back.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again, res) {
+		t.Errorf("JSON round trip:\n got %+v\nwant %+v\njson %s", again[0].Verify, res[0].Verify, b)
+	}
+	if !strings.Contains(string(b), `"verify":{"url":"{env.CRM_URL}/crm/deals?source_key={key}\u0026event={body.id}"`) {
+		t.Errorf("JSON shape: %s", b)
+	}
+}
+
+func TestVerifyErrors(t *testing.T) {
+	head := "routes:\n  - name: r\n    match: { path: /r }\n    key: [\"{header.K}\"]\n"
+	for _, tt := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"no url and no found id", head + "    verify: { method: GET }\n", []string{
+			`r.yaml:5: routes[0].verify.url: is required, e.g. "{env.CRM_URL}/crm/deals?source_key={key}"`,
+			`r.yaml:5: routes[0].verify.found.id: is required: the JSON path of the external id in the lookup's answer, e.g. "0.id"`,
+		}},
+		{"release", head + "    on_unknown_outcome: release\n    verify:\n      url: http://crm/x?k={key}\n      found: { id: id }\n", []string{
+			`r.yaml:6: routes[0].verify: needs on_unknown_outcome hold or store (the route says release): under release nothing is held to verify`,
+		}},
+		{"release by default", "defaults: { on_unknown_outcome: release }\n" + head + "    verify:\n      url: http://crm/x?k={key}\n      found: { id: id }\n", []string{
+			`r.yaml:6: routes[0].verify: needs on_unknown_outcome hold or store (the route inherits release from defaults.on_unknown_outcome): under release nothing is held to verify`,
+		}},
+		{"bad fields", head + `    verify:
+      url: "ftp://crm/x?k={key}"
+      method: "G T"
+      headers: { Host: crm, X-A: "{header.Authorization}", X-B: "a{env.1X}" }
+      timeout: 2m
+      found: { status: [200, 700], id: id }
+      not_found: { status: [200] }
+      attempts: 101
+      not_found_checks: 0
+      replay_status: 100
+`, []string{
+			`r.yaml:6: routes[0].verify.url: "ftp://crm/x?k={key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`,
+			`r.yaml:7: routes[0].verify.method: "G T" is not an HTTP method`,
+			`r.yaml:8: routes[0].verify.headers.host: Host is set by the gateway itself and may not be configured`,
+			`r.yaml:8: routes[0].verify.headers.x-a: placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:8: routes[0].verify.headers.x-b: placeholder {env.1X}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:9: routes[0].verify.timeout: must be at most 1m0s, got 2m0s: a retry waits for its check`,
+			`r.yaml:10: routes[0].verify.found.status[1]: 700 is not an HTTP status (100 to 599)`,
+			`r.yaml:11: routes[0].verify.not_found.status[0]: 200 is also a found status: a found status with nothing at found.id already means not found`,
+			`r.yaml:12: routes[0].verify.attempts: must be from 0 to 100, got 101`,
+			`r.yaml:13: routes[0].verify.not_found_checks: must be from 1 to 20, got 0`,
+			`r.yaml:14: routes[0].verify.replay_status: 100 is not a final HTTP status (200 to 599)`,
+		}},
+		{"zero duration", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      after: 0s\n", []string{
+			`r.yaml:8: routes[0].verify.after: must be positive, got 0s (leave the field out to inherit the default)`,
+		}},
+		{"headers differ only in case", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      headers:\n        Authorization: a\n        authorization: b\n", []string{
+			`r.yaml:10: routes[0].verify.headers.authorization: is set twice (first on line 9)`,
+		}},
+		{"url placeholders", head + "    verify:\n      url: \"http://crm/{nope}\"\n      found: { id: id }\n", []string{
+			`r.yaml:6: routes[0].verify.url: "http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`,
+		}},
+		{"unknown field", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      evry: 1s\n", []string{
+			`r.yaml:8: routes[0].verify.evry: unknown field; did you mean every?`,
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("r.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("Parse succeeded")
+			}
+			if got := err.Error(); got != strings.Join(tt.want, "\n") {
+				t.Errorf("errors:\n got %s\nwant %s", strings.ReplaceAll(got, "\n", "\n     "), strings.Join(tt.want, "\n     "))
+			}
+		})
+	}
+}
+
+func TestURLTemplateResolve(t *testing.T) {
+	u, err := ParseURLTemplate("{env.CRM_URL}/crm/deals/{body.deal.id}?source_key={key}&id={key_id}&q={query.q}&h={header.X-Tenant}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := keying.NewInput("POST", map[string][]string{"X-Tenant": {"acme corp"}}, "q=a%26b", []byte(`{"deal":{"id":"x/../y?"}}`))
+	got, ok, err := u.Resolve("evt 184&x=1", "0123abcd", in)
+	want := "{env.CRM_URL}/crm/deals/x%2F..%2Fy%3F?source_key=evt%20184%26x%3D1&id=0123abcd&q=a%26b&h=acme%20corp"
+	if err != nil || !ok || got != want {
+		t.Fatalf("Resolve = %q, %v, %v\nwant %q", got, ok, err, want)
+	}
+	t.Setenv("CRM_URL", "http://127.0.0.1:9001")
+	if e := ExpandEnv(got); e != "http://127.0.0.1:9001"+want[len("{env.CRM_URL}"):] {
+		t.Errorf("ExpandEnv = %q", e)
+	}
+	if _, ok, err := u.Resolve("k", "id", keying.NewInput("POST", nil, "", []byte(`{}`))); ok || err != nil {
+		t.Errorf("an empty placeholder: ok %v, err %v; want not ok", ok, err)
+	}
+	if _, _, err := u.Resolve("k", "id", keying.NewInput("POST", nil, "", []byte(`{`))); err == nil {
+		t.Error("a body placeholder on a body that is not JSON: no error")
+	}
+	t.Setenv("CRM_TOKEN", "s3cr3t")
+	if e := ExpandEnv("Bearer {env.CRM_TOKEN} {env.UNSET_VARIABLE_X}{not.env} {env.bad-name}"); e != "Bearer s3cr3t {not.env} {env.bad-name}" {
+		t.Errorf("ExpandEnv = %q", e)
+	}
+}
