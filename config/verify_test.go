@@ -52,11 +52,11 @@ func TestVerifyResolve(t *testing.T) {
 	u, _ := ParseURLTemplate("{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}")
 	want := &VerifyRule{
 		URL: u, Method: "GET",
-		Headers:        []VerifyHeader{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Static", "demo"}},
-		Timeout:        2 * time.Second, After: 2 * time.Second, Every: 10 * time.Second,
-		Attempts:       5, NotFoundChecks: 2,
-		FoundStatus:    []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
-		ReplayStatus:   201,
+		Headers: []VerifyHeader{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Static", "demo"}},
+		Timeout: 2 * time.Second, After: 2 * time.Second, Every: 10 * time.Second,
+		Attempts: 5, NotFoundChecks: 2,
+		FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
+		ReplayStatus: 201,
 	}
 	if !reflect.DeepEqual(v, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", v, want)
