@@ -107,10 +107,20 @@ func TestFleetStoredSecret(t *testing.T) {
 	}
 	var rec adminRecord
 	adminJSON(t, c, "GET", "/idempotency/records/"+cid, "", &rec)
+	// The same secret written literally: the same ids as through the
+	// placeholder, so the fourth gateway replays the third's result.
+	d := startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: behaviourRules,
+		extra: "secret " + mine})
+	if r := send(t, "POST", d.url+"/deals", body, "Idempotency-Key", key, "Authorization", auth); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("delivery on the gateway with the literal secret: %d replayed=%q", r.status, r.header.Get("Idempotent-Replayed"))
+	}
+	if n := up.count("/deals"); n != 2 {
+		t.Fatalf("upstream executions = %d, want 2 (one per secret)", n)
+	}
 
 	// Nothing shows a secret or the credential.
 	var answers []string
-	for _, gw := range []*gateway{a, b, c} {
+	for _, gw := range []*gateway{a, b, c, d} {
 		_, list := adminDo(t, gw, "GET", "/idempotency/records", "")
 		_, one := adminDo(t, gw, "GET", "/idempotency/records/"+id, "")
 		answers = append(answers, string(list), string(one), gw.logs.String())
