@@ -3,6 +3,7 @@ package keying
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/net/http/httpguts"
 	"net/textproto"
 	"strings"
 )
@@ -128,23 +129,16 @@ func parsePlaceholder(body string) (part, error) {
 		return part{}, fmt.Errorf("empty name after %q", srcName+".")
 	}
 	if src == srcHeader {
-		for i := 0; i < len(name); i++ {
-			if !isTokenChar(name[i]) {
-				return part{}, fmt.Errorf("header name %q has invalid byte 0x%02x", name, name[i])
+		if !httpguts.ValidHeaderFieldName(name) {
+			for i := 0; i < len(name); i++ {
+				if !httpguts.IsTokenRune(rune(name[i])) {
+					return part{}, fmt.Errorf("header name %q has invalid byte 0x%02x", name, name[i])
+				}
 			}
 		}
 		name = textproto.CanonicalMIMEHeaderKey(name)
 	}
 	return part{src: src, text: name}, nil
-}
-
-// isTokenChar reports whether c is an RFC 9110 tchar.
-func isTokenChar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // MustParseTemplate is like ParseTemplate but panics on error. It is meant
