@@ -3,9 +3,10 @@ package keying
 import (
 	"errors"
 	"fmt"
-	"golang.org/x/net/http/httpguts"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // source is where a placeholder takes its value from.
