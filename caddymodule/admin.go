@@ -61,7 +61,9 @@ const (
 // time in a registry that the handlers fill when they are provisioned and
 // empty when they are cleaned up. Responses never carry request data:
 // records hold no key, no scope input and no request body; the single
-// record view shows the stored response only.
+// record view shows the stored response only, its credential headers
+// redacted. The POST endpoints accept only application/json bodies (415
+// otherwise), so a cross-site form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
 	reg    *storeRegistry // nil: liveStores
@@ -122,9 +124,15 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		if err := allow(r, http.MethodPost); err != nil {
 			return err
 		}
+		if ok, err := requireJSON(w, r); !ok {
+			return err
+		}
 		return a.release(w, r, parts[0])
 	case len(parts) == 2 && parts[1] == "complete":
 		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		if ok, err := requireJSON(w, r); !ok {
 			return err
 		}
 		return a.complete(w, r, parts[0])
@@ -163,7 +171,8 @@ type recordSummary struct {
 }
 
 // recordView is one record in full: the summary plus the stored response's
-// headers and body ("body" when it is valid UTF-8, else "body_base64").
+// headers, credentials redacted (store.RedactHeader), and body ("body"
+// when it is valid UTF-8, else "body_base64").
 type recordView struct {
 	recordSummary
 	Headers    http.Header `json:"headers,omitempty"`
@@ -202,7 +211,7 @@ func summarize(rec *store.Record) recordSummary {
 }
 
 func view(rec *store.Record) recordView {
-	v := recordView{recordSummary: summarize(rec), Headers: rec.Header}
+	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header)}
 	switch {
 	case len(rec.Body) == 0:
 	case utf8.Valid(rec.Body):

@@ -90,26 +90,43 @@ func (u *adminUpstream) next(w http.ResponseWriter, r *http.Request) error {
 
 // adminDo runs one request through the module's routes the way Caddy's
 // admin endpoint does: the pattern must match, and a returned error must
-// be a caddy.APIError, whose status and message are returned.
+// be a caddy.APIError, whose status and message are returned. POSTs are
+// sent as application/json.
 func adminDo(t *testing.T, a *AdminAPI, method, target, body string) (int, []byte) {
+	t.Helper()
+	ct := ""
+	if method == http.MethodPost {
+		ct = "application/json"
+	}
+	code, _, b := adminSend(t, a, method, target, ct, body)
+	return code, b
+}
+
+// adminSend is adminDo with the request's Content-Type ("" for none); it
+// also returns the response's Content-Type.
+func adminSend(t *testing.T, a *AdminAPI, method, target, contentType, body string) (int, string, []byte) {
 	t.Helper()
 	routes := a.Routes()
 	if len(routes) != 1 || !strings.HasPrefix(target, routes[0].Pattern) {
 		t.Fatalf("routes %+v do not serve %s", routes, target)
 	}
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	w := httptest.NewRecorder()
 	if err := routes[0].Handler.ServeHTTP(w, req); err != nil {
 		var ae caddy.APIError
 		if !errors.As(err, &ae) || ae.HTTPStatus == 0 {
 			t.Fatalf("%s %s: error %v is not an APIError with a status", method, target, err)
 		}
-		return ae.HTTPStatus, []byte(ae.Error())
+		return ae.HTTPStatus, "application/json", []byte(ae.Error())
 	}
-	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+	ct := w.Header().Get("Content-Type")
+	if ct != "application/json" && !(ct == "application/problem+json" && w.Code >= 400) {
 		t.Errorf("%s %s: Content-Type %q", method, target, ct)
 	}
-	return w.Code, w.Body.Bytes()
+	return w.Code, ct, w.Body.Bytes()
 }
 
 // adminJSON is adminDo expecting 200, decoding the answer into v.
@@ -267,7 +284,7 @@ func TestAdminRecords(t *testing.T) {
 					t.Errorf("digest %v", v["digest"])
 				}
 				hdr, _ := v["headers"].(map[string]any)
-				if fmt.Sprint(hdr["Set-Cookie"]) != "[a=1 b=2]" || fmt.Sprint(hdr["Content-Type"]) != "[application/json]" {
+				if fmt.Sprint(hdr["Set-Cookie"]) != "[a=[redacted] b=[redacted]]" || fmt.Sprint(hdr["Content-Type"]) != "[application/json]" {
 					t.Errorf("headers %v", v["headers"])
 				}
 
@@ -642,5 +659,98 @@ func TestAdminModule(t *testing.T) {
 	adminJSON(t, a, "GET", "/idempotency/records", "", &page)
 	if page.Records == nil || len(page.Records) != 0 || page.NextCursor != "" {
 		t.Errorf("empty registry: %+v", page)
+	}
+}
+
+// TestAdminPostNeedsJSON: the resolving endpoints accept only
+// application/json, so a page on another site cannot release or complete
+// records through an operator's browser (a cross-site form POSTs
+// text/plain, urlencoded or multipart; a no-cors fetch may send no
+// Content-Type at all). The refusal is a 415 problem, before the record
+// is touched.
+func TestAdminPostNeedsJSON(t *testing.T) {
+	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	a := newAdmin(h)
+	up := newAdminUpstream()
+	serve(h, up.next, "POST", "/held", `{"n":1}`, "Idempotency-Key", "csrf-1")
+	id := heldID(t, h, up, "csrf-1")
+	for _, target := range []string{"/idempotency/records/" + id + "/release", "/idempotency/records/" + id + "/complete"} {
+		for _, ct := range []string{"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+			"multipart/form-data; boundary=x", "", "application/jsonp", "text/json", "application/json-patch+json", "application/json;;"} {
+			code, rct, b := adminSend(t, a, "POST", target, ct, `{"status":200}`)
+			var p problem
+			if code != http.StatusUnsupportedMediaType || rct != "application/problem+json" || json.Unmarshal(b, &p) != nil ||
+				p.Status != 415 || !strings.HasSuffix(p.Type, "#admin-json-only") || !strings.Contains(p.Detail, "application/json") {
+				t.Errorf("POST %s as %q: %d %s %s, want 415 problem+json", target, ct, code, rct, b)
+			}
+		}
+	}
+	var rec recordView
+	adminJSON(t, a, "GET", "/idempotency/records/"+id, "", &rec)
+	if rec.State != store.StateUnknown {
+		t.Fatalf("after the refused POSTs the record is %s, want still outcome_unknown", rec.State)
+	}
+	// application/json with parameters, in any case, is fine.
+	code, _, b := adminSend(t, a, "POST", "/idempotency/records/"+id+"/release", "Application/JSON; charset=utf-8", "")
+	if code != http.StatusOK || json.Unmarshal(b, &rec) != nil || rec.State != store.StateReleased {
+		t.Fatalf("release as application/json: %d %s", code, b)
+	}
+	// A wrong method is still a 405, whatever the Content-Type.
+	if code, _, b := adminSend(t, a, "GET", "/idempotency/records/"+id+"/release", "text/plain", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET release: %d %s", code, b)
+	}
+}
+
+// TestAdminRedactsCredentials: the record view (and the answers of
+// release and complete, which show the record) redacts credentials in the
+// stored response's headers; replays still send them.
+func TestAdminRedactsCredentials(t *testing.T) {
+	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	a := newAdmin(h)
+	const cookie = "sid=s3cr3t-session; Path=/; HttpOnly"
+	next := func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/deals/D-1")
+		w.Header().Add("Set-Cookie", cookie)
+		w.Header().Add("Set-Cookie", "theme=dark")
+		w.Header().Set("X-Api-Key", "ak-s3cr3t")
+		w.Header().Set("X-Auth-Token", "tok-s3cr3t")
+		w.Header().Set("Authorization", "Bearer s3cr3t")
+		w.WriteHeader(http.StatusCreated)
+		_, err := w.Write([]byte(`{"id":"D-1"}`))
+		return err
+	}
+	serve(h, next, "POST", "/deals", `{}`, "Idempotency-Key", "cookie-1")
+	id := onlyRecord(t, a, "deals")
+	code, raw := adminDo(t, a, "GET", "/idempotency/records/"+id, "")
+	if code != http.StatusOK || strings.Contains(string(raw), "s3cr3t") {
+		t.Fatalf("record view shows a credential: %d %s", code, raw)
+	}
+	var rec recordView
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	want := http.Header{
+		"Content-Type":  {"application/json"},
+		"Location":      {"/deals/D-1"},
+		"Set-Cookie":    {"sid=" + store.Redacted + "; Path=/; HttpOnly", "theme=" + store.Redacted},
+		"X-Api-Key":     {store.Redacted},
+		"X-Auth-Token":  {store.Redacted},
+		"Authorization": {store.Redacted},
+	}
+	if fmt.Sprint(rec.Headers) != fmt.Sprint(want) {
+		t.Errorf("headers\n got %v\nwant %v", rec.Headers, want)
+	}
+	// The replay is the upstream's answer, credentials included.
+	w := serve(h, next, "POST", "/deals", `{}`, "Idempotency-Key", "cookie-1")
+	if w.Header().Get("Idempotent-Replayed") != "true" || w.Header().Values("Set-Cookie")[0] != cookie || w.Header().Get("X-Api-Key") != "ak-s3cr3t" {
+		t.Errorf("replay: %v", w.Header())
+	}
+	// So are the answers of release and complete.
+	for _, call := range []struct{ path, body string }{{"release", ""}, {"complete", `{"status":201,"headers":{"Set-Cookie":"sid=op-s3cr3t"}}`}} {
+		code, raw := adminDo(t, a, "POST", "/idempotency/records/"+id+"/"+call.path, call.body)
+		if code != http.StatusOK || strings.Contains(string(raw), "s3cr3t") {
+			t.Errorf("%s answer: %d %s", call.path, code, raw)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -10,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/keying"
 )
 
 func init() {
@@ -39,6 +41,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    tls
 //	    tls_server_name <name>
 //	    tls_ca_file  <file>                 # PEM roots for Redis's certificate
+//	    secret       <secret>               # record ids are keyed with it (default: kept in the store)
 //	    key_prefix   <prefix>
 //	    pool_size    <n>
 //	    dial_timeout <duration>
@@ -118,6 +121,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				file = filepath.Join(filepath.Dir(d.File()), file)
 			}
 			h.Store.TLSCAFile = file
+		case "secret":
+			if !d.AllArgs(&h.Store.Secret) {
+				return d.ArgErr()
+			}
+			if !strings.Contains(h.Store.Secret, "{") && len(h.Store.Secret) < keying.MinSecretLen {
+				return d.Errf("secret: %d bytes, at least %d needed", len(h.Store.Secret), keying.MinSecretLen)
+			}
 		case "key_prefix":
 			if !d.AllArgs(&h.Store.KeyPrefix) {
 				return d.ArgErr()

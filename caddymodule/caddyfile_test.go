@@ -93,6 +93,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad wait_timeout", "idempotency {\n rules good.yaml\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
 		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n tls_ca_file\n}", "wrong argument count"},
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
+		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
+		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +105,9 @@ func TestCaddyfileErrors(t *testing.T) {
 			_, err := adapt(t, file)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows the secret: %v", err)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ routes:
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := keying.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), "k1")
+			id := older.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), "k1")
 			dead, err := older.store.Claim(context.Background(), store.ClaimRequest{
 				ID: id, Route: rt.Name, Operation: rt.Operation, Fingerprint: fp, FingerprintRule: rt.fpRule,
 				Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, OnExpired: "release",

@@ -103,7 +103,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
 	}
-	g.id = keying.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
+	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 
 	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if err != nil {

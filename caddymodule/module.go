@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -48,6 +49,7 @@ type Handler struct {
 	Store StoreConfig `json:"store,omitempty"`
 
 	routes   []*route
+	ids      *keying.IDKey // derives record ids under the deployment secret
 	store    *store.Store
 	storeKey string
 	adminReg uint64 // this handler's entry in liveStores
@@ -128,6 +130,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.use = new(storeUse)
 	h.store, h.storeKey, err = acquireStore(h.Store, h.logger)
 	if err != nil {
+		return fmt.Errorf("idempotency store: %w", err)
+	}
+	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.adminReg = liveStores.add(h.storeKey, h.store, h.routes)

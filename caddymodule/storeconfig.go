@@ -59,6 +59,14 @@ type StoreConfig struct {
 	// roots.
 	TLSCAFile string `json:"tls_ca_file,omitempty"`
 
+	// Secret is the deployment secret under which record ids are derived
+	// (HMAC-SHA-256 of operation, scope and key), at least 16 bytes.
+	// Placeholders such as `{env.IDEMGATE_SECRET}` or `{file.PATH}` are
+	// replaced when the config is loaded. It is never logged. Default: the
+	// secret kept in the store, created by the first gateway that uses it,
+	// so that every instance sharing the store derives the same ids.
+	Secret string `json:"secret,omitempty"`
+
 	// KeyPrefix is prepended to every Redis key. Default: `idemgate:`.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 

@@ -42,13 +42,14 @@ type adminRecord struct {
 }
 
 // adminDo calls the gateway's admin endpoint and returns status and body.
+// POSTs are sent as application/json, the only type the API accepts.
 func adminDo(t testing.TB, gw *gateway, method, path, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, gw.admin+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
+	if body != "" || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := client.Do(req)
@@ -551,5 +552,77 @@ routes:
 				}
 			}
 		})
+	}
+}
+
+// TestAdminCrossSiteAndRedaction runs against the real binary: a
+// cross-site form (text/plain or urlencoded) cannot release or complete a
+// record through an operator's browser (415 problem+json, the record stays
+// held), and the record view redacts the stored Set-Cookie values that
+// replays still send. (Caddy itself refuses requests whose Origin is not
+// the admin address, or that carry Sec-Fetch-Mode; these requests carry
+// neither, as an older browser's or another client's may not.)
+func TestAdminCrossSiteAndRedaction(t *testing.T) {
+	up := newUpstream(t)
+	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: adminRules})
+	if r := send(t, "POST", gw.url+"/status/500", []byte(`{}`), "Idempotency-Key", "xs-h1"); r.status != http.StatusInternalServerError {
+		t.Fatalf("held: %d %s", r.status, r.body)
+	}
+	id := adminHeldID(t, gw, "/status/500", "xs-h1")
+	for _, tc := range []struct{ path, contentType, body string }{
+		{"release", "text/plain", `{"x":"`},
+		{"release", "", ""},
+		{"complete", "application/x-www-form-urlencoded", `{"status":201}=`},
+		{"complete", "text/plain;charset=UTF-8", `{"status":201}`},
+	} {
+		req, err := http.NewRequest("POST", gw.admin+"/idempotency/records/"+id+"/"+tc.path, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.contentType != "" {
+			req.Header.Set("Content-Type", tc.contentType)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := response{status: resp.StatusCode, header: resp.Header, body: b}
+		if r.status != http.StatusUnsupportedMediaType {
+			t.Errorf("cross-site %s as %q: %d %s, want 415", tc.path, tc.contentType, r.status, b)
+			continue
+		}
+		if p := r.problem(t); !strings.HasSuffix(fmt.Sprint(p["type"]), "#admin-json-only") {
+			t.Errorf("cross-site %s: problem %s", tc.path, b)
+		}
+	}
+	var rec adminRecord
+	adminJSON(t, gw, "GET", "/idempotency/records/"+id, "", &rec)
+	if rec.State != "outcome_unknown" {
+		t.Fatalf("after the cross-site POSTs the record is %s, want outcome_unknown", rec.State)
+	}
+
+	first := send(t, "POST", gw.url+"/deals", []byte(`{}`), "Idempotency-Key", "xs-d1")
+	if first.status != http.StatusCreated || len(first.header.Values("Set-Cookie")) != 2 {
+		t.Fatalf("deal: %d %v", first.status, first.header)
+	}
+	code, raw := adminDo(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "deals").ID, "")
+	if code != http.StatusOK || strings.Contains(string(raw), "session=abc") || strings.Contains(string(raw), "deal=D-") {
+		t.Fatalf("the record view shows a stored cookie: %d %s", code, raw)
+	}
+	rec = adminRecord{}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Headers["Set-Cookie"]; !slices.Equal(got, []string{"session=[redacted]; Path=/", "deal=[redacted]; Path=/"}) {
+		t.Errorf("Set-Cookie in the record view: %q", got)
+	}
+	if rec.Headers["Location"][0] != "/deals/D-9021" {
+		t.Errorf("Location in the record view: %q", rec.Headers["Location"])
+	}
+	replay := send(t, "POST", gw.url+"/deals", []byte(`{}`), "Idempotency-Key", "xs-d1")
+	if replay.header.Get("Idempotent-Replayed") != "true" || !slices.Equal(replay.header.Values("Set-Cookie"), first.header.Values("Set-Cookie")) {
+		t.Errorf("replay: %v, want the stored cookies", replay.header)
 	}
 }

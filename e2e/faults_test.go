@@ -117,7 +117,7 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 		store:    "redis://" + srv.Addr,
 		upstream: up.addr,
 		rules:    faultRules,
-		extra:    "op_timeout 500ms",
+		extra:    withSecret("op_timeout 500ms"),
 		proxy:    s.proxy,
 	})
 	// A connection the client dialled but never used looks new to the
@@ -133,7 +133,7 @@ var faultScope = []keying.Template{keying.MustParseTemplate("{header.Authorizati
 // name is its operation).
 func faultKeyID(route, key string) string {
 	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return keying.KeyID(route, keying.ScopeHash(faultScope, in), key)
+	return e2eKeyID(route, keying.ScopeHash(faultScope, in), key)
 }
 
 // faultPost delivers one request; safe to call from any goroutine.

@@ -300,7 +300,7 @@ var rtScope = []keying.Template{keying.MustParseTemplate("{header.Authorization}
 
 func rtRecordID(route, key string) string {
 	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return keying.KeyID(route, keying.ScopeHash(rtScope, in), key)
+	return e2eKeyID(route, keying.ScopeHash(rtScope, in), key)
 }
 
 // rtConfig is the gateway's running config, as its admin API shows it.
@@ -384,7 +384,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 		store:    "redis://" + srv.Addr,
 		upstream: up.addr(),
 		rules:    rtRules(0, "1h", ""),
-		extra:    "op_timeout 2s",
+		extra:    withSecret("op_timeout 2s"),
 	})
 	t.Cleanup(rtClient.CloseIdleConnections)
 	rulesPath := filepath.Join(gw.dir, "routes.yaml")
@@ -629,7 +629,7 @@ func TestReloadUnderTrafficNewStore(t *testing.T) {
 		store:    "redis://" + srv.Addr,
 		upstream: up.addr(),
 		rules:    rtRules(0, "1h", ""),
-		extra:    "key_prefix rta:",
+		extra:    withSecret("key_prefix rta:"),
 	})
 	t.Cleanup(rtClient.CloseIdleConnections)
 

@@ -171,7 +171,7 @@ func (s *soakRun) newKey(r *rand.Rand, worker, n int) *soakKey {
 		changed: soakBody(name, amount+1, "changed"),
 	}
 	in := keying.NewInput(http.MethodPost, http.Header{"Authorization": {k.auth}}, "", k.payload)
-	k.id = keying.KeyID(p.route, keying.ScopeHash(soakScope, in), name)
+	k.id = e2eKeyID(p.route, keying.ScopeHash(soakScope, in), name)
 	s.mu.Lock()
 	s.keys = append(s.keys, k)
 	s.mu.Unlock()
@@ -694,7 +694,7 @@ func TestSoak(t *testing.T) {
 		},
 	}
 	for range 2 {
-		gw := startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: soakRules})
+		gw := startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: soakRules, extra: withSecret("")})
 		soakKeepLogs(t, gw)
 		run.gws = append(run.gws, gw)
 	}

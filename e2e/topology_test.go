@@ -81,7 +81,7 @@ func (u *topoUpstream) count(key string) int {
 func topoRecordID(key string) string {
 	in := keying.NewInput("POST", http.Header{}, "", nil)
 	scope := keying.ScopeHash([]keying.Template{keying.MustParseTemplate("{header.Authorization}")}, in)
-	return keying.KeyID("deals", scope, key)
+	return e2eKeyID("deals", scope, key)
 }
 
 // topoNoCrossSlot fails when the gateway ever logged a CROSSSLOT error.
@@ -184,7 +184,7 @@ func TestTopologyCluster(t *testing.T) {
 	for _, a := range cl.Addrs() {
 		addrs = append(addrs, "redis://"+a)
 	}
-	gw := startGateway(t, gatewayConfig{store: strings.Join(addrs, " "), extra: "cluster", upstream: up.addr(), rules: topoRules})
+	gw := startGateway(t, gatewayConfig{store: strings.Join(addrs, " "), extra: withSecret("cluster"), upstream: up.addr(), rules: topoRules})
 	const n = 24
 	topoFlow(t, gw, up, "cl", n)
 	for _, node := range cl.Nodes {
@@ -210,7 +210,7 @@ func TestTopologySentinel(t *testing.T) {
 	}
 	gw := startGateway(t, gatewayConfig{
 		store:    strings.Join(addrs, " "),
-		extra:    "master_name idem\n\t\twait_replicas 1\n\t\twait_timeout 500ms",
+		extra:    withSecret("master_name idem\n\t\twait_replicas 1\n\t\twait_timeout 500ms"),
 		upstream: up.addr(), rules: topoRules,
 	})
 	const n = 12
@@ -245,7 +245,7 @@ func TestTopologyTLSAuth(t *testing.T) {
 	gw := startGateway(t, gatewayConfig{
 		store: "rediss://" + srv.Addr,
 		extra: "username {env.TOPO_REDIS_USER}\n\t\tpassword {env.TOPO_REDIS_PASS}\n\t\t" +
-			"tls_ca_file " + srv.CAFile() + "\n\t\ttls_server_name " + redistest.TLSServerName,
+			withSecret("tls_ca_file "+srv.CAFile()+"\n\t\ttls_server_name "+redistest.TLSServerName),
 		upstream: up.addr(), rules: topoRules,
 	})
 	topoFlow(t, gw, up, "tls", 4)
@@ -304,9 +304,9 @@ func TestTopologySentinelFailover(t *testing.T) {
 	}
 	sentinelAddrs := strings.Join(addrs, " ")
 	gws := []*gateway{
-		startGateway(t, gatewayConfig{store: sentinelAddrs, extra: "master_name idem\n\t\top_timeout 1s",
+		startGateway(t, gatewayConfig{store: sentinelAddrs, extra: withSecret("master_name idem\n\t\top_timeout 1s"),
 			upstream: up.addr(), rules: topoRules}),
-		startGateway(t, gatewayConfig{store: sentinelAddrs, extra: "master_name idem\n\t\top_timeout 1s\n\t\twait_replicas 1\n\t\twait_timeout 100ms",
+		startGateway(t, gatewayConfig{store: sentinelAddrs, extra: withSecret("master_name idem\n\t\top_timeout 1s\n\t\twait_replicas 1\n\t\twait_timeout 100ms"),
 			upstream: up.addr(), rules: topoRules}),
 	}
 

@@ -91,6 +91,7 @@ func BenchmarkRequest1KB(b *testing.B) {
 	scope := []Template{MustParseTemplate("{header.Authorization}")}
 	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk_test_123"}}
 	body := benchBody(1 << 10)
+	ids := benchIDKey(b)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -102,7 +103,7 @@ func BenchmarkRequest1KB(b *testing.B) {
 		if err := ValidateKey(key); err != nil {
 			b.Fatal(err)
 		}
-		id := KeyID("create_crm_deal", ScopeHash(scope, in), key)
+		id := ids.KeyID("create_crm_deal", ScopeHash(scope, in), key)
 		fp, err := Fingerprint("POST", "create_crm_deal", in, specRule)
 		if err != nil {
 			b.Fatal(err)
@@ -140,10 +141,34 @@ func BenchmarkCanonicalizeDeep1MB(b *testing.B) {
 	}
 }
 
+func benchIDKey(b *testing.B) *IDKey {
+	k, err := NewIDKey([]byte("bench-deployment-secret-0123456789"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return k
+}
+
 func BenchmarkKeyID(b *testing.B) {
 	var scope [32]byte
+	ids := benchIDKey(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		sink = KeyID("create_crm_deal", scope, "8e03978e-40d5-43e8-bc93-6894a57f9324")
+		sink = ids.KeyID("create_crm_deal", scope, "8e03978e-40d5-43e8-bc93-6894a57f9324")
 	}
+}
+
+// BenchmarkKeyIDParallel is KeyID from every CPU at once, as the handler
+// calls it.
+func BenchmarkKeyIDParallel(b *testing.B) {
+	var scope [32]byte
+	ids := benchIDKey(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if len(ids.KeyID("create_crm_deal", scope, "8e03978e-40d5-43e8-bc93-6894a57f9324")) != 32 {
+				b.Fail()
+			}
+		}
+	})
 }

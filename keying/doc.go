@@ -49,14 +49,15 @@
 // # Keys
 //
 // [ValidateKey] accepts keys of 1 to 255 bytes of visible ASCII (0x21..0x7E).
-// Keys are never used raw in store key names: [KeyID] hashes the operation,
-// the scope hash and the key with SHA-256 into a 32-digit lowercase hex
-// record id,
+// Keys are never used raw in store key names: [IDKey.KeyID] derives a
+// 32-digit lowercase hex record id from the operation, the scope hash and
+// the key with HMAC-SHA-256 under the deployment secret ([NewIDKey]),
 //
-//	hex(SHA-256("idemgate-key-v1\x00" + operation + "\x00" + scope + "\x00" + key))[:32]
+//	hex(HMAC-SHA-256(secret, "idemgate-key-v2\x00" + operation + "\x00" + scope + "\x00" + key))[:32]
 //
 // which operators see in logs and the admin API, and the store puts in its
-// key names. The scope ([ScopeHash]) is the SHA-256 of the resolved scope
+// key names. Without the secret nobody can test a guessed key or scope
+// value (a Basic password in the Authorization header) against an id. The scope ([ScopeHash]) is the SHA-256 of the resolved scope
 // templates (by default the Authorization header), so equal keys sent by
 // different clients never meet; scope placeholders that do not resolve
 // count as "".

@@ -3,7 +3,6 @@ package keying
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,10 +112,7 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-const (
-	scopeDomain = "idemgate-scope-v1\x00"
-	keyDomain   = "idemgate-key-v1\x00"
-)
+const scopeDomain = "idemgate-scope-v1\x00"
 
 // ScopeHash resolves the scope templates (placeholders that do not resolve,
 // including body placeholders over a body that is not JSON, become "") and
@@ -132,21 +128,4 @@ func ScopeHash(scope []Template, in *Input) [32]byte {
 		buf = append(buf, v...)
 	}
 	return sha256.Sum256(buf)
-}
-
-// KeyID returns the record id of a key: the first 32 lowercase hex digits of
-// SHA-256("idemgate-key-v1\x00" + operation + "\x00" + scope[:] + "\x00" + key).
-// It is shown to operators and used in store key names instead of the key.
-func KeyID(operation string, scope [32]byte, key string) string {
-	var stack [384]byte
-	buf := append(stack[:0], keyDomain...)
-	buf = append(buf, operation...)
-	buf = append(buf, 0)
-	buf = append(buf, scope[:]...)
-	buf = append(buf, 0)
-	buf = append(buf, key...)
-	sum := sha256.Sum256(buf)
-	var out [32]byte
-	hex.Encode(out[:], sum[:16])
-	return string(out[:])
 }

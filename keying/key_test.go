@@ -2,7 +2,6 @@ package keying
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -270,38 +269,5 @@ func TestScopeHash(t *testing.T) {
 	want := sha256.Sum256([]byte("idemgate-scope-v1\x00\x00\x00\x00\x01\x00\x00\x00\x08Bearer a"))
 	if a != want {
 		t.Errorf("ScopeHash = %x, want %x", a, want)
-	}
-}
-
-func TestKeyID(t *testing.T) {
-	var scope [32]byte
-	for i := range scope {
-		scope[i] = byte(i)
-	}
-	sum := sha256.Sum256([]byte("idemgate-key-v1\x00create_crm_deal\x00" + string(scope[:]) + "\x00evt_184:create"))
-	want := hex.EncodeToString(sum[:])[:32]
-	got := KeyID("create_crm_deal", scope, "evt_184:create")
-	if got != want {
-		t.Fatalf("KeyID = %s, want %s", got, want)
-	}
-	if len(got) != 32 || strings.ToLower(got) != got {
-		t.Fatalf("KeyID %q is not 32 lowercase hex digits", got)
-	}
-	// Every input matters.
-	other := [32]byte{1}
-	for _, id := range []string{
-		KeyID("create_crm_deal2", scope, "evt_184:create"),
-		KeyID("create_crm_deal", other, "evt_184:create"),
-		KeyID("create_crm_deal", scope, "evt_184:create2"),
-	} {
-		if id == got {
-			t.Fatalf("KeyID ignores an input: %s", id)
-		}
-	}
-	// Long operations and keys do not break the stack buffer path.
-	long := strings.Repeat("x", 1000)
-	sum = sha256.Sum256([]byte("idemgate-key-v1\x00" + long + "\x00" + string(scope[:]) + "\x00" + long))
-	if got := KeyID(long, scope, long); got != hex.EncodeToString(sum[:16]) {
-		t.Fatalf("KeyID(long) = %s", got)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // source is where a placeholder takes its value from.
@@ -128,23 +130,16 @@ func parsePlaceholder(body string) (part, error) {
 		return part{}, fmt.Errorf("empty name after %q", srcName+".")
 	}
 	if src == srcHeader {
-		for i := 0; i < len(name); i++ {
-			if !isTokenChar(name[i]) {
-				return part{}, fmt.Errorf("header name %q has invalid byte 0x%02x", name, name[i])
+		if !httpguts.ValidHeaderFieldName(name) {
+			for i := 0; i < len(name); i++ {
+				if !httpguts.IsTokenRune(rune(name[i])) {
+					return part{}, fmt.Errorf("header name %q has invalid byte 0x%02x", name, name[i])
+				}
 			}
 		}
 		name = textproto.CanonicalMIMEHeaderKey(name)
 	}
 	return part{src: src, text: name}, nil
-}
-
-// isTokenChar reports whether c is an RFC 9110 tchar.
-func isTokenChar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // MustParseTemplate is like ParseTemplate but panics on error. It is meant

@@ -129,6 +129,8 @@ type Store struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 
+	secret secretCache // the deployment secret, once read (see Secret)
+
 	closeOnce sync.Once
 	closeErr  error
 	onClose   func()               // extra clean-up (the embedded server)
