@@ -55,6 +55,7 @@ const (
 //	GET  /idempotency/records/{id}
 //	POST /idempotency/records/{id}/release
 //	POST /idempotency/records/{id}/complete
+//	POST /idempotency/records/{id}/verify
 //
 // Caddy loads every admin.api module for its admin endpoint on each config
 // load, before the config's apps, so the module finds the stores at request
@@ -128,6 +129,14 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return a.release(w, r, parts[0])
+	case len(parts) == 2 && parts[1] == "verify":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		if ok, err := requireJSON(w, r); !ok {
+			return err
+		}
+		return a.verify(w, r, parts[0])
 	case len(parts) == 2 && parts[1] == "complete":
 		if err := allow(r, http.MethodPost); err != nil {
 			return err
@@ -178,6 +187,9 @@ type recordView struct {
 	Headers    http.Header `json:"headers,omitempty"`
 	Body       *string     `json:"body,omitempty"`
 	BodyBase64 string      `json:"body_base64,omitempty"`
+	// Verification lists the checks of the record's outcome and the next
+	// one, for a record whose route has a verify rule.
+	Verification *verificationView `json:"verification,omitempty"`
 }
 
 // recordList is the answer to a list request.
@@ -211,7 +223,7 @@ func summarize(rec *store.Record) recordSummary {
 }
 
 func view(rec *store.Record) recordView {
-	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header)}
+	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec)}
 	switch {
 	case len(rec.Body) == 0:
 	case utf8.Valid(rec.Body):

@@ -30,6 +30,7 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *k
 		g.outcome = outcomeUnknown
 		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
 		p.RecordID = rec.ID
+		withNextCheck(&p, rec, g.now)
 		return h.problem(g, w, p)
 	default:
 		g.outcome = outcomeInFlight

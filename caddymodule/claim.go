@@ -50,6 +50,7 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		Lease:           g.rt.LockLease,
 		HoldTTL:         g.rt.HoldTTL,
 		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
+		Check:           g.check,
 	}
 }
 

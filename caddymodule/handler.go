@@ -44,7 +44,8 @@ type guarded struct {
 	outcome string
 	status  int
 	rec     *store.Record
-	now     time.Time // the Redis clock at the claim: lease times compare with it
+	now     time.Time   // the Redis clock at the claim: lease times compare with it
+	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
 	span    trace.Span      // the request's span when Caddy's tracing is on
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
@@ -104,8 +105,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.reject(g, w, err)
 	}
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
+	g.check = h.resolveCheck(rt, key, g.id, in)
 
 	claim, err := h.claim(r.Context(), g, method, in, fp)
+	if err == nil && claim == nil {
+		// A held record on a verify route: ask the upstream first.
+		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
+	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, body, err)
 	}

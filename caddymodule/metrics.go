@@ -17,6 +17,8 @@ type metrics struct {
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
 	waitShort   *prometheus.CounterVec
+	// verifications counts checks of held records by route and verdict.
+	verifications *prometheus.CounterVec
 }
 
 var processMetrics = &metrics{
@@ -46,6 +48,11 @@ var processMetrics = &metrics{
 		Name:      "store_wait_short_total",
 		Help:      "Claims and completions that fewer replicas than wait_replicas acknowledged within wait_timeout, by op.",
 	}, []string{"op"}),
+	verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "verifications_total",
+		Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
+	}, []string{"route", "verdict"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -57,6 +64,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
+		processMetrics.verifications,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -135,6 +135,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
+	h.provisionVerify()
 	h.adminReg = liveStores.add(h.storeKey, h.store, h.routes)
 	return nil
 }

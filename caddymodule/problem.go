@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // problemBase is where the problem types are documented.
@@ -19,6 +20,8 @@ type problem struct {
 	Route    string   `json:"route,omitempty"`
 	RecordID string   `json:"record_id,omitempty"`
 	Tried    []string `json:"templates_tried,omitempty"`
+	// NextCheck is when a held record's outcome is checked next.
+	NextCheck *time.Time `json:"next_check,omitempty"`
 
 	retryAfter int // seconds; 0 = no Retry-After header
 }

@@ -147,6 +147,9 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 	rec := recordingFor(g.rt, c, cw, out)
 	if rec.op == "hold" {
 		g.note = "held: " + out.reason
+		if !g.check.IsZero() {
+			h.scheduleChecks(g.rt, c)
+		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	deadline := time.Now().Add(c.Lease())

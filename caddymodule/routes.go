@@ -18,6 +18,7 @@ type route struct {
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
+	handler   *Handler // the handler the route is in, for operator checks
 }
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {

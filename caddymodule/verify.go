@@ -1,0 +1,557 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tidwall/gjson"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/store"
+)
+
+// Verification: when a route has a verify rule, an outcome the gateway
+// cannot know (a 5xx, a timeout or reset after the request was sent, a
+// gateway that died mid-call) is not left for an operator blindly. The
+// claim keeps the check resolved from the request on the record (method
+// and URL; the headers come from the route's config when a check runs).
+// The gateway that saw the ambiguity schedules checks (after, then every,
+// up to attempts); a retry that finds the record held runs one check
+// first; an operator may run one at any time. Each check is fenced by the
+// store (BeginCheck, EndCheck): one at a time per record, and its verdict
+// lands only while the record is still held under the claim it was made
+// for.
+
+// Why a check ran, in logs.
+const (
+	checkScheduled = "schedule"
+	checkRetry     = "retry"
+	checkOperator  = "operator"
+)
+
+// checkClient makes the checks: its own connections, no cookies, and no
+// redirects (a 3xx is an answer like any other, and configured headers
+// never follow a redirect elsewhere).
+var checkClient = &http.Client{
+	Transport: http.DefaultTransport.(*http.Transport).Clone(),
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+}
+
+// provisionVerify lets the operator API reach this handler through its
+// routes, to run a check on an operator's word.
+func (h *Handler) provisionVerify() {
+	for _, rt := range h.routes {
+		rt.handler = h
+	}
+}
+
+// resolveCheck resolves the route's check from the request, for the claim
+// to keep on the record; zero when the route has none or a placeholder is
+// empty (a lookup for "" would find the wrong thing: such a record is held
+// for an operator as without verify).
+func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
+	v := rt.Verify
+	if v == nil {
+		return store.Check{}
+	}
+	u, ok, err := v.URL.Resolve(key, id, in)
+	if err != nil || !ok {
+		h.logger.Debug("verify: the check URL cannot be resolved from this request; an unknown outcome will be held for an operator",
+			zap.String("route", rt.Name), zap.String("key_id", id), zap.Bool("empty_placeholder", err == nil))
+		return store.Check{}
+	}
+	return store.Check{Method: v.Method, URL: u, After: v.After}
+}
+
+// checkLease is how long a check may hold its record's check lease: the
+// lookup's timeout and the store calls around it.
+func (h *Handler) checkLease(v *config.VerifyRule) time.Duration {
+	return v.Timeout + 2*h.opTimeout() + time.Second
+}
+
+// checkRun is one check's result.
+type checkRun struct {
+	rec     *store.Record // the record after the check (or as found when none ran)
+	ran     bool          // the check lease was ours and the check was recorded
+	verdict string        // what the check found (when ran)
+}
+
+// checkOnce runs one check of record id, held under claimToken, with the
+// route's verify rule: takes the check lease (only when due, if asked),
+// asks the upstream, and records the verdict. fallback is the check to
+// run when the record carries none. A store failure is an error; a
+// lookup failure is a verdict.
+func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Check, due bool, why string) (checkRun, error) {
+	v := rt.Verify
+	checkToken := store.NewToken()
+	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
+	began := time.Now()
+	rec, ok, err := h.store.BeginCheck(ctx, id, claimToken, checkToken, h.checkLease(v), due)
+	cancel()
+	h.metrics.observeStore("begin_check", began, err)
+	if err != nil || !ok {
+		return checkRun{rec: rec}, err
+	}
+	chk := rec.Check
+	if chk.IsZero() {
+		chk = fallback
+	}
+	started := time.Now()
+	entry, res, note := h.lookup(rt, chk)
+	next := time.Duration(0)
+	if rec.CheckCount+1 < int64(v.Attempts) {
+		next = v.Every
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), h.opTimeout())
+	began = time.Now()
+	after, ok, err := h.store.EndCheck(ctx, store.CheckOutcome{
+		ID: id, ClaimToken: claimToken, CheckToken: checkToken,
+		Entry: entry, Result: res,
+		NotFoundChecks: v.NotFoundChecks, Every: v.Every, Next: next, TTL: rt.TTL,
+	})
+	cancel()
+	h.metrics.observeStore("end_check", began, err)
+	h.metrics.verifications.WithLabelValues(rt.Name, entry.Verdict).Inc()
+	fields := []zap.Field{
+		zap.String("route", rt.Name), zap.String("key_id", id), zap.String("trigger", why),
+		zap.String("verdict", entry.Verdict), zap.Int("status", entry.Status),
+		zap.Duration("duration", time.Since(started)),
+	}
+	if note != "" {
+		fields = append(fields, zap.String("note", note))
+	}
+	switch {
+	case err != nil:
+		h.logger.Warn("verification check ran but recording it failed; the record stays held", append(fields, zap.Error(err))...)
+		return checkRun{rec: rec}, err
+	case !ok:
+		// An operator or a late real result resolved the record while the
+		// check ran, or the lease ran out and another check took over.
+		h.logger.Info("verification check came too late; the record was resolved meanwhile", fields...)
+		return checkRun{rec: after}, nil
+	}
+	result := "held"
+	switch after.State {
+	case store.StateCompleted:
+		result = "completed"
+	case store.StateReleased:
+		result = "released"
+	}
+	fields = append(fields, zap.String("record", result), zap.Int64("checks", after.CheckCount))
+	if !after.NextCheck.IsZero() {
+		fields = append(fields, zap.Time("next_check", after.NextCheck.UTC()))
+	}
+	h.logger.Info("verification check", fields...)
+	return checkRun{rec: after, ran: true, verdict: entry.Verdict}, nil
+}
+
+// lookup asks the upstream once, within the rule's timeout, and judges
+// the answer. note says why a check failed, without the URL (it holds
+// the key) or any header.
+func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Result, string) {
+	v := rt.Verify
+	fail := func(note string) (store.CheckEntry, store.Result, string) {
+		return store.CheckEntry{Verdict: store.VerdictError}, store.Result{}, note
+	}
+	if chk.IsZero() {
+		return fail("the record carries no check")
+	}
+	target := config.ExpandEnv(chk.URL)
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fail("the check URL is not an absolute http or https URL once {env.*} is filled in (is the variable set?)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), v.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, chk.Method, u.String(), nil)
+	if err != nil {
+		return fail("the check request cannot be made")
+	}
+	for _, hd := range v.Headers {
+		req.Header.Set(hd.Name, config.ExpandEnv(hd.Value))
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	resp, err := checkClient.Do(req)
+	if err != nil {
+		return fail(lookupError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, rt.MaxResponse+1))
+	entry := store.CheckEntry{Status: resp.StatusCode, Verdict: store.VerdictInconclusive}
+	switch {
+	case err != nil:
+		entry.Verdict = store.VerdictError
+		return entry, store.Result{}, "reading the answer: " + lookupError(err)
+	case int64(len(body)) > rt.MaxResponse:
+		return entry, store.Result{}, "the answer is larger than max_response"
+	case v.NotFound(resp.StatusCode):
+		entry.Verdict = store.VerdictNotApplied
+		return entry, store.Result{}, ""
+	case !v.Found(resp.StatusCode):
+		return entry, store.Result{}, ""
+	case tooDeep(body) || !gjson.ValidBytes(body):
+		return entry, store.Result{}, "the answer is not JSON"
+	}
+	found := gjson.GetBytes(body, v.FoundID)
+	if !found.Exists() || found.Type == gjson.Null || found.String() == "" {
+		entry.Verdict = store.VerdictNotApplied
+		return entry, store.Result{}, ""
+	}
+	if len(found.String()) > adminMaxExternalID {
+		return entry, store.Result{}, "the external id in the answer is too long"
+	}
+	entry.Verdict = store.VerdictApplied
+	res := store.Result{Status: resp.StatusCode, Body: body, ExternalID: found.String()}
+	if v.ReplayStatus != 0 {
+		res.Status = v.ReplayStatus
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		res.Header = http.Header{"Content-Type": {ct}}
+	}
+	return entry, res, ""
+}
+
+// lookupError describes a failed lookup without its URL.
+func lookupError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &op):
+		return op.Op + ": " + op.Err.Error()
+	}
+	return err.Error()
+}
+
+// tooDeep reports whether a JSON text nests deeper than keying.MaxDepth,
+// in one pass with constant stack, before anything recursive reads it.
+func tooDeep(b []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > keying.MaxDepth {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
+}
+
+// verifyHeld runs the inline check of a retry that found its record held
+// as outcome unknown on a route with a verify rule, within the rule's
+// timeout, and says what the retry does next: replay a verified result
+// (g.rec is completed), execute once (a released record was claimed
+// again: the claim), or answer 409 naming the next check (g.rec is held).
+// When another check of the record is running, it waits for that one
+// instead. A store failure leaves the record as found: the retry gets its
+// 409.
+func (h *Handler) verifyHeld(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	rec := g.rec
+	if rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+		return nil, nil
+	}
+	rt := g.rt
+	if other := h.routeNamed(rec.Route); other != nil && other.Verify != nil {
+		rt = other // the headers of the route that made the claim
+	}
+	run, err := h.checkOnce(rt, rec.ID, rec.Token, g.check, false, checkRetry)
+	if err != nil {
+		h.metrics.storeErrors.WithLabelValues(g.rt.Name, "check").Inc()
+		g.note = "verification check failed: " + err.Error()
+		return nil, nil
+	}
+	if !run.ran && run.rec != nil && run.rec.State == store.StateUnknown && run.rec.Token == rec.Token {
+		run.rec = h.awaitCheck(ctx, rt, run.rec)
+	}
+	if run.ran {
+		g.note = "verified: " + run.verdict
+	}
+	if run.rec == nil {
+		// Gone (it expired meanwhile): claim afresh.
+		return h.claim(ctx, g, method, in, fp)
+	}
+	g.rec = run.rec
+	if run.rec.State == store.StateReleased {
+		return h.claim(ctx, g, method, in, fp)
+	}
+	return nil, nil
+}
+
+// checkPoll is how often a retry looks at a record whose check another
+// request is running.
+const checkPoll = 50 * time.Millisecond
+
+// awaitCheck waits, within the rule's timeout, for the check another
+// request holds the lease of to end, polling the record; it returns the
+// record as last read.
+func (h *Handler) awaitCheck(ctx context.Context, rt *route, rec *store.Record) *store.Record {
+	if !rec.CheckLeaseUntil.After(time.Now().Add(-time.Second)) {
+		return rec
+	}
+	deadline := time.Now().Add(rt.Verify.Timeout + h.opTimeout())
+	t := time.NewTimer(checkPoll)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return rec
+		case <-t.C:
+		}
+		cur, err := h.store.Get(ctx, rec.ID)
+		if err != nil {
+			return rec
+		}
+		if cur == nil || cur.State != store.StateUnknown || cur.CheckLeaseUntil.IsZero() {
+			return cur
+		}
+		rec = cur
+		t.Reset(checkPoll)
+	}
+	return rec
+}
+
+// routeNamed returns this handler's route of that name, or nil.
+func (h *Handler) routeNamed(name string) *route {
+	for _, rt := range h.routes {
+		if rt.Name == name {
+			return rt
+		}
+	}
+	return nil
+}
+
+// scheduleChecks starts the checks of a record that claim c left held on
+// route rt: the first `after` the hold, then every `every`, until the
+// record is resolved or its attempts are used up. Only a timer waits for
+// a check; the handler keeps its store open until the schedule ends.
+func (h *Handler) scheduleChecks(rt *route, c *store.Claim) {
+	if rt.Verify == nil || rt.Verify.Attempts == 0 {
+		return
+	}
+	h.enter()
+	s := &checkSchedule{h: h, rt: rt, id: c.ID(), claimToken: c.Token()}
+	s.timer = time.AfterFunc(rt.Verify.After, s.run)
+}
+
+// checkSchedule is the scheduled checks of one held record.
+type checkSchedule struct {
+	h          *Handler
+	rt         *route
+	id         string
+	claimToken string
+	timer      *time.Timer
+	failures   int // store failures in a row
+}
+
+// run makes the scheduled check that is due (on the timer's goroutine)
+// and sets the timer for the next one, or ends the schedule.
+func (s *checkSchedule) run() {
+	v := s.rt.Verify
+	run, err := s.h.checkOnce(s.rt, s.id, s.claimToken, store.Check{}, true, checkScheduled)
+	var wait time.Duration
+	switch rec := run.rec; {
+	case err != nil:
+		// The store is unreachable: try again later, a few times.
+		if s.failures++; s.failures > v.Attempts {
+			s.h.logger.Warn("verification schedule gave up: the record store keeps failing; the record stays held",
+				zap.String("route", s.rt.Name), zap.String("key_id", s.id), zap.Error(err))
+			s.h.leave()
+			return
+		}
+		wait = v.Every
+	case rec == nil || rec.State != store.StateUnknown || rec.Token != s.claimToken,
+		rec.NextCheck.IsZero() || rec.CheckCount >= int64(v.Attempts):
+		// Resolved, or gone, or its scheduled checks are done.
+		s.h.leave()
+		return
+	default:
+		s.failures = 0
+		next := rec.NextCheck
+		if rec.CheckLeaseUntil.After(next) {
+			next = rec.CheckLeaseUntil // another check is running
+		}
+		// At least a little while: this gateway's clock may run ahead of
+		// the store's, which decides when a check is due.
+		wait = max(time.Until(next), v.Every/10, checkPoll)
+	}
+	s.timer.Reset(wait)
+}
+
+// withNextCheck tells a retry that got 409 for a held record when its
+// outcome is checked next, if it is.
+func withNextCheck(p *problem, rec *store.Record, now time.Time) {
+	if rec.NextCheck.IsZero() {
+		if len(rec.Checks) > 0 {
+			p.Detail += fmt.Sprintf("; %d verification checks could not settle it", rec.CheckCount)
+		}
+		return
+	}
+	next := rec.NextCheck.UTC()
+	p.NextCheck = &next
+	p.Detail += "; it is being verified with the upstream, next check at " + next.Format(time.RFC3339)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	p.retryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
+}
+
+// verifyNow runs one check of a held record on an operator's word, with
+// this handler's rule for the record's route.
+func (h *Handler) verifyNow(rt *route, rec *store.Record) (checkRun, error) {
+	h.enter()
+	defer h.leave()
+	return h.checkOnce(rt, rec.ID, rec.Token, store.Check{}, false, checkOperator)
+}
+
+// errNoVerify: the record's route has no verify rule in the running
+// config.
+var errNoVerify = errors.New("no verify rule")
+
+// operatorCheck runs POST /idempotency/records/{id}/verify's check on the
+// live handler of the record's route.
+func operatorCheck(s liveStore, rec *store.Record) (checkRun, error) {
+	rt := s.routes[rec.Route]
+	if rt == nil || rt.Verify == nil || rt.handler == nil {
+		return checkRun{}, errNoVerify
+	}
+	return rt.handler.verifyNow(rt, rec)
+}
+
+// verificationView is what the record view shows of a record's
+// verification: the check (its URL may hold the key, never a header),
+// the checks made, and the next one.
+type verificationView struct {
+	Method         string      `json:"method,omitempty"`
+	URL            string      `json:"url,omitempty"`
+	Checks         []checkView `json:"checks"`
+	CheckCount     int64       `json:"check_count"`
+	NextCheck      time.Time   `json:"next_check,omitzero"`
+	NotFoundStreak int64       `json:"not_found_streak,omitempty"`
+	Running        bool        `json:"running,omitempty"`
+}
+
+// checkView is one check on the record view.
+type checkView struct {
+	At      time.Time `json:"at"`
+	Status  int       `json:"status,omitempty"`
+	Verdict string    `json:"verdict"`
+}
+
+// verification is the record view's verification part; nil for a record
+// without a check.
+func verification(rec *store.Record) *verificationView {
+	if rec.Check.IsZero() && len(rec.Checks) == 0 {
+		return nil
+	}
+	v := &verificationView{
+		Method: rec.Check.Method, URL: rec.Check.URL,
+		Checks:     make([]checkView, 0, len(rec.Checks)),
+		CheckCount: rec.CheckCount, NotFoundStreak: rec.NotFoundStreak,
+	}
+	for _, c := range rec.Checks {
+		v.Checks = append(v.Checks, checkView{At: c.At.UTC(), Status: c.Status, Verdict: c.Verdict})
+	}
+	if rec.State == store.StateUnknown {
+		v.NextCheck = rec.NextCheck.UTC()
+		v.Running = rec.CheckLeaseUntil.After(time.Now())
+	}
+	return v
+}
+
+// verify answers POST /idempotency/records/{id}/verify: one check of a
+// held record, now, with the rule of the running config; the answer is
+// the record after it.
+func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) error {
+	req, err := readVerifyRequest(w, r)
+	if err != nil {
+		return err
+	}
+	found, s, err := a.find(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if found.State != store.StateUnknown {
+		return apiError(http.StatusConflict, "record %s is %s: only a record held as outcome unknown is verified", id, found.State)
+	}
+	if found.Check.IsZero() {
+		return apiError(http.StatusConflict, "record %s carries no check (it was held before its route had a verify rule): release or complete it", id)
+	}
+	run, err := operatorCheck(s, found)
+	switch {
+	case errors.Is(err, errNoVerify):
+		return apiError(http.StatusConflict, "route %s has no verify rule in the running config", found.Route)
+	case err != nil:
+		return storeError(err)
+	case run.rec == nil:
+		return apiError(http.StatusNotFound, "record %s not found", id)
+	case !run.ran && run.rec.State == store.StateUnknown && run.rec.Token == found.Token:
+		return apiError(http.StatusConflict, "a check of record %s is running; look again in a moment", id)
+	case !run.ran:
+		return apiError(http.StatusConflict, "record %s was resolved while the check ran (it is %s now); the check changed nothing", id, run.rec.State)
+	}
+	a.log().Info("record verified by an operator",
+		zap.String("route", found.Route), zap.String("key_id", id),
+		zap.String("verdict", run.verdict), zap.String("state", string(run.rec.State)),
+		zap.String("reason", req.Reason))
+	return writeJSON(w, view(run.rec))
+}
+
+// verifyRequest is the body of POST /idempotency/records/{id}/verify,
+// which may also be empty.
+type verifyRequest struct {
+	// Reason is the operator's own words, logged with the check.
+	Reason string `json:"reason"`
+}
+
+// readVerifyRequest reads an optional verify request: nothing, or one
+// JSON object without unknown fields.
+func readVerifyRequest(w http.ResponseWriter, r *http.Request) (verifyRequest, error) {
+	var req verifyRequest
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, adminMaxRequest))
+	if err != nil {
+		return req, apiError(http.StatusBadRequest, "request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return req, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, apiError(http.StatusBadRequest, "request body: %v", err)
+	}
+	if dec.More() {
+		return req, apiError(http.StatusBadRequest, "request body: more than one JSON value")
+	}
+	return req, nil
+}
