@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -35,7 +37,7 @@ func reasonText(rec *store.Record) string {
 	case "":
 		return ""
 	case "upstream_5xx":
-		return fmt.Sprintf("the upstream answered %d after it had the request", rec.Status)
+		return "the upstream answered with a server error (5xx) after it had the request"
 	case "upstream_error":
 		return "the call failed after the request was sent (timeout or connection reset)"
 	case "response_aborted":
@@ -110,12 +112,34 @@ func adviceFor(rec *store.Record, now time.Time) advice {
 		}
 		if rec.Executions > 1 {
 			a.Alarm = true
-			a.Next = fmt.Sprintf("The upstream was called %d times for this one operation. "+
-				"Expected only if an operator released it in between; otherwise check the upstream for duplicates.", rec.Executions)
+			a.Next = fmt.Sprintf("The upstream was called %d times for this one operation. Expected when the earlier "+
+				"calls were refused (a retry status such as 503) or released by an operator; otherwise check the upstream for duplicates.",
+				rec.Executions)
+			releases := int64(0)
+			for _, e := range rec.Audit {
+				if e.Action == store.AuditRelease {
+					releases++
+				}
+			}
+			if rec.Audit != nil && releases >= rec.Executions-1 {
+				// The trail explains every extra execution.
+				a.Alarm = false
+				a.Next = fmt.Sprintf("Nothing to do: the upstream was called %d times, each extra call after an operator's release (see the timeline).",
+					rec.Executions)
+			}
 		}
 		return a
 	}
 	return advice{Known: "State " + string(rec.State) + ".", Next: "No advice for this state."}
+}
+
+// sentence starts s with a capital letter.
+func sentence(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	if n == 0 {
+		return s
+	}
+	return string(unicode.ToUpper(r)) + s[n:]
 }
 
 func orDefault(s, def string) string {

@@ -219,7 +219,7 @@ func TestQueueOrderAndSummary(t *testing.T) {
 	mustContain(t, body,
 		"Signed in as <strong>alice</strong>",
 		"3 h 0 min", "5 min", // ages
-		"the call&#39;s lease ran out without a result", "the upstream answered 0 after it had the request",
+		"the call&#39;s lease ran out without a result", "the upstream answered with a server error (5xx) after it had the request",
 		"look it up there, then Complete", // the safe next step in words
 		`<span class="tag held">2</span>`, // held count of create_crm_deal
 	)
@@ -584,6 +584,31 @@ func TestSensitiveName(t *testing.T) {
 	} {
 		if got := sensitiveName(name); got != want {
 			t.Errorf("sensitiveName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestAdviceOnExecutions(t *testing.T) {
+	now := time.Now()
+	done := func(exe int64, audit ...store.AuditEntry) *store.Record {
+		return &store.Record{State: store.StateCompleted, Status: 201, Executions: exe, Attempts: 3, Audit: audit}
+	}
+	rel := store.AuditEntry{Action: store.AuditRelease, Actor: "alice"}
+	for _, tc := range []struct {
+		name  string
+		rec   *store.Record
+		alarm bool
+		next  string
+	}{
+		{"once", done(1), false, "Nothing to do."},
+		{"twice, trail not read (queue)", done(2), true, "called 2 times"},
+		{"twice, no release on the trail", done(2, store.AuditEntry{Action: store.AuditComplete}), true, "check the upstream for duplicates"},
+		{"twice after a release", done(2, rel), false, "each extra call after an operator's release"},
+		{"three times after one release", done(3, rel), true, "called 3 times"},
+	} {
+		a := adviceFor(tc.rec, now)
+		if a.Alarm != tc.alarm || !strings.Contains(a.Next, tc.next) {
+			t.Errorf("%s: alarm %v, next %q; want alarm %v and %q", tc.name, a.Alarm, a.Next, tc.alarm, tc.next)
 		}
 	}
 }

@@ -178,7 +178,10 @@ func listPage(r *http.Request, stores []caddymodule.LiveStore, states []store.St
 		}
 		inner = parts[2]
 	}
-	var recs []*store.Record
+	var (
+		recs []*store.Record
+		from []caddymodule.RecordStore // the store of each record
+	)
 	next := ""
 walk:
 	for ; si < len(states); si++ {
@@ -191,6 +194,9 @@ walk:
 			}
 			inner = ""
 			recs = append(recs, page.Records...)
+			for range page.Records {
+				from = append(from, stores[ti].Store)
+			}
 			if page.NextCursor != "" {
 				next = string(states[si]) + "." + stores[ti].Tag + "." + page.NextCursor
 				break walk
@@ -206,6 +212,24 @@ walk:
 			}
 		}
 		ti = 0
+	}
+	// Listings carry no audit trail. A record whose operation ran more
+	// than once is read in full (rare), so that the advice can tell
+	// operator releases from duplicates.
+	for i, rec := range recs {
+		if rec.State != store.StateCompleted || rec.Executions < 2 {
+			continue
+		}
+		full, err := from[i].Get(r.Context(), rec.ID)
+		if err != nil {
+			return nil, "", err
+		}
+		if full != nil && full.State == rec.State {
+			rec.Audit = full.Audit
+			if rec.Audit == nil {
+				rec.Audit = []store.AuditEntry{}
+			}
+		}
 	}
 	rank := func(st store.State) int { return slices.Index(queueStates, st) }
 	slices.SortStableFunc(recs, func(a, b *store.Record) int {

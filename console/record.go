@@ -103,17 +103,22 @@ func timeline(rec *store.Record, now time.Time) []event {
 	}
 	// Verification checks (SPEC "Verification") go here once routes can
 	// verify: each check's time, status and verdict, and the next one.
-	if !rec.CompletedAt.IsZero() {
+	// An operator's completion is its own event (the audit entry below).
+	byOperator := rec.Reason == "operator" && len(rec.Audit) > 0 && rec.Audit[len(rec.Audit)-1].Action == store.AuditComplete
+	if !rec.CompletedAt.IsZero() && !byOperator {
 		ev = append(ev, event{At: rec.CompletedAt, Kind: "done", Title: "Completed with status " + strconv.Itoa(rec.Status),
 			Detail: "Retries replay this answer."})
 	}
-	for _, a := range rec.Audit {
+	for i, a := range rec.Audit {
 		title := a.Action + " by " + a.Actor
 		switch a.Action {
 		case store.AuditRelease:
 			title = "Released by " + a.Actor
 		case store.AuditComplete:
 			title = "Completed by " + a.Actor
+			if byOperator && i == len(rec.Audit)-1 {
+				title += " with status " + strconv.Itoa(rec.Status)
+			}
 		}
 		detail := "No reason given."
 		if a.Reason != "" {
@@ -124,7 +129,7 @@ func timeline(rec *store.Record, now time.Time) []event {
 	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
 	if rec.State == store.StateUnknown {
 		ev = append(ev, event{Kind: "held", Title: "Held: outcome unknown",
-			Detail: orDefault(reasonText(rec), "The gateway could not tell the outcome") + "."})
+			Detail: sentence(orDefault(reasonText(rec), "the gateway could not tell the outcome")) + "."})
 	}
 	return ev
 }
