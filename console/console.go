@@ -7,7 +7,9 @@
 // authentication:
 //
 //	handle_path /ops/* {
-//	    basic_auth { alice $2a$14$... }
+//	    basic_auth {
+//	        alice $2a$14$...
+//	    }
 //	    idempotency_console
 //	}
 //
