@@ -63,7 +63,7 @@ func (f actionForm) result(rt config.Resolved, known bool) (store.Result, error)
 	var res store.Result
 	status, err := strconv.Atoi(f.Status)
 	if err != nil || status < 200 || status > 599 {
-		return res, fmt.Errorf("The status must be a final HTTP status, 200 to 599 (got %q).", f.Status)
+		return res, fmt.Errorf("the status must be a final HTTP status, 200 to 599 (got %q)", f.Status)
 	}
 	res.Status = status
 	res.Body = []byte(f.Body)
@@ -73,13 +73,13 @@ func (f actionForm) result(rt config.Resolved, known bool) (store.Result, error)
 	}
 	switch {
 	case int64(len(res.Body)) > limit:
-		return res, fmt.Errorf("The body is larger than the route's max_response (%d bytes).", limit)
+		return res, fmt.Errorf("the body is larger than the route's max_response (%d bytes)", limit)
 	case len(res.Body) > 0 && (status == http.StatusNoContent || status == http.StatusNotModified):
-		return res, fmt.Errorf("Status %d has no body: leave the body empty.", status)
+		return res, fmt.Errorf("status %d has no body: leave the body empty", status)
 	case len(f.ContentType) > maxContentType || strings.ContainsFunc(f.ContentType, isControl):
-		return res, errors.New("The content type is not a valid header value.")
+		return res, errors.New("the content type is not a valid header value")
 	case len(f.ExternalID) > maxExternalID || strings.ContainsFunc(f.ExternalID, isControl):
-		return res, fmt.Errorf("The external id must be at most %d characters, without control characters.", maxExternalID)
+		return res, fmt.Errorf("the external id must be at most %d characters, without control characters", maxExternalID)
 	}
 	if f.ContentType != "" && len(res.Body) > 0 {
 		res.Header = http.Header{"Content-Type": {f.ContentType}}
@@ -157,7 +157,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	if action == actionComplete {
 		var err error
 		if res, err = form.result(rt, known); err != nil {
-			refuse(http.StatusUnprocessableEntity, err.Error(), rec)
+			refuse(http.StatusUnprocessableEntity, sentence(err.Error())+".", rec)
 			return
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -72,13 +71,4 @@ func (c *Console) checkCSRF(token, actor string, now time.Time) error {
 		return errOldToken
 	}
 	return nil
-}
-
-// checkPost refuses a POST that the browser marks as cross-origin or that
-// carries no valid token for actor. The form must have been parsed.
-func (c *Console) checkPost(r *http.Request, actor string, now time.Time) error {
-	if err := c.origin.Check(r); err != nil {
-		return err
-	}
-	return c.checkCSRF(r.PostFormValue(csrfField), actor, now)
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
@@ -186,7 +188,7 @@ func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext,
 		p.renderError(w, http.StatusNotFound, "No such record", "No record store holds this record: it was never made, or it expired.")
 		return nil, ls, false
 	case err != nil:
-		c.logger.Error("console: reading a record: " + err.Error())
+		c.logger.Error("console: reading a record", zap.String("key_id", id), zap.Error(err))
 		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable", "The record store could not be read. Try again in a moment.")
 		return nil, ls, false
 	}
