@@ -350,6 +350,14 @@ func TestReleaseFromTheConsole(t *testing.T) {
 	}
 	page := f.do(req{method: "GET", path: "/records/" + id + "?done=release", user: "alice"}).Body.String()
 	mustContain(t, page, "Released by alice", "Reason: The CRM has no deal\nfor evt_184", "Released.", `<span class="tag released">Released</span>`)
+
+	// Whatever an operator types is shown as text.
+	f.do(req{method: "POST", path: "/records/" + id + "/release", user: "alice", form: url.Values{
+		"csrf_token": {f.token(id, "alice")}, "reason": {`<script>alert(1)</script>`},
+	}})
+	page = f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
+	mustContain(t, page, "Reason: &lt;script&gt;alert(1)&lt;/script&gt;")
+	mustNotContain(t, page, "<script>")
 }
 
 func TestCompleteFromTheConsole(t *testing.T) {
