@@ -151,6 +151,7 @@ func decodeRecord(id string, v []any) (*Record, error) {
 	if bd := str(v[iBody]); bd != "" {
 		r.Body = []byte(bd)
 	}
+	r.Audit = decodeAudit(str(v[iAudit]))
 	return r, nil
 }
 

@@ -64,6 +64,7 @@ func TestDecodeRecord(t *testing.T) {
 	full := []any{
 		"completed", "tok", "r", "op", "fp", "rule", "1700000000123", "1700000001456", "1700000030123",
 		"3", "2", "201", "Content-Type: a/b\r\n", "\x00body\xff", "0", "dg", "eid", "",
+		`{"at":1700000002000,"actor":"alice","action":"complete","reason":"seen in the CRM"}`,
 	}
 	r, err := decodeRecord("id1", full)
 	if err != nil {
@@ -74,6 +75,7 @@ func TestDecodeRecord(t *testing.T) {
 		FingerprintRule: "rule", StartedAt: time.UnixMilli(1700000000123), CompletedAt: time.UnixMilli(1700000001456),
 		LeaseUntil: time.UnixMilli(1700000030123), Attempts: 3, Executions: 2, Status: 201,
 		Header: http.Header{"Content-Type": {"a/b"}}, Body: []byte("\x00body\xff"), Digest: "dg", ExternalID: "eid",
+		Audit: []AuditEntry{{At: time.UnixMilli(1700000002000), Actor: "alice", Action: "complete", Reason: "seen in the CRM"}},
 	}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got  %+v\nwant %+v", r, want)
@@ -115,7 +117,7 @@ func TestLuaFieldListMatchesFields(t *testing.T) {
 			t.Fatalf("field %d has no name", i)
 		}
 	}
-	if want := "'st', 'tok', 'route', 'op', 'fp', 'fpr', 'sa', 'ca', 'lu', 'att', 'exe', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'"; luaFields != want {
+	if want := "'st', 'tok', 'route', 'op', 'fp', 'fpr', 'sa', 'ca', 'lu', 'att', 'exe', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn', 'aud'"; luaFields != want {
 		t.Fatalf("luaFields = %s", luaFields)
 	}
 }
