@@ -1,11 +1,13 @@
 // Package idemgate registers the Idemgate Caddy modules. Import it (or
 // build with `xcaddy build --with github.com/idemgate/idemgate`) to add
-// the http.handlers.idempotency handler and its Caddyfile directive to a
+// the http.handlers.idempotency handler, the operator console
+// http.handlers.idempotency_console and their Caddyfile directives to a
 // Caddy binary.
 package idemgate
 
 import (
-	// The handler, its Caddyfile directive and admin API register
-	// themselves when imported.
+	// The handler, its Caddyfile directive and admin API, and the
+	// operator console register themselves when imported.
 	_ "github.com/idemgate/idemgate/caddymodule"
+	_ "github.com/idemgate/idemgate/console"
 )

@@ -53,9 +53,13 @@ const (
 //
 //	GET  /idempotency/records?state=&route=&limit=&cursor=
 //	GET  /idempotency/records/{id}
-//	POST /idempotency/records/{id}/release
-//	POST /idempotency/records/{id}/complete
-//	POST /idempotency/records/{id}/verify
+//	POST /idempotency/records/{id}/release    {"reason": "..."} (or no body)
+//	POST /idempotency/records/{id}/complete   {"status": 201, ..., "reason": "..."}
+//
+// Resolutions are kept on the record as audit entries (actor "admin-api")
+// and logged.
+//
+//	POST /idempotency/records/{id}/verify     {"reason": "..."} (or no body)
 //
 // Caddy loads every admin.api module for its admin endpoint on each config
 // load, before the config's apps, so the module finds the stores at request
@@ -181,16 +185,30 @@ type recordSummary struct {
 
 // recordView is one record in full: the summary plus the stored response's
 // headers, credentials redacted (store.RedactHeader), and body ("body"
-// when it is valid UTF-8, else "body_base64").
+// when it is valid UTF-8, else "body_base64"), and the operator actions
+// taken on it.
 type recordView struct {
 	recordSummary
-	Headers    http.Header `json:"headers,omitempty"`
-	Body       *string     `json:"body,omitempty"`
-	BodyBase64 string      `json:"body_base64,omitempty"`
+	Headers    http.Header  `json:"headers,omitempty"`
+	Body       *string      `json:"body,omitempty"`
+	BodyBase64 string       `json:"body_base64,omitempty"`
+	Audit      []auditEntry `json:"audit,omitempty"`
 	// Verification lists the checks of the record's outcome and the next
 	// one, for a record whose route has a verify rule.
 	Verification *verificationView `json:"verification,omitempty"`
 }
+
+// auditEntry is one operator action on a record, oldest first.
+type auditEntry struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// adminActor is who the audit trail names for actions taken through the
+// admin API, which has no users of its own.
+const adminActor = "admin-api"
 
 // recordList is the answer to a list request.
 type recordList struct {
@@ -224,6 +242,9 @@ func summarize(rec *store.Record) recordSummary {
 
 func view(rec *store.Record) recordView {
 	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec)}
+	for _, a := range rec.Audit {
+		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
+	}
 	switch {
 	case len(rec.Body) == 0:
 	case utf8.Valid(rec.Body):
@@ -378,19 +399,48 @@ func (a *AdminAPI) get(w http.ResponseWriter, r *http.Request, id string) error 
 	return writeJSON(w, view(rec))
 }
 
+// releaseRequest is the body of POST /idempotency/records/{id}/release,
+// which may also be empty.
+type releaseRequest struct {
+	// Reason is kept on the record's audit trail.
+	Reason string `json:"reason"`
+}
+
+// decodeBody decodes r's JSON body into v: one JSON value, no unknown
+// fields. An empty body leaves v as it is when emptyOK.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, adminMaxRequest))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if emptyOK && err == io.EOF {
+			return nil
+		}
+		return apiError(http.StatusBadRequest, "request body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return apiError(http.StatusBadRequest, "request body: more than one JSON value")
+	}
+	return nil
+}
+
 // release answers POST /idempotency/records/{id}/release: the record turns
 // released and the next retry executes.
 func (a *AdminAPI) release(w http.ResponseWriter, r *http.Request, id string) error {
+	var req releaseRequest
+	if err := decodeBody(w, r, &req, true); err != nil {
+		return err
+	}
 	found, s, err := a.find(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	rec, err := s.store.OperatorRelease(r.Context(), id, s.ttl(found.Route))
+	act := store.Action{Actor: adminActor, Reason: req.Reason}
+	rec, err := s.store.OperatorRelease(r.Context(), id, act, s.ttl(found.Route))
 	if err != nil {
 		return storeError(err)
 	}
 	a.log().Info("record released by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id),
+		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(found.State)), zap.Int64("executions", rec.Executions))
 	return writeJSON(w, view(rec))
 }
@@ -403,6 +453,8 @@ type completeRequest struct {
 	Body       *string                 `json:"body"`
 	BodyBase64 *string                 `json:"body_base64"`
 	ExternalID *string                 `json:"external_id"`
+	// Reason is kept on the record's audit trail.
+	Reason string `json:"reason"`
 }
 
 // headerValues accepts a header's values as a JSON array of strings or as
@@ -512,13 +564,8 @@ func validHeaderValue(v string) bool {
 // replay.
 func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) error {
 	var req completeRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, adminMaxRequest))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return apiError(http.StatusBadRequest, "request body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return apiError(http.StatusBadRequest, "request body: more than one JSON value")
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
 	}
 	found, s, err := a.find(r.Context(), id)
 	if err != nil {
@@ -528,12 +575,13 @@ func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) e
 	if err != nil {
 		return apiError(http.StatusBadRequest, "%v", err)
 	}
-	rec, err := s.store.OperatorComplete(r.Context(), id, res, s.ttl(found.Route))
+	act := store.Action{Actor: adminActor, Reason: req.Reason}
+	rec, err := s.store.OperatorComplete(r.Context(), id, res, act, s.ttl(found.Route))
 	if err != nil {
 		return storeError(err)
 	}
 	a.log().Info("record completed by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id),
+		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(found.State)), zap.Int("status", res.Status))
 	return writeJSON(w, view(rec))
 }

@@ -305,9 +305,13 @@ func TestAdminRecords(t *testing.T) {
 			t.Run("release then the retry executes once more", func(t *testing.T) {
 				id := heldID(t, h, up, "h1")
 				var rec recordView
-				adminJSON(t, a, "POST", "/idempotency/records/"+id+"/release", "", &rec)
+				adminJSON(t, a, "POST", "/idempotency/records/"+id+"/release", `{"reason":"the CRM has no deal for it"}`, &rec)
 				if rec.ID != id || rec.State != store.StateReleased || rec.Executions != 1 {
 					t.Fatalf("released record: %+v", rec)
+				}
+				if len(rec.Audit) != 1 || rec.Audit[0].Actor != "admin-api" || rec.Audit[0].Action != "release" ||
+					rec.Audit[0].Reason != "the CRM has no deal for it" || rec.Audit[0].At.IsZero() {
+					t.Fatalf("audit after the release: %+v", rec.Audit)
 				}
 				before := up.count("/held")
 				if w := post("/held", "h1"); w.Code != http.StatusInternalServerError {
@@ -320,8 +324,13 @@ func TestAdminRecords(t *testing.T) {
 					t.Errorf("executions after the release = %d, want 1", n)
 				}
 				adminJSON(t, a, "GET", "/idempotency/records/"+id, "", &rec)
-				if rec.State != store.StateUnknown || rec.Executions != 2 {
-					t.Errorf("record after the retry: %+v, want outcome_unknown with 2 executions", rec)
+				if rec.State != store.StateUnknown || rec.Executions != 2 || len(rec.Audit) != 1 {
+					t.Errorf("record after the retry: %+v, want outcome_unknown with 2 executions and the audit entry", rec)
+				}
+				// A release without a body is still accepted (and audited).
+				adminJSON(t, a, "POST", "/idempotency/records/"+id+"/release", "", &rec)
+				if len(rec.Audit) != 2 || rec.Audit[1].Actor != "admin-api" || rec.Audit[1].Reason != "" {
+					t.Errorf("audit after a release without a body: %+v", rec.Audit)
 				}
 			})
 
@@ -330,11 +339,14 @@ func TestAdminRecords(t *testing.T) {
 				const body = `{"id":"D-9021","ok":true}`
 				var rec recordView
 				adminJSON(t, a, "POST", "/idempotency/records/"+id+"/complete",
-					`{"status":201,"headers":{"content-type":"application/json","X-Deal":["a","b"],"Content-Length":"999"},"body":`+strconvQuote(body)+`}`, &rec)
+					`{"status":201,"headers":{"content-type":"application/json","X-Deal":["a","b"],"Content-Length":"999"},"body":`+strconvQuote(body)+`,"reason":"deal D-9021 seen in the CRM"}`, &rec)
 				sum := sha256.Sum256([]byte(body))
 				if rec.State != store.StateCompleted || rec.Status != 201 || rec.Digest != hex.EncodeToString(sum[:]) ||
 					rec.ExternalID != "D-9021" || rec.Body == nil || *rec.Body != body {
 					t.Fatalf("completed record: %+v", rec)
+				}
+				if len(rec.Audit) != 1 || rec.Audit[0].Action != "complete" || rec.Audit[0].Reason != "deal D-9021 seen in the CRM" {
+					t.Fatalf("audit after the complete: %+v", rec.Audit)
 				}
 				before := up.count("/held")
 				w := post("/held", "h2")
@@ -394,6 +406,9 @@ func TestAdminRecords(t *testing.T) {
 					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":200,"colour":"red"}`, 400, "unknown field"},
 					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":200} {}`, 400, "more than one"},
 					{"POST", "/idempotency/records/" + deal + "/complete", `{}`, 400, "status 0"},
+					{"POST", "/idempotency/records/" + deal + "/release", `{"reason":1}`, 400, "request body"},
+					{"POST", "/idempotency/records/" + deal + "/release", `{"why":"x"}`, 400, "unknown field"},
+					{"POST", "/idempotency/records/" + deal + "/release", `{"reason":"` + strings.Repeat("r", store.MaxReasonLen+1) + `"}`, 400, "reason is longer"},
 				} {
 					code, b := adminDo(t, a, tc.method, tc.target, tc.body)
 					if code != tc.code || !strings.Contains(string(b), tc.msg) {

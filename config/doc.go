@@ -55,6 +55,7 @@
 //	  retry_statuses: [429, 503]          # upstream said "not done": release, let retries execute
 //	  on_unknown_outcome: hold            # hold | release | store
 //	  on_store_error: fail_closed         # fail_closed (503) | fail_open (forward unguarded)
+//	  confirm: false                      # true: the operator console asks twice before an action
 //
 //	routes:
 //	  # A CRM webhook: the provider sends an event id; the client may also

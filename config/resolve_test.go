@@ -94,6 +94,8 @@ func TestResolveInheritance(t *testing.T) {
 			r.RetryStatuses = []int{429}
 			r.OnUnknownOutcome = "store"
 		}},
+		{"confirm in defaults applies", "\n  confirm: true", "", func(r *Resolved) { r.Confirm = true }},
+		{"confirm: false in the route wins", "\n  confirm: true", "\n    confirm: false", func(r *Resolved) {}},
 		{"scope: [] in defaults means no scope", "\n  scope: []", "", func(r *Resolved) { r.Scope = nil }},
 		{"scope: [] in the route means no scope", "\n  scope: [\"{header.X-Tenant}\"]", "\n    scope: []",
 			func(r *Resolved) { r.Scope = nil }},

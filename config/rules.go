@@ -45,6 +45,7 @@ const (
 	defaultForwardKeyHeader = "Idempotency-Key"
 	defaultOnUnknownOutcome = OnUnknownHold
 	defaultOnStoreError     = OnStoreErrorFailClosed
+	defaultConfirm          = false
 )
 
 var (
@@ -98,6 +99,10 @@ type Policy struct {
 	// OnStoreError is fail_closed (default) or fail_open; see the
 	// OnStoreError constants.
 	OnStoreError string `json:"on_store_error,omitempty" mapstructure:"on_store_error"`
+	// Confirm: true makes the operator console ask for every action on the
+	// route's records (release, complete) a second time before it is
+	// taken. Default false.
+	Confirm *bool `json:"confirm,omitempty" mapstructure:"confirm"`
 }
 
 // Match selects the requests a route guards.
@@ -188,6 +193,7 @@ type Resolved struct {
 	RetryStatuses    []int  // nil when retry_statuses is an explicit []
 	OnUnknownOutcome string // one of the OnUnknown constants
 	OnStoreError     string // one of the OnStoreError constants
+	Confirm          bool   // the console asks twice before an action
 
 	Verify *VerifyRule // nil when the route has no verify rule
 }
@@ -232,6 +238,7 @@ func resolveRoute(rt *Route, def *Policy) (Resolved, error) {
 		ForwardKeyHeader: *firstPtr(rt.ForwardKeyHeader, def.ForwardKeyHeader, ptr(defaultForwardKeyHeader)),
 		OnUnknownOutcome: first(rt.OnUnknownOutcome, def.OnUnknownOutcome, defaultOnUnknownOutcome),
 		OnStoreError:     first(rt.OnStoreError, def.OnStoreError, defaultOnStoreError),
+		Confirm:          *firstPtr(rt.Confirm, def.Confirm, ptr(defaultConfirm)),
 		Verify:           resolveVerify(rt.Verify),
 	}
 

@@ -299,12 +299,12 @@ func TestLateCheckChangesNothing(t *testing.T) {
 		ctx := context.Background()
 		for name, resolve := range map[string]func(id string){
 			"operator release": func(id string) {
-				if _, err := e.s.OperatorRelease(ctx, id, time.Hour); err != nil {
+				if _, err := e.s.OperatorRelease(ctx, id, Action{Actor: "alice"}, time.Hour); err != nil {
 					t.Fatal(err)
 				}
 			},
 			"operator complete": func(id string) {
-				if _, err := e.s.OperatorComplete(ctx, id, sampleResult(), time.Hour); err != nil {
+				if _, err := e.s.OperatorComplete(ctx, id, sampleResult(), Action{Actor: "alice"}, time.Hour); err != nil {
 					t.Fatal(err)
 				}
 			},

@@ -87,12 +87,12 @@ func TestIndexFollowsTransitions(t *testing.T) {
 		}
 	}
 	opRelease := func(t *testing.T, s *Store, id string) {
-		if _, err := s.OperatorRelease(context.Background(), id, 6*time.Hour); err != nil {
+		if _, err := s.OperatorRelease(context.Background(), id, testAction, 6*time.Hour); err != nil {
 			t.Fatalf("OperatorRelease: %v", err)
 		}
 	}
 	opComplete := func(t *testing.T, s *Store, id string) {
-		if _, err := s.OperatorComplete(context.Background(), id, sampleResult(), 7*time.Hour); err != nil {
+		if _, err := s.OperatorComplete(context.Background(), id, sampleResult(), testAction, 7*time.Hour); err != nil {
 			t.Fatalf("OperatorComplete: %v", err)
 		}
 	}

@@ -42,23 +42,28 @@ type ListFilter struct {
 
 // ListPage is one page of List.
 type ListPage struct {
-	// Records are the page's records without Body, Header and Token.
+	// Records are the page's records without Body, Header, Token and
+	// Audit.
 	Records []*Record
 	// NextCursor continues the listing; "" when there is nothing more.
 	NextCursor string
 }
 
-// listSummary are the fields List reads: all but the token, the headers and
-// the body.
+// listSummary are the fields List reads: all but the token, the headers,
+// the body and the audit trail.
 var listSummary = func() []string {
 	var f []string
 	for _, name := range fields {
-		if name != fToken && name != fHeader && name != fBody {
+		if listed(name) {
 			f = append(f, name)
 		}
 	}
 	return f
 }()
+
+func listed(field string) bool {
+	return field != fToken && field != fHeader && field != fBody && field != fAudit
+}
 
 // listPos is a position in a listing: the index number (shard-major, then
 // the filter's states in indexStates order) and, inside that index, the
@@ -245,7 +250,7 @@ func (l *lister) read(ctx context.Context, entries []listEntry) ([]*Record, erro
 		j := 0
 		for k, name := range fields {
 			v[k] = nil
-			if name != fToken && name != fHeader && name != fBody {
+			if listed(name) {
 				v[k] = got[j]
 				j++
 			}

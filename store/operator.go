@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +29,73 @@ var ErrConflict = errors.New("store: record is in a state that does not allow th
 // list cursor, an operator result whose status is not an HTTP status.
 var ErrInvalidArgument = errors.New("store: invalid argument")
 
+// Audit limits. A record keeps its last MaxAuditEntries operator actions;
+// an Action's Actor and Reason longer than these are refused
+// (ErrInvalidArgument), as are control characters in the Actor.
+const (
+	MaxAuditEntries = 50
+	MaxActorLen     = 256
+	MaxReasonLen    = 2000
+)
+
+// Audit actions.
+const (
+	AuditRelease  = "release"
+	AuditComplete = "complete"
+)
+
+// auditEntry is the stored form of an AuditEntry: one JSON object per line
+// of the record's audit field; "at" (ms, the Redis clock) is written by the
+// script, in front of the fields encoded here.
+type auditEntry struct {
+	At     int64  `json:"at"`
+	Actor  string `json:"actor"`
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// encodeAction checks act and returns the audit line without its leading
+// `{"at":N,`, as the operator scripts expect it.
+func encodeAction(action string, act Action) (string, error) {
+	if act.Actor == "" {
+		return "", fmt.Errorf("%w: the action names no actor", ErrInvalidArgument)
+	}
+	if len(act.Actor) > MaxActorLen || strings.ContainsFunc(act.Actor, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", fmt.Errorf("%w: the actor is longer than %d bytes or has control characters", ErrInvalidArgument, MaxActorLen)
+	}
+	if len(act.Reason) > MaxReasonLen {
+		return "", fmt.Errorf("%w: the reason is longer than %d bytes", ErrInvalidArgument, MaxReasonLen)
+	}
+	if !utf8.ValidString(act.Actor) || !utf8.ValidString(act.Reason) {
+		return "", fmt.Errorf("%w: the actor and the reason must be UTF-8 text", ErrInvalidArgument)
+	}
+	b, err := json.Marshal(auditEntry{Actor: act.Actor, Action: action, Reason: act.Reason})
+	if err != nil {
+		return "", err
+	}
+	// json.Marshal escapes line breaks inside strings, so an entry is one
+	// line; drop `{"at":0,`.
+	return string(b[len(`{"at":0,`):]), nil
+}
+
+// decodeAudit reads the audit field. A line that does not decode (never
+// written by this package) is skipped rather than making the record
+// unreadable: retries must still replay it.
+func decodeAudit(s string) []AuditEntry {
+	if s == "" {
+		return nil
+	}
+	out := make([]AuditEntry, 0, strings.Count(s, "\n")+1)
+	for line := range strings.SplitSeq(s, "\n") {
+		var e auditEntry
+		if json.Unmarshal([]byte(line), &e) != nil || e.Action == "" {
+			continue
+		}
+		out = append(out, AuditEntry{At: time.UnixMilli(e.At), Actor: e.Actor, Action: e.Action, Reason: e.Reason})
+	}
+	return out
+}
+
 // OperatorRelease releases a record on an operator's word that its
 // operation did not take effect (or must run again): the next retry with
 // the same payload executes. Allowed from outcome_unknown, completed,
@@ -34,15 +104,21 @@ var ErrInvalidArgument = errors.New("store: invalid argument")
 // attempts and executions kept, Reason becomes "operator", and the record
 // gets a new random token, so a late finisher of the old claim can no longer
 // complete, release or hold it. ttl is the key's lifetime afterwards
-// (default 24h). One script, atomic against a Claim arriving at the same
-// moment. The record is returned as the script left it; with ErrConflict it
-// is the current record (unchanged).
-func (s *Store) OperatorRelease(ctx context.Context, id string, ttl time.Duration) (*Record, error) {
+// (default 24h). act is appended to the record's audit trail (the last
+// MaxAuditEntries are kept) in the same step; its Actor is required. One
+// script, atomic against a Claim arriving at the same moment. The record is
+// returned as the script left it; with ErrConflict it is the current record
+// (unchanged, no audit entry).
+func (s *Store) OperatorRelease(ctx context.Context, id string, act Action, ttl time.Duration) (*Record, error) {
 	ttl = orDefault(ttl, DefaultTTL)
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
-	return s.operator(ctx, "release", operatorReleaseScript, id, NewToken(), ms(ttl))
+	entry, err := encodeAction(AuditRelease, act)
+	if err != nil {
+		return nil, err
+	}
+	return s.operator(ctx, "release", operatorReleaseScript, id, NewToken(), ms(ttl), entry)
 }
 
 // OperatorComplete records a verified outcome of a record's operation, which
@@ -53,10 +129,12 @@ func (s *Store) OperatorRelease(ctx context.Context, id string, ttl time.Duratio
 // random token, so a late finisher of the old claim can no longer overwrite
 // it; attempts and executions are kept. When res.Digest is empty and the
 // body is not omitted, the digest of res.Body is stored. ttl is the key's
-// lifetime afterwards (default 24h). One script, atomic against a Claim
-// arriving at the same moment. The record is returned as the script left it
-// (with the body); with ErrConflict it is the current record (unchanged).
-func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, ttl time.Duration) (*Record, error) {
+// lifetime afterwards (default 24h). act is appended to the record's audit
+// trail in the same step, as for OperatorRelease. One script, atomic
+// against a Claim arriving at the same moment. The record is returned as
+// the script left it (with the body); with ErrConflict it is the current
+// record (unchanged, no audit entry).
+func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, act Action, ttl time.Duration) (*Record, error) {
 	ttl = orDefault(ttl, DefaultTTL)
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
@@ -68,13 +146,17 @@ func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, ttl
 		sum := sha256.Sum256(res.Body)
 		res.Digest = hex.EncodeToString(sum[:])
 	}
+	entry, err := encodeAction(AuditComplete, act)
+	if err != nil {
+		return nil, err
+	}
 	omitted := "0"
 	if res.BodyOmitted {
 		omitted = "1"
 	}
 	return s.operator(ctx, "complete", operatorCompleteScript, id, NewToken(),
 		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, omitted,
-		res.Digest, res.ExternalID, ms(ttl))
+		res.Digest, res.ExternalID, ms(ttl), entry)
 }
 
 // operator runs an operator script (reply: code + record) and maps its code

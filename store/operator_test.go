@@ -14,6 +14,31 @@ import (
 	"time"
 )
 
+// testAction is the operator action the tests resolve records with.
+var testAction = Action{Actor: "alice", Reason: "checked the CRM: no deal"}
+
+// checkAudit asserts that rec's audit trail ends with want (At aside) and
+// that its last entry took effect between after and the record's own
+// clock-bounded present.
+func checkAudit(t *testing.T, rec *Record, after time.Time, want ...AuditEntry) {
+	t.Helper()
+	if len(rec.Audit) != len(want) {
+		t.Fatalf("audit has %d entries, want %d: %+v", len(rec.Audit), len(want), rec.Audit)
+	}
+	for i, w := range want {
+		got := rec.Audit[i]
+		if got.Actor != w.Actor || got.Action != w.Action || got.Reason != w.Reason {
+			t.Fatalf("audit[%d] = %+v, want %+v", i, got, w)
+		}
+	}
+	// The store's clock may differ from the test's by a few ms (miniredis
+	// and redis-server run on this machine): allow a second.
+	last := rec.Audit[len(rec.Audit)-1].At
+	if last.Before(after.Add(-time.Second)) || last.After(time.Now().Add(time.Second)) {
+		t.Fatalf("last audit entry at %v, want after %v and not in the future", last, after)
+	}
+}
+
 // setup puts a fresh record into one state and returns its id and the
 // claimant's token.
 type setup struct {
@@ -99,7 +124,7 @@ func TestOperatorRelease(t *testing.T) {
 				if tc.setup != "absent" {
 					before = mustGet(t, e.s, id)
 				}
-				rec, err := e.s.OperatorRelease(ctx, id, 3*time.Hour)
+				rec, err := e.s.OperatorRelease(ctx, id, testAction, 3*time.Hour)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), id) {
 						t.Fatalf("err = %v, want %v naming the record", err, tc.wantErr)
@@ -127,13 +152,18 @@ func TestOperatorRelease(t *testing.T) {
 				if got := mustGet(t, e.s, id); !reflect.DeepEqual(got, rec) {
 					t.Fatalf("returned record differs from the stored one:\n got %+v\nwant %+v", rec, got)
 				}
+				entry := AuditEntry{Actor: testAction.Actor, Action: AuditRelease, Reason: testAction.Reason}
+				checkAudit(t, rec, before.StartedAt, entry)
 				checkIndexed(t, e.s, id, StateReleased, 3*time.Hour)
 				checkFencedOut(t, e.s, id, token)
 
-				// Releasing again is harmless (an operator's retried request).
-				if _, err := e.s.OperatorRelease(ctx, id, 3*time.Hour); err != nil {
+				// Releasing again is harmless (an operator's retried request)
+				// and is kept as a second entry.
+				again, err := e.s.OperatorRelease(ctx, id, Action{Actor: "bob"}, 3*time.Hour)
+				if err != nil {
 					t.Fatalf("second OperatorRelease: %v", err)
 				}
+				checkAudit(t, again, rec.Audit[0].At, entry, AuditEntry{Actor: "bob", Action: AuditRelease})
 				// The next retry with the same payload executes once more.
 				res := mustClaim(t, e.s, claimReq(id, "tok-retry"))
 				if !res.Claimed || !res.TakeOver || res.Record.Executions != before.Executions+1 {
@@ -141,6 +171,12 @@ func TestOperatorRelease(t *testing.T) {
 				}
 				if dup := mustClaim(t, e.s, claimReq(id, "tok-dup")); dup.Claimed {
 					t.Fatalf("a second retry also executes: %+v", dup.Record)
+				}
+				// The trail outlives the retry's execution and result.
+				ok, err := e.s.Complete(ctx, completion(id, "tok-retry", sampleResult(), time.Hour))
+				mustOK(t, "Complete by the retry", ok, err)
+				if got := mustGet(t, e.s, id); len(got.Audit) != 2 || got.Audit[1].Actor != "bob" {
+					t.Fatalf("audit after the retry completed: %+v", got.Audit)
 				}
 			})
 		}
@@ -177,7 +213,7 @@ func TestOperatorComplete(t *testing.T) {
 				if tc.setup != "absent" {
 					before = mustGet(t, e.s, id)
 				}
-				rec, err := e.s.OperatorComplete(ctx, id, res, 5*time.Hour)
+				rec, err := e.s.OperatorComplete(ctx, id, res, testAction, 5*time.Hour)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), id) {
 						t.Fatalf("err = %v, want %v naming the record", err, tc.wantErr)
@@ -199,6 +235,11 @@ func TestOperatorComplete(t *testing.T) {
 					rec.CompletedAt.Before(before.StartedAt) || rec.Attempts != before.Attempts || rec.Executions != before.Executions {
 					t.Fatalf("completed record %+v (before %+v)", rec, before)
 				}
+				checkAudit(t, rec, before.StartedAt,
+					AuditEntry{Actor: testAction.Actor, Action: AuditComplete, Reason: testAction.Reason})
+				if got := mustGet(t, e.s, id); !reflect.DeepEqual(got, rec) {
+					t.Fatalf("returned record differs from the stored one:\n got %+v\nwant %+v", rec, got)
+				}
 				checkIndexed(t, e.s, id, StateCompleted, 5*time.Hour)
 				checkFencedOut(t, e.s, id, token)
 
@@ -209,8 +250,8 @@ func TestOperatorComplete(t *testing.T) {
 					t.Fatalf("retry after the completion: Claimed=%v record %+v", replay.Claimed, replay.Record)
 				}
 				// A second completion is refused: the outcome is recorded.
-				if _, err := e.s.OperatorComplete(ctx, id, res, time.Hour); !errors.Is(err, ErrConflict) {
-					t.Fatalf("second OperatorComplete: %v, want ErrConflict", err)
+				if again, err := e.s.OperatorComplete(ctx, id, res, testAction, time.Hour); !errors.Is(err, ErrConflict) || len(again.Audit) != 1 {
+					t.Fatalf("second OperatorComplete: %v, want ErrConflict and no second audit entry (%+v)", err, again)
 				}
 			})
 		}
@@ -226,7 +267,7 @@ func TestOperatorComplete(t *testing.T) {
 				{Result{Status: 200, BodyOmitted: true}, ""},
 			} {
 				id, _ := operatorSetups["unknown"].make(t, e.s)
-				rec, err := e.s.OperatorComplete(ctx, id, r.res, time.Hour)
+				rec, err := e.s.OperatorComplete(ctx, id, r.res, testAction, time.Hour)
 				if err != nil || rec.Digest != r.want || rec.BodyOmitted != r.res.BodyOmitted {
 					t.Fatalf("OperatorComplete(%+v) = %+v, %v; want digest %q", r.res, rec, err, r.want)
 				}
@@ -240,18 +281,91 @@ func TestOperatorArguments(t *testing.T) {
 	ctx := context.Background()
 	id := "0123456789abcdef0123456789abcdef"
 	for _, status := range []int{0, 99, 600, -1} {
-		if _, err := s.OperatorComplete(ctx, id, Result{Status: status}, time.Hour); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := s.OperatorComplete(ctx, id, Result{Status: status}, testAction, time.Hour); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("status %d: err = %v, want ErrInvalidArgument", status, err)
 		}
 	}
-	if _, err := s.OperatorComplete(ctx, "a}b", Result{Status: 200}, time.Hour); !errors.Is(err, ErrInvalidID) {
+	if _, err := s.OperatorComplete(ctx, "a}b", Result{Status: 200}, testAction, time.Hour); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("bad id: %v", err)
 	}
-	if _, err := s.OperatorRelease(ctx, "", time.Hour); !errors.Is(err, ErrInvalidID) {
+	if _, err := s.OperatorRelease(ctx, "", testAction, time.Hour); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("empty id: %v", err)
 	}
-	if _, err := s.OperatorRelease(ctx, id, -time.Second); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.OperatorRelease(ctx, id, testAction, -time.Second); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("negative TTL: %v", err)
+	}
+}
+
+// TestOperatorAudit: the trail keeps the last MaxAuditEntries actions,
+// oldest first, and any text in them round trips.
+func TestOperatorAudit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		t.Run("bounded", func(t *testing.T) {
+			id, _ := operatorSetups["unknown"].make(t, e.s)
+			const n = MaxAuditEntries + 7
+			var rec *Record
+			for i := range n {
+				var err error
+				if rec, err = e.s.OperatorRelease(ctx, id, Action{Actor: "op", Reason: fmt.Sprint(i)}, time.Hour); err != nil {
+					t.Fatalf("release %d: %v", i, err)
+				}
+			}
+			if len(rec.Audit) != MaxAuditEntries {
+				t.Fatalf("%d entries kept, want %d", len(rec.Audit), MaxAuditEntries)
+			}
+			for i, a := range rec.Audit {
+				if want := fmt.Sprint(n - MaxAuditEntries + i); a.Reason != want {
+					t.Fatalf("entry %d has reason %q, want %q (the oldest are dropped)", i, a.Reason, want)
+				}
+				if i > 0 && a.At.Before(rec.Audit[i-1].At) {
+					t.Fatalf("entry %d at %v is before entry %d at %v", i, a.At, i-1, rec.Audit[i-1].At)
+				}
+			}
+		})
+		t.Run("text round trips", func(t *testing.T) {
+			id, _ := operatorSetups["unknown"].make(t, e.s)
+			act := Action{Actor: "élise@example.com", Reason: "line one\nline \"two\"\r\n\ttab, {braces}, </script>, ünïcode ✓"}
+			if _, err := e.s.OperatorComplete(ctx, id, sampleResult(), act, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			got := mustGet(t, e.s, id)
+			checkAudit(t, got, got.StartedAt, AuditEntry{Actor: act.Actor, Action: AuditComplete, Reason: act.Reason})
+		})
+		t.Run("refused actions change nothing", func(t *testing.T) {
+			id, _ := operatorSetups["unknown"].make(t, e.s)
+			before := mustGet(t, e.s, id)
+			for _, act := range []Action{
+				{},
+				{Actor: "", Reason: "who?"},
+				{Actor: "a\nb"},
+				{Actor: strings.Repeat("a", MaxActorLen+1)},
+				{Actor: "op", Reason: strings.Repeat("r", MaxReasonLen+1)},
+				{Actor: "op", Reason: "\xff"},
+			} {
+				if _, err := e.s.OperatorRelease(ctx, id, act, time.Hour); !errors.Is(err, ErrInvalidArgument) {
+					t.Errorf("release with %.40q: %v, want ErrInvalidArgument", act, err)
+				}
+				if _, err := e.s.OperatorComplete(ctx, id, sampleResult(), act, time.Hour); !errors.Is(err, ErrInvalidArgument) {
+					t.Errorf("complete with %.40q: %v, want ErrInvalidArgument", act, err)
+				}
+			}
+			if got := mustGet(t, e.s, id); !reflect.DeepEqual(got, before) {
+				t.Fatalf("a refused action changed the record: %+v", got)
+			}
+		})
+	})
+}
+
+func TestDecodeAuditSkipsForeignLines(t *testing.T) {
+	got := decodeAudit(`{"at":1000,"actor":"a","action":"release"}` + "\nnot json\n" + `{"at":2000,"actor":"b"}` + "\n" +
+		`{"at":3000,"actor":"c","action":"complete","reason":"r"}`)
+	want := []AuditEntry{
+		{At: time.UnixMilli(1000), Actor: "a", Action: "release"},
+		{At: time.UnixMilli(3000), Actor: "c", Action: "complete", Reason: "r"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decodeAudit = %+v, want %+v", got, want)
 	}
 }
 
@@ -296,7 +410,7 @@ func TestOperatorVsConcurrentClaims(t *testing.T) {
 			for range rounds {
 				id, _ := operatorSetups["unknown"].make(t, e.s)
 				claimed, err := race(t, e.s, id, func() error {
-					_, err := e.s.OperatorRelease(ctx, id, time.Hour)
+					_, err := e.s.OperatorRelease(ctx, id, testAction, time.Hour)
 					return err
 				})
 				if err != nil {
@@ -324,7 +438,7 @@ func TestOperatorVsConcurrentClaims(t *testing.T) {
 			for range rounds {
 				id, _ := operatorSetups["released"].make(t, e.s)
 				claimed, err := race(t, e.s, id, func() error {
-					_, err := e.s.OperatorComplete(ctx, id, sampleResult(), time.Hour)
+					_, err := e.s.OperatorComplete(ctx, id, sampleResult(), testAction, time.Hour)
 					return err
 				})
 				r := mustGet(t, e.s, id)

@@ -164,6 +164,7 @@ func decodeRecord(id string, v []any) (*Record, error) {
 	if bd := str(v[iBody]); bd != "" {
 		r.Body = []byte(bd)
 	}
+	r.Audit = decodeAudit(str(v[iAudit]))
 	if err := decodeChecks(r, v); err != nil {
 		return nil, err
 	}

@@ -64,6 +64,7 @@ func TestDecodeRecord(t *testing.T) {
 	full := []any{
 		"completed", "tok", "r", "op", "fp", "rule", "1700000000123", "1700000001456", "1700000030123",
 		"3", "2", "201", "Content-Type: a/b\r\n", "\x00body\xff", "0", "dg", "eid", "",
+		`{"at":1700000002000,"actor":"alice","action":"complete","reason":"seen in the CRM"}`,
 		"GET http://crm/deals?k=1", "2000", "1700000002000 200 not_applied\nbad line\n1700000003000 0 error", "2",
 		"1700000013000", "1", "1700000002000", "ctok", "1700000005000",
 	}
@@ -76,6 +77,7 @@ func TestDecodeRecord(t *testing.T) {
 		FingerprintRule: "rule", StartedAt: time.UnixMilli(1700000000123), CompletedAt: time.UnixMilli(1700000001456),
 		LeaseUntil: time.UnixMilli(1700000030123), Attempts: 3, Executions: 2, Status: 201,
 		Header: http.Header{"Content-Type": {"a/b"}}, Body: []byte("\x00body\xff"), Digest: "dg", ExternalID: "eid",
+		Audit: []AuditEntry{{At: time.UnixMilli(1700000002000), Actor: "alice", Action: "complete", Reason: "seen in the CRM"}},
 		Check: Check{Method: "GET", URL: "http://crm/deals?k=1", After: 2 * time.Second},
 		Checks: []CheckEntry{
 			{At: time.UnixMilli(1700000002000), Status: 200, Verdict: VerdictNotApplied},
@@ -124,7 +126,7 @@ func TestLuaFieldListMatchesFields(t *testing.T) {
 			t.Fatalf("field %d has no name", i)
 		}
 	}
-	if want := "'st', 'tok', 'route', 'op', 'fp', 'fpr', 'sa', 'ca', 'lu', 'att', 'exe', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn', 'chk', 'cha', 'chl', 'chc', 'chn', 'chs', 'chf', 'clt', 'clu'"; luaFields != want {
+	if want := "'st', 'tok', 'route', 'op', 'fp', 'fpr', 'sa', 'ca', 'lu', 'att', 'exe', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn', 'aud', 'chk', 'cha', 'chl', 'chc', 'chn', 'chs', 'chf', 'clt', 'clu'"; luaFields != want {
 		t.Fatalf("luaFields = %s", luaFields)
 	}
 }

@@ -29,7 +29,7 @@ var credentialParts = []string{
 // one of "auth", "cookie", "token", "secret", "passw", "session",
 // "credential", "apikey", "jwt", "csrf", "xsrf" or "signature"; or one of
 // its words (split at "-", "_" and ".") is "key" (X-Api-Key, Api-Key,
-// Idempotency-Key). It errs on the side of hiding: a harmless header that
+// Idempotency-Key), or it is camelCase ending in "Key" (privateKey). It errs on the side of hiding: a harmless header that
 // matches (Access-Control-Allow-Credentials) is hidden too.
 func IsCredentialHeader(name string) bool {
 	n := strings.ToLower(name)
@@ -37,6 +37,9 @@ func IsCredentialHeader(name string) bool {
 		if strings.Contains(n, p) {
 			return true
 		}
+	}
+	if k := len(name) - 3; k > 0 && name[k:] == "Key" && 'a' <= name[k-1] && name[k-1] <= 'z' {
+		return true // a camelCase JSON member: privateKey, signingKey
 	}
 	for w := range strings.FieldsFuncSeq(n, func(r rune) bool { return r == '-' || r == '_' || r == '.' }) {
 		if w == "key" {

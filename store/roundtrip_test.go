@@ -44,10 +44,10 @@ func TestOneCommandPerCall(t *testing.T) {
 		{"Release", func() error { _, err := e.s.Release(ctx, id, "tok", time.Hour); return err }, "evalsha"},
 		{"Get", func() error { _, err := e.s.Get(ctx, id); return err }, "hmget"},
 		{"OperatorComplete", func() error {
-			_, err := e.s.OperatorComplete(ctx, id, sampleResult(), time.Hour)
+			_, err := e.s.OperatorComplete(ctx, id, sampleResult(), testAction, time.Hour)
 			return err
 		}, "evalsha"},
-		{"OperatorRelease", func() error { _, err := e.s.OperatorRelease(ctx, id, time.Hour); return err }, "evalsha"},
+		{"OperatorRelease", func() error { _, err := e.s.OperatorRelease(ctx, id, testAction, time.Hour); return err }, "evalsha"},
 		{"OperatorRelease (conflict)", func() error {
 			if _, err := e.s.Claim(ctx, claimReq(id, "tok4")); err != nil {
 				return err
@@ -56,7 +56,7 @@ func TestOneCommandPerCall(t *testing.T) {
 				return err
 			}
 			sent.Take()
-			_, err := e.s.OperatorRelease(ctx, id, time.Hour)
+			_, err := e.s.OperatorRelease(ctx, id, testAction, time.Hour)
 			if !errors.Is(err, ErrConflict) {
 				return fmt.Errorf("err = %v, want ErrConflict", err)
 			}

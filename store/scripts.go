@@ -28,6 +28,7 @@ const (
 	fDigest          = "dg"    // hex SHA-256 of the full body
 	fExternalID      = "eid"   // external object id
 	fReason          = "rsn"   // why the outcome is unknown
+	fAudit           = "aud"   // operator actions: JSON objects, one a line, oldest first
 	// Verification (see check.go); absent on routes without verify.
 	fCheck           = "chk" // the resolved check: "METHOD URL"
 	fCheckAfter      = "cha" // ms from a hold to the first scheduled check
@@ -60,6 +61,7 @@ const (
 	iDigest
 	iExternalID
 	iReason
+	iAudit
 	iCheck
 	iCheckAfter
 	iChecks
@@ -76,6 +78,7 @@ var fields = [numFields]string{
 	fState, fToken, fRoute, fOperation, fFingerprint, fFingerprintRule,
 	fStartedAt, fCompletedAt, fLeaseUntil, fAttempts, fExecutions,
 	fStatus, fHeader, fBody, fBodyOmitted, fDigest, fExternalID, fReason,
+	fAudit,
 	fCheck, fCheckAfter, fChecks, fCheckCount, fNextCheck, fNotFoundStreak,
 	fNotFoundAt, fCheckToken, fCheckLeaseUntil,
 }
@@ -268,10 +271,29 @@ settle(cur[1], 'unknown', tonumber(ARGV[4]))
 return 1
 `)
 
+// luaAudit is the prelude of the operator scripts: audit(entry) appends
+// one operator action to the record's audit field, a JSON object per line
+// with the script's clock as "at" (ms) before the caller's fields (entry is
+// the rest of the object, from `"actor":`, already JSON-encoded), and keeps
+// the last MaxAuditEntries lines.
+var luaAudit = luaIndex + `
+local function audit(entry)
+  local line = '{"at":' .. string.format('%d', now) .. ',' .. entry
+  local a = redis.call('HGET', KEYS[1], 'aud')
+  if a then a = a .. '\n' .. line else a = line end
+  local _, n = string.gsub(a, '\n', '')
+  while n >= ` + itoa(MaxAuditEntries) + ` do
+    a = string.sub(a, string.find(a, '\n', 1, true) + 1)
+    n = n - 1
+  end
+  redis.call('HSET', KEYS[1], 'aud', a)
+end
+`
+
 // operatorReleaseScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 new token, 3 ttl ms. Reply: {code, <fields...>}.
+// ARGV: 1 id, 2 new token, 3 ttl ms, 4 audit entry. Reply: {code, <fields...>}.
 // Any state but a live in-flight claim becomes released under a new token.
-var operatorReleaseScript = redis.NewScript(luaIndex + `
+var operatorReleaseScript = redis.NewScript(luaAudit + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
 local st = cur[1]
 local code = ` + itoa(codeDone) + `
@@ -282,15 +304,16 @@ elseif st == 'in_flight' and tonumber(cur[2] or '0') > now then
 else
   redis.call('HDEL', KEYS[1], ` + luaResultFields + `)
   redis.call('HSET', KEYS[1], 'st', 'released', 'tok', ARGV[2], 'rsn', 'operator')
+  audit(ARGV[4])
   settle(st, 'released', tonumber(ARGV[3]))
 end
 ` + luaReply)
 
 // operatorCompleteScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 new token, 3 status, 4 header, 5 body, 6 body omitted,
-// 7 digest, 8 external id, 9 ttl ms. Reply: {code, <fields...>}.
+// 7 digest, 8 external id, 9 ttl ms, 10 audit entry. Reply: {code, <fields...>}.
 // Unknown, released and lease-expired in-flight records become completed.
-var operatorCompleteScript = redis.NewScript(luaIndex + `
+var operatorCompleteScript = redis.NewScript(luaAudit + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
 local st = cur[1]
 local code = ` + itoa(codeDone) + `
@@ -301,6 +324,7 @@ elseif st == 'completed' or (st == 'in_flight' and tonumber(cur[2] or '0') > now
 else
   redis.call('HSET', KEYS[1], 'st', 'completed', 'tok', ARGV[2], 'ca', now, 'sc', ARGV[3],
     'hd', ARGV[4], 'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', 'operator')
+  audit(ARGV[10])
   settle(st, 'completed', tonumber(ARGV[9]))
 end
 ` + luaReply)

@@ -97,10 +97,10 @@ func TestClusterIndexAndOperators(t *testing.T) {
 
 	for _, id := range fx.byState[StateUnknown] {
 		sent.Take()
-		if _, err := s.OperatorRelease(ctx, id, time.Hour); err != nil {
+		if _, err := s.OperatorRelease(ctx, id, testAction, time.Hour); err != nil {
 			t.Fatalf("OperatorRelease %s: %v", id, err)
 		}
-		if r, err := s.OperatorComplete(ctx, id, sampleResult(), time.Hour); err != nil || r.State != StateCompleted {
+		if r, err := s.OperatorComplete(ctx, id, sampleResult(), testAction, time.Hour); err != nil || r.State != StateCompleted {
 			t.Fatalf("OperatorComplete %s: %+v, %v", id, r, err)
 		}
 		if got := sent.Take(); !slices.Equal(got, []string{"evalsha", "evalsha"}) {

@@ -1,0 +1,46 @@
+package caddymodule
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store"
+)
+
+// RecordStore is what the operator pages need of a record store: the
+// operator part of store.Engine.
+type RecordStore interface {
+	Get(ctx context.Context, id string) (*store.Record, error)
+	List(ctx context.Context, f store.ListFilter) (store.ListPage, error)
+	OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error)
+	OperatorComplete(ctx context.Context, id string, res store.Result, act store.Action, ttl time.Duration) (*store.Record, error)
+}
+
+// LiveStore is one record store that the idempotency handlers of the
+// running config (or, during a reload, of the old and the new one) use.
+type LiveStore struct {
+	// Tag names the store while it is in use: a salted hash of its
+	// configuration, never its address or credentials.
+	Tag string
+	// Store is the store itself.
+	Store RecordStore
+	// Routes are the routes whose records it keeps, by name; the newest
+	// config's route wins.
+	Routes map[string]config.Resolved
+}
+
+// LiveStores returns the record stores of every idempotency handler in
+// the running config, in a stable order: what the admin API sees, for the
+// operator console (http.handlers.idempotency_console).
+func LiveStores() []LiveStore {
+	snap := liveStores.snapshot()
+	out := make([]LiveStore, len(snap))
+	for i, s := range snap {
+		out[i] = LiveStore{Tag: s.tag, Store: s.store, Routes: make(map[string]config.Resolved, len(s.routes))}
+		for name, rt := range s.routes {
+			out[i].Routes[name] = rt.Resolved
+		}
+	}
+	return out
+}

@@ -1,0 +1,213 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store"
+)
+
+// event is one line of a record's timeline.
+type event struct {
+	At     time.Time // zero: now, without a time of its own
+	Kind   string    // CSS class: start, lease, done, held, operator
+	Title  string
+	Detail string
+}
+
+// recordPage is the data of a record's page (and of the confirmation
+// page, which shows the record it acts on).
+type recordPage struct {
+	*pageContext
+	Rec        *store.Record
+	State      stateInfo
+	Reason     string
+	Advice     advice
+	Age        string
+	Timeline   []event
+	Headers    []headerLine
+	Body       bodyView
+	Response   bool // a stored response exists
+	RouteKnown bool
+	Confirm    bool // the route asks twice
+
+	CanRelease, CanComplete bool
+	// ReleaseReruns: releasing this (completed) record runs it again.
+	ReleaseReruns bool
+	// NoAction says why no action is offered.
+	NoAction string
+
+	// Form and ReleaseReason fill the complete and release forms (with
+	// what was sent when an action was refused); Action is the action
+	// refused or to confirm, Error why it was refused; Notice reports the
+	// action just taken.
+	Form          actionForm
+	ReleaseReason string
+	Action        string
+	Error         string
+	Notice        string
+}
+
+// newRecordPage lays out rec.
+func newRecordPage(p *pageContext, rec *store.Record, rt config.Resolved, known bool) recordPage {
+	pg := recordPage{
+		pageContext: p,
+		Rec:         rec,
+		State:       stateTag(rec.State),
+		Reason:      reasonText(rec),
+		Advice:      adviceFor(rec, p.Now),
+		Age:         age(rec.StartedAt, p.Now),
+		RouteKnown:  known,
+		Confirm:     known && rt.Confirm,
+		Form:        actionForm{Status: "200", ContentType: "application/json"},
+	}
+	pg.Timeline = timeline(rec, p.Now)
+	if rec.State == store.StateCompleted {
+		pg.Response = true
+		pg.Headers = redactHeader(rec.Header)
+		pg.Body = showBody(rec)
+	}
+	live := rec.State == store.StateInFlight && rec.LeaseUntil.After(p.Now)
+	switch {
+	case live:
+		pg.NoAction = "The call is still running: it cannot be resolved by hand until it ends or its lease runs out."
+	case rec.State == store.StateCompleted:
+		pg.CanRelease, pg.ReleaseReruns = true, true
+	default:
+		pg.CanRelease, pg.CanComplete = true, true
+	}
+	return pg
+}
+
+// timeline lists what is known to have happened to rec, in time order;
+// events without a time of their own come last.
+func timeline(rec *store.Record, now time.Time) []event {
+	var ev []event
+	if !rec.StartedAt.IsZero() {
+		ev = append(ev, event{At: rec.StartedAt, Kind: "start", Title: "Execution " + strconv.FormatInt(rec.Executions, 10) + " started",
+			Detail: "The gateway forwarded the request upstream (" + plural(rec.Executions, "execution") + " and " +
+				plural(rec.Attempts, "attempt") + " in all)."})
+	}
+	switch {
+	case rec.State == store.StateInFlight && rec.LeaseUntil.After(now):
+		ev = append(ev, event{At: rec.LeaseUntil, Kind: "lease", Title: "Lease runs until",
+			Detail: "Renewed while the call runs; a retry before then gets 409."})
+	case rec.State == store.StateInFlight || (rec.State == store.StateUnknown && rec.Reason == "lease_expired"):
+		ev = append(ev, event{At: rec.LeaseUntil, Kind: "lease", Title: "Lease ran out", Detail: "No result arrived while the lease lasted."})
+	}
+	// Verification checks (SPEC "Verification") go here once routes can
+	// verify: each check's time, status and verdict, and the next one.
+	// An operator's completion is its own event (the audit entry below).
+	byOperator := rec.Reason == "operator" && len(rec.Audit) > 0 && rec.Audit[len(rec.Audit)-1].Action == store.AuditComplete
+	if !rec.CompletedAt.IsZero() && !byOperator {
+		ev = append(ev, event{At: rec.CompletedAt, Kind: "done", Title: "Completed with status " + strconv.Itoa(rec.Status),
+			Detail: "Retries replay this answer."})
+	}
+	for i, a := range rec.Audit {
+		title := a.Action + " by " + a.Actor
+		switch a.Action {
+		case store.AuditRelease:
+			title = "Released by " + a.Actor
+		case store.AuditComplete:
+			title = "Completed by " + a.Actor
+			if byOperator && i == len(rec.Audit)-1 {
+				title += " with status " + strconv.Itoa(rec.Status)
+			}
+		}
+		detail := "No reason given."
+		if a.Reason != "" {
+			detail = "Reason: " + a.Reason
+		}
+		ev = append(ev, event{At: a.At, Kind: "operator", Title: title, Detail: detail})
+	}
+	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
+	if rec.State == store.StateUnknown {
+		ev = append(ev, event{Kind: "held", Title: "Held: outcome unknown",
+			Detail: sentence(orDefault(reasonText(rec), "the gateway could not tell the outcome")) + "."})
+	}
+	return ev
+}
+
+// validRecordID accepts what keying.KeyID makes: 32 lowercase hex
+// characters.
+func validRecordID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// errNotFound: no live store holds the record.
+var errNotFound = errors.New("record not found")
+
+// find looks id up in every live store; the first that has it wins. A
+// store error is reported only when no store has the record.
+func (c *Console) find(ctx context.Context, id string) (*store.Record, caddymodule.LiveStore, error) {
+	var firstErr error
+	for _, ls := range c.stores() {
+		rec, err := ls.Store.Get(ctx, id)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if rec != nil {
+			return rec, ls, nil
+		}
+	}
+	if firstErr != nil {
+		return nil, caddymodule.LiveStore{}, firstErr
+	}
+	return nil, caddymodule.LiveStore{}, errNotFound
+}
+
+// lookup finds a record for a page, answering the error page itself when
+// it cannot (ok false).
+func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext, id string) (*store.Record, caddymodule.LiveStore, bool) {
+	if !validRecordID(id) {
+		p.renderError(w, http.StatusNotFound, "Not a record", "Record ids are 32 hexadecimal characters, as in the 409 \"outcome unknown\" problem and the logs.")
+		return nil, caddymodule.LiveStore{}, false
+	}
+	rec, ls, err := c.find(r.Context(), id)
+	switch {
+	case errors.Is(err, errNotFound):
+		p.renderError(w, http.StatusNotFound, "No such record", "No record store holds this record: it was never made, or it expired.")
+		return nil, ls, false
+	case err != nil:
+		c.logger.Error("console: reading a record", zap.String("key_id", id), zap.Error(err))
+		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable", "The record store could not be read. Try again in a moment.")
+		return nil, ls, false
+	}
+	return rec, ls, true
+}
+
+// serveRecord answers GET /records/{id}.
+func (c *Console) serveRecord(w http.ResponseWriter, r *http.Request, p *pageContext, id string) {
+	rec, ls, ok := c.lookup(w, r, p, id)
+	if !ok {
+		return
+	}
+	rt, known := ls.Routes[rec.Route]
+	pg := newRecordPage(p, rec, rt, known)
+	switch r.URL.Query().Get("done") {
+	case actionRelease:
+		pg.Notice = "Released. The next retry with the same payload runs the operation, once. Your reason is on the timeline."
+	case actionComplete:
+		pg.Notice = "Completed. Retries now get this answer without calling the upstream. Your reason is on the timeline."
+	}
+	p.render(w, http.StatusOK, "record", pg)
+}
