@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
@@ -91,9 +92,10 @@ type checkRun struct {
 // checkOnce runs one check of record id, held under claimToken, with the
 // route's verify rule: takes the check lease (only when due, if asked),
 // asks the upstream, and records the verdict. fallback is the check to
-// run when the record carries none. A store failure is an error; a
+// run when the record carries none; op is the operator who asked for it
+// (nil for the gateway's own checks). A store failure is an error; a
 // lookup failure is a verdict.
-func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Check, due bool, why string) (checkRun, error) {
+func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
 	v := rt.Verify
 	checkToken := store.NewToken()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
@@ -120,6 +122,7 @@ func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Che
 		ID: id, ClaimToken: claimToken, CheckToken: checkToken,
 		Entry: entry, Result: res,
 		NotFoundChecks: v.NotFoundChecks, Every: v.Every, Next: next, TTL: rt.TTL,
+		Operator: op,
 	})
 	cancel()
 	h.metrics.observeStore("end_check", began, err)
@@ -285,7 +288,7 @@ func (h *Handler) verifyHeld(ctx context.Context, g *guarded, method string, in 
 	if other := h.routeNamed(rec.Route); other != nil && other.Verify != nil {
 		rt = other // the headers of the route that made the claim
 	}
-	run, err := h.checkOnce(rt, rec.ID, rec.Token, g.check, false, checkRetry)
+	run, err := h.checkOnce(rt, rec.ID, rec.Token, g.check, false, checkRetry, nil)
 	if err != nil {
 		h.metrics.storeErrors.WithLabelValues(g.rt.Name, "check").Inc()
 		g.note = "verification check failed: " + err.Error()
@@ -378,7 +381,7 @@ type checkSchedule struct {
 // and sets the timer for the next one, or ends the schedule.
 func (s *checkSchedule) run() {
 	v := s.rt.Verify
-	run, err := s.h.checkOnce(s.rt, s.id, s.claimToken, store.Check{}, true, checkScheduled)
+	run, err := s.h.checkOnce(s.rt, s.id, s.claimToken, store.Check{}, true, checkScheduled, nil)
 	var wait time.Duration
 	switch rec := run.rec; {
 	case err != nil:
@@ -426,26 +429,72 @@ func withNextCheck(p *problem, rec *store.Record, now time.Time) {
 	p.retryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
 }
 
-// verifyNow runs one check of a held record on an operator's word, with
-// this handler's rule for the record's route.
-func (h *Handler) verifyNow(rt *route, rec *store.Record) (checkRun, error) {
+// verifyNow runs one check of a held record on operator act's word,
+// with this handler's rule for the record's route.
+func (h *Handler) verifyNow(rt *route, rec *store.Record, act store.Action) (checkRun, error) {
 	h.enter()
 	defer h.leave()
-	return h.checkOnce(rt, rec.ID, rec.Token, store.Check{}, false, checkOperator)
+	return h.checkOnce(rt, rec.ID, rec.Token, store.Check{}, false, checkOperator, &act)
 }
 
-// errNoVerify: the record's route has no verify rule in the running
-// config.
-var errNoVerify = errors.New("no verify rule")
+// ErrNoVerify is returned by VerifyNow when the record's route has no
+// verify rule in the running config.
+var ErrNoVerify = errors.New("the record's route has no verify rule in the running config")
 
-// operatorCheck runs POST /idempotency/records/{id}/verify's check on the
-// live handler of the record's route.
-func operatorCheck(s liveStore, rec *store.Record) (checkRun, error) {
+// operatorCheck runs an operator's check of rec, found in store s, on
+// the live handler of the record's route, and returns the record after
+// it. A record that is not held, carries no check, has a check running
+// or was resolved while the check ran is a store.ErrConflict (with the
+// current record, when there is one); a missing one store.ErrNotFound.
+func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	switch {
+	case rec.State != store.StateUnknown:
+		return rec, "", fmt.Errorf("%w: record %s is %s: only a record held as outcome unknown is verified", store.ErrConflict, rec.ID, rec.State)
+	case rec.Check.IsZero():
+		return rec, "", fmt.Errorf("%w: record %s carries no check (it was held before its route had a verify rule): release or complete it", store.ErrConflict, rec.ID)
+	}
 	rt := s.routes[rec.Route]
 	if rt == nil || rt.Verify == nil || rt.handler == nil {
-		return checkRun{}, errNoVerify
+		return rec, "", fmt.Errorf("%w: route %s", ErrNoVerify, rec.Route)
 	}
-	return rt.handler.verifyNow(rt, rec)
+	run, err := rt.handler.verifyNow(rt, rec, act)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case run.rec == nil:
+		return nil, "", fmt.Errorf("%w: %s", store.ErrNotFound, rec.ID)
+	case !run.ran && run.rec.State == store.StateUnknown && run.rec.Token == rec.Token:
+		return run.rec, "", fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, rec.ID)
+	case !run.ran:
+		return run.rec, "", fmt.Errorf("%w: record %s was resolved while the check ran (it is %s now); the check changed nothing", store.ErrConflict, rec.ID, run.rec.State)
+	}
+	return run.rec, run.verdict, nil
+}
+
+// VerifyNow runs one verification check of held record id, in the live
+// store tagged tag (LiveStore.Tag), on the word of act, with the verify
+// rule of the running config for the record's route, and returns the
+// record after it (see POST /idempotency/records/{id}/verify). The check
+// and act are kept on the record. Errors: store.ErrNotFound,
+// store.ErrConflict (not held, no check, a check running, resolved
+// meanwhile), ErrNoVerify, store.ErrInvalidArgument (act), or the
+// store's failure.
+func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
+	for _, s := range liveStores.snapshot() {
+		if s.tag != tag {
+			continue
+		}
+		rec, err := s.store.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			return nil, fmt.Errorf("%w: %s", store.ErrNotFound, id)
+		}
+		rec, _, err = operatorCheck(s, rec, act)
+		return rec, err
+	}
+	return nil, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
 }
 
 // verificationView is what the record view shows of a record's
@@ -501,36 +550,24 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 	if err != nil {
 		return err
 	}
-	if found.State != store.StateUnknown {
-		return apiError(http.StatusConflict, "record %s is %s: only a record held as outcome unknown is verified", id, found.State)
-	}
-	if found.Check.IsZero() {
-		return apiError(http.StatusConflict, "record %s carries no check (it was held before its route had a verify rule): release or complete it", id)
-	}
-	run, err := operatorCheck(s, found)
+	act := store.Action{Actor: adminActor, Reason: req.Reason}
+	rec, verdict, err := operatorCheck(s, found, act)
 	switch {
-	case errors.Is(err, errNoVerify):
-		return apiError(http.StatusConflict, "route %s has no verify rule in the running config", found.Route)
+	case errors.Is(err, ErrNoVerify):
+		return apiError(http.StatusConflict, "%v", err)
 	case err != nil:
 		return storeError(err)
-	case run.rec == nil:
-		return apiError(http.StatusNotFound, "record %s not found", id)
-	case !run.ran && run.rec.State == store.StateUnknown && run.rec.Token == found.Token:
-		return apiError(http.StatusConflict, "a check of record %s is running; look again in a moment", id)
-	case !run.ran:
-		return apiError(http.StatusConflict, "record %s was resolved while the check ran (it is %s now); the check changed nothing", id, run.rec.State)
 	}
 	a.log().Info("record verified by an operator",
-		zap.String("route", found.Route), zap.String("key_id", id),
-		zap.String("verdict", run.verdict), zap.String("state", string(run.rec.State)),
-		zap.String("reason", req.Reason))
-	return writeJSON(w, view(run.rec))
+		zap.String("route", found.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
+	return writeJSON(w, view(rec))
 }
 
 // verifyRequest is the body of POST /idempotency/records/{id}/verify,
 // which may also be empty.
 type verifyRequest struct {
-	// Reason is the operator's own words, logged with the check.
+	// Reason is kept on the record's audit trail.
 	Reason string `json:"reason"`
 }
 
@@ -552,6 +589,9 @@ func readVerifyRequest(w http.ResponseWriter, r *http.Request) (verifyRequest, e
 	}
 	if dec.More() {
 		return req, apiError(http.StatusBadRequest, "request body: more than one JSON value")
+	}
+	if len(req.Reason) > store.MaxReasonLen || !utf8.ValidString(req.Reason) {
+		return req, apiError(http.StatusBadRequest, "reason: at most %d bytes of UTF-8 text", store.MaxReasonLen)
 	}
 	return req, nil
 }

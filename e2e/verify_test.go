@@ -237,6 +237,11 @@ type verifyRecord struct {
 	ExternalID   string      `json:"external_id"`
 	Reason       string      `json:"reason"`
 	Body         *string     `json:"body"`
+	Audit        []struct {
+		Actor  string `json:"actor"`
+		Action string `json:"action"`
+		Reason string `json:"reason"`
+	} `json:"audit"`
 	Verification *struct {
 		Method string `json:"method"`
 		URL    string `json:"url"`
@@ -548,6 +553,9 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 	adminJSON(t, gw, http.MethodPost, "/idempotency/records/"+id+"/verify", `{"reason":"CRM lookup is back?"}`, &after)
 	if after.State != store.StateUnknown || after.Verification.CheckCount != 4 || len(after.Verification.Checks) != 4 {
 		t.Errorf("after the operator's verify: %+v (%+v)", after, after.Verification)
+	}
+	if len(after.Audit) != 1 || after.Audit[0].Action != "verify" || after.Audit[0].Actor != "admin-api" || after.Audit[0].Reason != "CRM lookup is back?" {
+		t.Errorf("audit after the operator's verify: %+v", after.Audit)
 	}
 	r := verifyPost(gw.url+"/fast/deals", key, "")
 	if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {

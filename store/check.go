@@ -146,6 +146,10 @@ type CheckOutcome struct {
 	Next time.Duration
 	// TTL is how long a completed or released record lives (default 24h).
 	TTL time.Duration
+	// Operator, when set, is who asked for the check and why: kept on the
+	// record as an audit entry (action "verify") in the same step, when
+	// the check is recorded.
+	Operator *Action
 }
 
 // Token is the claim's fencing token: a check of the record the claim
@@ -194,13 +198,21 @@ func (s *Store) BeginCheck(ctx context.Context, id, claimToken, checkToken strin
 //   - anything else, or a streak still short: the record stays held, the
 //     streak kept, the next check due o.Next from now (none when 0).
 //
-// The entry is kept (the last MaxCheckEntries), CheckCount grows and the
-// lease ends. The record is returned as the script left it.
+// The entry is kept (the last MaxCheckEntries), CheckCount grows, the
+// lease ends, and an operator's check is added to the audit trail. The
+// record is returned as the script left it.
 func (s *Store) EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error) {
 	if err := o.check(); err != nil {
 		return nil, false, err
 	}
 	ttl := orDefault(o.TTL, DefaultTTL)
+	entry := ""
+	if o.Operator != nil {
+		var err error
+		if entry, err = encodeAction(AuditVerify, *o.Operator); err != nil {
+			return nil, false, err
+		}
+	}
 	res := o.Result
 	if o.Entry.Verdict == VerdictApplied && res.Digest == "" {
 		sum := sha256.Sum256(res.Body)
@@ -209,7 +221,7 @@ func (s *Store) EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, er
 	return s.checkScript(ctx, "end check", endCheckScript, s.recordKeys(o.ID), o.ID,
 		o.ClaimToken, o.CheckToken, strconv.Itoa(o.Entry.Status), o.Entry.Verdict,
 		strconv.Itoa(o.NotFoundChecks), ms(o.Every), ms(o.Next), ms(ttl),
-		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, res.Digest, res.ExternalID)
+		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, res.Digest, res.ExternalID, entry)
 }
 
 // check validates an outcome as every engine must.

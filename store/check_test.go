@@ -403,3 +403,30 @@ func TestCheckArguments(t *testing.T) {
 		}
 	})
 }
+
+// TestOperatorCheckAudited: an operator's check is kept on the audit
+// trail with the check it made; a refused one leaves none.
+func TestOperatorCheckAudited(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		id := heldWithCheck(t, e.s, time.Hour)
+		mustBegin(t, e.s, id, "tok-A", "chk-1", false)
+		o := outcome(id, "chk-1", VerdictInconclusive, 500)
+		o.Operator = &Action{Actor: "alice", Reason: "the CRM is back"}
+		rec := mustEnd(t, e.s, o)
+		if len(rec.Audit) != 1 || rec.Audit[0].Action != AuditVerify || rec.Audit[0].Actor != "alice" ||
+			rec.Audit[0].Reason != "the CRM is back" || !rec.Audit[0].At.Equal(rec.Checks[0].At) {
+			t.Fatalf("audit %+v, checks %+v", rec.Audit, rec.Checks)
+		}
+		if _, _, err := e.s.EndCheck(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if rec = mustGet(t, e.s, id); len(rec.Audit) != 1 || len(rec.Checks) != 1 {
+			t.Errorf("a refused check was audited: %+v", rec.Audit)
+		}
+		o.Operator = &Action{}
+		if _, _, err := e.s.EndCheck(ctx, o); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("an operator without a name: %v", err)
+		}
+	})
+}

@@ -42,8 +42,9 @@ const (
 // ARGV: 1 id, 2 claim token, 3 check token, 4 entry status, 5 verdict,
 // 6 not found checks, 7 every ms, 8 next ms (0: none), 9 ttl ms,
 // 10 result status, 11 result header, 12 result body, 13 result digest,
-// 14 external id. Reply: {code, now ms, <fields...>}.
-var endCheckScript = redis.NewScript(luaIndex + `
+// 14 external id, 15 audit entry of an operator's check ("" for none).
+// Reply: {code, now ms, <fields...>}.
+var endCheckScript = redis.NewScript(luaAudit + `
 local key = KEYS[1]
 local cur = redis.call('HMGET', key, 'st', 'tok', 'clt', 'chs', 'chf', 'chl')
 local code = ` + itoa(codeCheckRefused) + `
@@ -60,6 +61,7 @@ if cur[1] == 'unknown' and cur[2] == ARGV[2] and cur[3] == ARGV[3] then
   redis.call('HSET', key, 'chl', log)
   redis.call('HINCRBY', key, 'chc', 1)
   redis.call('HDEL', key, 'clt', 'clu')
+  if ARGV[15] ~= '' then audit(ARGV[15]) end
   local verdict = ARGV[5]
   local ttl = tonumber(ARGV[9])
   local streak = tonumber(cur[4] or '0')

@@ -42,6 +42,8 @@ const (
 const (
 	AuditRelease  = "release"
 	AuditComplete = "complete"
+	// AuditVerify: an operator ran a verification check (see EndCheck).
+	AuditVerify = "verify"
 )
 
 // auditEntry is the stored form of an AuditEntry: one JSON object per line
