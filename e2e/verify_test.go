@@ -230,14 +230,14 @@ func (c *verifyCRM) lookup(w http.ResponseWriter, r *http.Request) {
 
 // verifyRecord is a record as the operator API shows it.
 type verifyRecord struct {
-	ID           string      `json:"id"`
-	State        store.State `json:"state"`
-	Executions   int64       `json:"executions"`
-	Status       int         `json:"status"`
-	ExternalID   string      `json:"external_id"`
-	Reason       string      `json:"reason"`
-	Body         *string     `json:"body"`
-	Audit        []struct {
+	ID         string      `json:"id"`
+	State      store.State `json:"state"`
+	Executions int64       `json:"executions"`
+	Status     int         `json:"status"`
+	ExternalID string      `json:"external_id"`
+	Reason     string      `json:"reason"`
+	Body       *string     `json:"body"`
+	Audit      []struct {
 		Actor  string `json:"actor"`
 		Action string `json:"action"`
 		Reason string `json:"reason"`
