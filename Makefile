@@ -18,7 +18,7 @@ build:
 run: build
 	@bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
 	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
-	$(BIN) run --config Caddyfile.example --adapter caddyfile
+	CRM_URL=http://127.0.0.1:9001 $(BIN) run --config Caddyfile.example --adapter caddyfile
 
 # One webhook delivered three times (two racing): one deal is created.
 demo: build

@@ -2,11 +2,15 @@
 // POST /crm/deals creates a deal D-<n> (and counts it), whether or not it is
 // a duplicate. It knows nothing about idempotency; that is the point.
 //
-//	GET  /stats       {"deals_created": n, "requests": m}
-//	POST /crm/deals   201 {"id": "D-9021", ...}, Location: /crm/deals/D-9021
+//	GET  /stats                   {"deals_created": n, "requests": m}
+//	POST /crm/deals               201 {"id": "D-9021", ...}, Location: /crm/deals/D-9021
+//	GET  /crm/deals?source_key=K  200 [{"id": "D-9021", ...}]: the deals created
+//	                              with Idempotency-Key K ([] when none)
 //
 // A request header X-Demo-Delay (a Go duration, at most 10s) makes the
 // creation take that long, to show what a concurrent duplicate sees.
+// X-Demo-Drop: 1 makes it create the deal and then drop the connection
+// without an answer, as when a CRM's answer is lost on the way back.
 package main
 
 import (
@@ -20,19 +24,36 @@ import (
 	"time"
 )
 
+// deal is one created deal.
+type deal struct {
+	ID        string         `json:"id"`
+	Status    string         `json:"status"`
+	SourceKey string         `json:"source_key"`
+	CreatedAt time.Time      `json:"created_at"`
+	Request   map[string]any `json:"request"`
+}
+
 type crm struct {
 	mu       sync.Mutex
 	next     int
 	created  int
 	requests int
+	bySource map[string][]deal
+}
+
+func (c *crm) deals(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost:
+		c.createDeal(w, r)
+	case http.MethodGet, http.MethodHead:
+		c.findDeals(w, r)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
 }
 
 func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		http.Error(w, "cannot read body", http.StatusBadRequest)
@@ -51,18 +72,45 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	c.requests++
 	c.created++
 	c.next++
-	id := fmt.Sprintf("D-%d", 9020+c.next)
+	d := deal{
+		ID:        fmt.Sprintf("D-%d", 9020+c.next),
+		Status:    "created",
+		SourceKey: r.Header.Get("Idempotency-Key"),
+		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+		Request:   payload,
+	}
+	if d.SourceKey != "" {
+		c.bySource[d.SourceKey] = append(c.bySource[d.SourceKey], d)
+	}
 	c.mu.Unlock()
 
+	if r.Header.Get("X-Demo-Drop") == "1" {
+		// The deal exists; its answer never arrives.
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", "/crm/deals/"+id)
+	w.Header().Set("Location", "/crm/deals/"+d.ID)
 	w.WriteHeader(http.StatusCreated)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id":         id,
-		"status":     "created",
-		"source_key": r.Header.Get("Idempotency-Key"),
-		"request":    payload,
-	})
+	_ = json.NewEncoder(w).Encode(d)
+}
+
+// findDeals answers GET /crm/deals?source_key=K with the deals that
+// requests with Idempotency-Key K created.
+func (c *crm) findDeals(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("source_key")
+	if key == "" {
+		http.Error(w, "source_key is required", http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	found := append([]deal{}, c.bySource[key]...)
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(found)
 }
 
 func (c *crm) stats(w http.ResponseWriter, _ *http.Request) {
@@ -77,12 +125,12 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:9001", "address to listen on")
 	flag.Parse()
 
-	c := new(crm)
+	c := &crm{bySource: map[string][]deal{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/crm/deals", c.createDeal)
+	mux.HandleFunc("/crm/deals", c.deals)
 	mux.HandleFunc("GET /stats", c.stats)
 
-	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /stats)", *listen)
+	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /crm/deals?source_key=K, GET /stats)", *listen)
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }

@@ -1,6 +1,9 @@
 // Command demo delivers one webhook event three times through the gateway,
 // the way a provider that timed out and retried would (two of the
 // deliveries race each other), then asks the CRM how many deals exist.
+// In its second act the CRM creates a deal and drops the connection; the
+// provider's retry gets that same deal, which the gateway looked up by
+// the event's key (the route's verify rule).
 package main
 
 import (
@@ -102,6 +105,11 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("\ndelivery attempts: 3\ndeals created in the CRM: %d\n", stats.DealsCreated)
+
+	if err := actTwo(client, *gateway, *upstream, *event+"_dropped"); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
 }
 
 // waitReady polls the given URLs until each answers at all, for at most 15 s.
