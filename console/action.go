@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
@@ -18,6 +19,7 @@ import (
 const (
 	actionRelease  = "release"
 	actionComplete = "complete"
+	// actionVerify is in verify.go.
 )
 
 // Form limits.
@@ -138,9 +140,12 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	refuse := func(status int, msg string, cur *store.Record) {
 		pg := newRecordPage(p, cur, rt, known)
 		pg.Action, pg.Error = action, msg
-		if action == actionComplete {
+		switch action {
+		case actionComplete:
 			pg.Form = form
-		} else {
+		case actionVerify:
+			pg.VerifyReason = form.Reason
+		default:
 			pg.ReleaseReason = form.Reason
 		}
 		p.render(w, status, "record", pg)
@@ -177,9 +182,24 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		done *store.Record
 		err  error
 	)
-	if action == actionRelease {
+	switch action {
+	case actionRelease:
 		done, err = ls.Store.OperatorRelease(r.Context(), id, act, ttl)
-	} else {
+	case actionVerify:
+		done, err = c.verifier()(r.Context(), ls.Tag, id, act)
+		switch {
+		case errors.Is(err, caddymodule.ErrNoVerify):
+			refuse(http.StatusConflict, "Not done: the route has no verify rule in the running config.", rec)
+			return
+		case errors.Is(err, store.ErrConflict):
+			cur := done
+			if cur == nil {
+				cur = rec
+			}
+			refuse(http.StatusConflict, "Not done: "+verifyConflict(err)+".", cur)
+			return
+		}
+	default:
 		done, err = ls.Store.OperatorComplete(r.Context(), id, res, act, ttl)
 	}
 	switch {

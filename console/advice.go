@@ -49,7 +49,9 @@ func reasonText(rec *store.Record) string {
 	case "operator":
 		return "resolved by an operator"
 	case "verified":
-		return "resolved by verification"
+		return "found upstream by a verification check"
+	case store.ReasonVerifiedNotApplied:
+		return "verification checks found nothing upstream, twice or more in a row"
 	}
 	return rec.Reason
 }
@@ -71,7 +73,7 @@ type advice struct {
 func adviceFor(rec *store.Record, now time.Time) advice {
 	switch rec.State {
 	case store.StateUnknown:
-		return advice{
+		a := advice{
 			Known: "Held: " + orDefault(reasonText(rec), "the gateway could not tell the outcome") + ". " +
 				"Retries are answered 409 and nothing is sent upstream until someone resolves it.",
 			Unknown: "Whether " + rec.Route + " took effect upstream.",
@@ -79,6 +81,20 @@ func adviceFor(rec *store.Record, now time.Time) advice {
 				"(retries replay it) or Release (the next retry runs it once).",
 			Act: true,
 		}
+		if !rec.Check.IsZero() {
+			a.Known = "Held: " + orDefault(reasonText(rec), "the gateway could not tell the outcome") + ". " +
+				"The gateway asks the upstream by the same key (" + plural(rec.CheckCount, "check") + " so far); " +
+				"every retry checks first."
+			if !rec.NextCheck.IsZero() {
+				a.Next = "Nothing to do yet: the next check runs at " + formatTime(rec.NextCheck) + ". Or Verify now; " +
+					"if the lookup cannot settle it, look it up there, then Complete or Release."
+				a.Act = false
+			} else {
+				a.Next = "The scheduled checks could not settle it: Verify now, or look it up upstream, then Complete " +
+					"with its answer (retries replay it) or Release (the next retry runs it once)."
+			}
+		}
+		return a
 	case store.StateInFlight:
 		if rec.LeaseUntil.After(now) {
 			return advice{

@@ -84,6 +84,8 @@ type Console struct {
 	logger *zap.Logger
 	stores func() []caddymodule.LiveStore
 	origin *http.CrossOriginProtection
+	// verifyNow runs an operator's check; nil: the running gateways'.
+	verifyNow verifyFunc
 }
 
 // CaddyModule returns the Caddy module information.
@@ -165,7 +167,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			return nil
 		}
 		c.serveRecord(w, r, p, parts[1])
-	case len(parts) == 3 && parts[0] == "records" && (parts[2] == actionRelease || parts[2] == actionComplete):
+	case len(parts) == 3 && parts[0] == "records" && (parts[2] == actionRelease || parts[2] == actionComplete || parts[2] == actionVerify):
 		if !allowMethod(w, r, p, http.MethodPost) {
 			return nil
 		}

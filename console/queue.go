@@ -43,6 +43,7 @@ type queueRow struct {
 	Executions int64
 	Reason     string
 	Advice     advice
+	Checks     string // the verification checks and the next one
 }
 
 // routeSummary is one route's line of the summary.
@@ -248,6 +249,7 @@ walk:
 			Executions: rec.Executions,
 			Reason:     reasonText(rec),
 			Advice:     adviceFor(rec, now),
+			Checks:     queueChecks(rec),
 		}
 	}
 	return rows, next, nil

@@ -40,6 +40,11 @@ type recordPage struct {
 	Confirm    bool // the route asks twice
 
 	CanRelease, CanComplete bool
+	// Verification shows the record's checks; CanVerify offers Verify
+	// now (its reason in VerifyReason).
+	Verification verificationView
+	CanVerify    bool
+	VerifyReason string
 	// ReleaseReruns: releasing this (completed) record runs it again.
 	ReleaseReruns bool
 	// NoAction says why no action is offered.
@@ -70,6 +75,8 @@ func newRecordPage(p *pageContext, rec *store.Record, rt config.Resolved, known 
 		Form:        actionForm{Status: "200", ContentType: "application/json"},
 	}
 	pg.Timeline = timeline(rec, p.Now)
+	pg.Verification = verificationOf(rec, p.Now)
+	pg.CanVerify = canVerify(rec, rt, known)
 	if rec.State == store.StateCompleted {
 		pg.Response = true
 		pg.Headers = redactHeader(rec.Header)
@@ -103,8 +110,7 @@ func timeline(rec *store.Record, now time.Time) []event {
 	case rec.State == store.StateInFlight || (rec.State == store.StateUnknown && rec.Reason == "lease_expired"):
 		ev = append(ev, event{At: rec.LeaseUntil, Kind: "lease", Title: "Lease ran out", Detail: "No result arrived while the lease lasted."})
 	}
-	// Verification checks (SPEC "Verification") go here once routes can
-	// verify: each check's time, status and verdict, and the next one.
+	ev = append(ev, checkEvents(rec)...)
 	// An operator's completion is its own event (the audit entry below).
 	byOperator := rec.Reason == "operator" && len(rec.Audit) > 0 && rec.Audit[len(rec.Audit)-1].Action == store.AuditComplete
 	if !rec.CompletedAt.IsZero() && !byOperator {
@@ -121,6 +127,8 @@ func timeline(rec *store.Record, now time.Time) []event {
 			if byOperator && i == len(rec.Audit)-1 {
 				title += " with status " + strconv.Itoa(rec.Status)
 			}
+		case store.AuditVerify:
+			title = "Check asked for by " + a.Actor
 		}
 		detail := "No reason given."
 		if a.Reason != "" {
@@ -208,6 +216,8 @@ func (c *Console) serveRecord(w http.ResponseWriter, r *http.Request, p *pageCon
 		pg.Notice = "Released. The next retry with the same payload runs the operation, once. Your reason is on the timeline."
 	case actionComplete:
 		pg.Notice = "Completed. Retries now get this answer without calling the upstream. Your reason is on the timeline."
+	case actionVerify:
+		pg.Notice = verifiedNotice(rec)
 	}
 	p.render(w, http.StatusOK, "record", pg)
 }
