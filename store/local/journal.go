@@ -47,12 +47,17 @@ func (e *Engine) put(s *slot, r *rec) {
 	}
 }
 
-// note publishes r, a change nobody waits for, with the journal entry
-// entry; it is written with the next commit. Called with mu held.
-func (e *Engine) note(s *slot, r *rec, entry []byte) {
+// note publishes r, a change nobody waits for (op opAttempt or opRenew,
+// with its new value); it is written with the next commit. Called with mu
+// held.
+func (e *Engine) note(s *slot, r *rec, op byte, v int64) {
 	var start int
 	e.buf, start = beginFrame(e.buf)
-	e.buf = append(e.buf, entry...)
+	if op == opAttempt {
+		e.buf = appendAttempt(e.buf, r.ID, v)
+	} else {
+		e.buf = appendRenew(e.buf, r.ID, v)
+	}
 	e.buf = endFrame(e.buf, start)
 	r.round, r.size = s.cur.round, s.cur.size
 	s.cur = r

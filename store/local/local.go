@@ -382,15 +382,15 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			e.put(s, out)
 			res.Claimed, res.TakeOver = true, true
 		default:
-			e.note(s, out, appendAttempt(nil, out.ID, out.Attempts))
+			e.note(s, out, opAttempt, out.Attempts)
 		}
 	}
-	rd := out.round
-	res.Record = out.view()
 	e.mu.Unlock()
-	if err := e.wait(ctx, rd); err != nil {
+	// out is immutable once published: copy it without the lock.
+	if err := e.wait(ctx, out.round); err != nil {
 		return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 	}
+	res.Record = out.view()
 	return res, nil
 }
 
@@ -415,7 +415,7 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 	}
 	r := s.cur.clone()
 	r.LeaseUntil = time.UnixMilli(now + store.Millis(lease))
-	e.note(s, r, appendRenew(nil, id, msOf(r.LeaseUntil)))
+	e.note(s, r, opRenew, msOf(r.LeaseUntil))
 	return true, nil
 }
 
@@ -547,12 +547,12 @@ func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
 		e.mu.Unlock()
 		return nil, nil
 	}
-	v, rd := s.cur.view(), s.cur.round
+	cur := s.cur
 	e.mu.Unlock()
-	if err := e.wait(ctx, rd); err != nil {
+	if err := e.wait(ctx, cur.round); err != nil {
 		return nil, fmt.Errorf("store: get %s: %w", id, err)
 	}
-	return v, nil
+	return cur.view(), nil
 }
 
 // OperatorRelease releases a record on an operator's word (see
