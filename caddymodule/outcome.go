@@ -111,7 +111,15 @@ func (h *Handler) settle(g *guarded, token string, cw *capture, out outcome) {
 	switch v {
 	case verdictComplete:
 		op, result = "complete", "completed"
-		ok, err = h.store.Complete(ctx, g.id, token, storedResult(g.rt, cw, out), g.rt.TTL)
+		ok, err = h.store.Complete(ctx, store.CompleteRequest{
+			Claim: store.ClaimRequest{
+				ID: g.id, Token: token, Route: g.rec.Route, Operation: g.rec.Operation,
+				Fingerprint: g.rec.Fingerprint, FingerprintRule: g.rec.FingerprintRule,
+			},
+			StartedAt: g.rec.StartedAt,
+			Result:    storedResult(g.rt, cw, out),
+			TTL:       g.rt.TTL,
+		})
 	case verdictRelease:
 		op, result = "release", "released"
 		if out.reason == "not_sent" {

@@ -42,7 +42,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
 	sent := &redistest.CommandLog{}
-	h.store.Client().AddHook(sent)
+	h.store.(redisEngine).Client().AddHook(sent)
 	ctx := context.Background()
 	const n = 25
 

@@ -135,7 +135,7 @@ func TestListTies(t *testing.T) {
 }
 
 func TestListBadFilter(t *testing.T) {
-	e := openEmbedded(t)
+	e := openMiniredisEnv(t)
 	ctx := context.Background()
 	for range 3 {
 		mustClaim(t, e.s, claimReq(newID(t), "tok"))

@@ -13,14 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/idemgate/idemgate/internal/redistest"
 )
 
 // env is one store under test plus the means to break its Redis.
 type env struct {
 	s    *Store
-	srv  *redistest.Server // nil for the embedded backend
-	stop func()            // make Redis unreachable
+	srv  *redistest.Server    // nil for miniredis
+	mini *miniredis.Miniredis // nil for redis-server
+	stop func()               // make Redis unreachable
 }
 
 type backend struct {
@@ -30,7 +32,7 @@ type backend struct {
 
 var backends = []backend{
 	{"redis", openRedis},
-	{"embedded", openEmbedded},
+	{"miniredis", openMiniredisEnv},
 }
 
 func openRedis(t testing.TB) *env {
@@ -44,14 +46,14 @@ func openRedis(t testing.TB) *env {
 	return &env{s: s, srv: srv, stop: srv.Stop}
 }
 
-func openEmbedded(t testing.TB) *env {
+func openMiniredisEnv(t testing.TB) *env {
 	t.Helper()
-	s, err := OpenEmbedded(Options{OpTimeout: 2 * time.Second})
+	s, m, err := openMiniredis(Options{OpTimeout: 2 * time.Second})
 	if err != nil {
-		t.Fatalf("OpenEmbedded: %v", err)
+		t.Fatalf("openMiniredis: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return &env{s: s, stop: s.embedded.Close}
+	return &env{s: s, mini: m, stop: m.Close}
 }
 
 // eachBackend runs f against a fresh store of every backend.
