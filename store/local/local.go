@@ -55,7 +55,7 @@ import (
 const (
 	// DefaultCompactMin is the journal growth beyond twice the live data
 	// tolerated before a compaction.
-	DefaultCompactMin = 4 << 20
+	DefaultCompactMin = 1 << 20
 	// DefaultOpTimeout bounds the wait for an fsync.
 	DefaultOpTimeout = 2 * time.Second
 	// asyncFlush is how long a change nobody waits for may stay unwritten.
