@@ -95,16 +95,6 @@ func makeRecords(t *testing.T, s *Store, n int) listFixture {
 	return fx
 }
 
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
 // TestListTies: index entries with equal scores (records expiring in the
 // same millisecond) are paged through exactly once however the pages cut
 // the run of ties.

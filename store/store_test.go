@@ -121,16 +121,6 @@ func mustOK(t testing.TB, what string, ok bool, err error) {
 	}
 }
 
-func mustLose(t testing.TB, what string, ok bool, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	if ok {
-		t.Fatalf("%s: true, want false (fenced out)", what)
-	}
-}
-
 // redisNow is the Redis server's clock.
 func redisNow(t testing.TB, s *Store) time.Time {
 	t.Helper()

@@ -59,7 +59,8 @@ func lockDir(dir string) (*dirLock, error) {
 		}
 		return nil, fmt.Errorf("store: embedded store: lock %s: %w", f.Name(), err)
 	}
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
