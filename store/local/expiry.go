@@ -65,8 +65,8 @@ func (e *Engine) drop(s *slot) {
 // sweepBatch bounds the records one sweep drops while holding the lock.
 const sweepBatch = 1000
 
-// sweepLoop drops expired records from memory once a second, so memory
-// and the next snapshot follow the live set.
+// sweepLoop drops expired records from memory every sweepEvery, so
+// memory and the next snapshot follow the live set.
 func (e *Engine) sweepLoop() {
 	defer e.done.Done()
 	t := time.NewTicker(sweepEvery)

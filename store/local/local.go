@@ -61,8 +61,10 @@ const (
 	// asyncFlush is how long a change nobody waits for may stay unwritten.
 	asyncFlush = 200 * time.Millisecond
 	// sweepEvery is how often expired records are dropped from memory
-	// (reads treat them as gone from the millisecond they expire).
-	sweepEvery = time.Second
+	// (reads treat them as gone from the millisecond they expire), so
+	// that memory and the compaction's idea of the live data follow the
+	// live set closely.
+	sweepEvery = 100 * time.Millisecond
 )
 
 // Options configure Open.
