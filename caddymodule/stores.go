@@ -108,7 +108,15 @@ func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*
 
 // openEmbedded opens the embedded store's DIR for this process.
 func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.Destructor, error) {
-	e, err := local.Open(local.Options{Dir: c.embeddedDir(), OpTimeout: opts.OpTimeout})
+	e, err := local.Open(local.Options{
+		Dir:       c.embeddedDir(),
+		OpTimeout: opts.OpTimeout,
+		// The store outlives the config that opened it: Caddy's current
+		// default logger.
+		OnError: func(err error) {
+			caddy.Log().Named("http.handlers.idempotency").Error("embedded store", zap.Error(err))
+		},
+	})
 	if err != nil {
 		return nil, err
 	}

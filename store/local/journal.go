@@ -132,10 +132,14 @@ func (e *Engine) commit(mayCompact bool) {
 		}
 		e.mu.Lock()
 		e.journalBytes += int64(len(data))
-		if err != nil && e.failed == nil {
+		first := err != nil && e.failed == nil
+		if first {
 			e.failed = fmt.Errorf("journal write failed: %w", err)
 		}
 		e.mu.Unlock()
+		if first {
+			e.report(fmt.Errorf("store: embedded store %s: journal write failed, the store is stopped until restart: %w", e.dir, err))
+		}
 		rd.err = err
 		if err != nil {
 			rd.err = fmt.Errorf("journal write failed: %w", err)
@@ -179,14 +183,23 @@ func (e *Engine) compactDue() bool {
 // files still recover everything).
 func (e *Engine) compacted(size int64, err error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.snapshotting = false
-	e.lastCompact = err
 	if err != nil {
 		e.compactAfter = time.Now().Add(time.Minute)
-		return
+	} else {
+		e.snapshotBytes = size
 	}
-	e.snapshotBytes = size
+	e.mu.Unlock()
+	if err != nil {
+		e.report(fmt.Errorf("store: embedded store %s: compaction failed (retried in a minute; nothing is lost): %w", e.dir, err))
+	}
+}
+
+// report hands a background failure to Options.OnError.
+func (e *Engine) report(err error) {
+	if e.opts.OnError != nil {
+		e.opts.OnError(err)
+	}
 }
 
 // rotate starts journal gen: later commits go there. Only the committer

@@ -77,6 +77,11 @@ type Options struct {
 	CompactMin int64
 	// OpTimeout bounds how long a call waits for its fsync; default 2s.
 	OpTimeout time.Duration
+	// OnError, when set, is told of failures no call returns: a journal
+	// write that failed (the store stops: every later call fails) and a
+	// compaction that failed (retried a minute later; nothing is lost).
+	// It is called from the engine's own goroutines.
+	OnError func(error)
 }
 
 // Recovery is what Open found in DIR.
@@ -114,7 +119,6 @@ type Engine struct {
 	snapshotBytes int64
 	snapshotting  bool
 	compactAfter  time.Time // no compaction before (after a failed one)
-	lastCompact   error
 
 	jf    *os.File // the current journal; the committer's alone
 	spare []byte   // the committer's spare buffer
