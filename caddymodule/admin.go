@@ -374,7 +374,6 @@ func validRecordID(id string) bool {
 	return true
 }
 
-
 // get answers GET /idempotency/records/{id}.
 func (a *AdminAPI) get(w http.ResponseWriter, r *http.Request, id string) error {
 	rec, _, err := a.find(r.Context(), id)

@@ -308,8 +308,8 @@ func TestNewToken(t *testing.T) {
 		t.Fatalf("tokens %q %q", a, b)
 	}
 }
+
 // completion is the CompleteRequest of a claim on id with token.
 func completion(id, token string, res Result, ttl time.Duration) CompleteRequest {
 	return CompleteRequest{Claim: ClaimRequest{ID: id, Token: token}, Result: res, TTL: ttl}
 }
-
