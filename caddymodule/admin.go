@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -15,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -71,7 +68,7 @@ const (
 // otherwise), so a cross-site form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
-	reg    *storeRegistry // nil: liveStores
+	stores *storeOwner // nil: the process's stores
 }
 
 // CaddyModule returns the Caddy module information.
@@ -93,11 +90,11 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: adminBase, Handler: caddy.AdminHandlerFunc(a.serve)}}
 }
 
-func (a *AdminAPI) registry() *storeRegistry {
-	if a.reg != nil {
-		return a.reg
+func (a *AdminAPI) owner() *storeOwner {
+	if a.stores != nil {
+		return a.stores
 	}
-	return liveStores
+	return stores
 }
 
 func (a *AdminAPI) log() *zap.Logger {
@@ -302,7 +299,7 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Limit = n
 	}
-	stores := a.registry().snapshot()
+	stores := a.owner().live()
 	start := 0
 	if c := q.Get("cursor"); c != "" {
 		tag, inner, ok := strings.Cut(c, ".")
@@ -356,7 +353,7 @@ func (a *AdminAPI) find(ctx context.Context, id string) (*store.Record, liveStor
 		return nil, liveStore{}, apiError(http.StatusBadRequest, "%q is not a record id (32 lowercase hex characters)", id)
 	}
 	var firstErr error
-	for _, s := range a.registry().snapshot() {
+	for _, s := range a.owner().live() {
 		rec, err := s.store.Get(ctx, id)
 		if err != nil {
 			// Another store may hold it: report the failure only when
@@ -584,104 +581,6 @@ func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) e
 		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(found.State)), zap.Int("status", res.Status))
 	return writeJSON(w, view(rec))
-}
-
-// liveStores is the registry of the record stores that provisioned
-// handlers use, for the operator API.
-var liveStores = newStoreRegistry()
-
-// storeRegistry tracks which record stores are in use and with which
-// routes. Handlers add themselves when provisioned and remove themselves
-// when cleaned up; during a reload the old and the new config are both
-// registered for a moment.
-type storeRegistry struct {
-	salt [16]byte // makes store tags unguessable from their (secret) keys
-
-	mu   sync.Mutex
-	seq  uint64
-	regs map[uint64]registration
-}
-
-// registration is one handler's use of a store.
-type registration struct {
-	seq    uint64
-	key    string // the store pool key: may contain a password, never shown
-	store  *store.Store
-	routes []*route
-}
-
-// liveStore is one distinct store as the operator API sees it.
-type liveStore struct {
-	// tag names the store in list cursors: a salted hash of its pool key.
-	tag    string
-	store  *store.Store
-	routes map[string]*route // by name; the newest config's route wins
-}
-
-func newStoreRegistry() *storeRegistry {
-	r := &storeRegistry{regs: map[uint64]registration{}}
-	_, _ = rand.Read(r.salt[:])
-	return r
-}
-
-// add registers a handler's store and routes; the result is the handle
-// for remove (never 0).
-func (r *storeRegistry) add(key string, s *store.Store, routes []*route) uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	r.regs[r.seq] = registration{seq: r.seq, key: key, store: s, routes: routes}
-	return r.seq
-}
-
-// remove forgets a registration; 0 is ignored.
-func (r *storeRegistry) remove(id uint64) {
-	if id == 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.regs, id)
-}
-
-// snapshot returns the distinct stores, in a stable order.
-func (r *storeRegistry) snapshot() []liveStore {
-	r.mu.Lock()
-	regs := make([]registration, 0, len(r.regs))
-	for _, reg := range r.regs {
-		regs = append(regs, reg)
-	}
-	r.mu.Unlock()
-	slices.SortFunc(regs, func(a, b registration) int { return cmp.Compare(a.seq, b.seq) })
-
-	byKey := map[string]int{}
-	var out []liveStore
-	for _, reg := range regs {
-		i, ok := byKey[reg.key]
-		if !ok {
-			i = len(out)
-			byKey[reg.key] = i
-			sum := sha256.Sum256(append(r.salt[:], reg.key...))
-			out = append(out, liveStore{tag: hex.EncodeToString(sum[:6]), routes: map[string]*route{}})
-		}
-		// The newest registration's connection and routes win.
-		out[i].store = reg.store
-		for _, rt := range reg.routes {
-			out[i].routes[rt.Name] = rt
-		}
-	}
-	slices.SortFunc(out, func(a, b liveStore) int { return strings.Compare(a.tag, b.tag) })
-	return out
-}
-
-// ttl is how long a record of route lives after an operator resolved it:
-// the route's ttl, or the default when the route is not configured any
-// more.
-func (s liveStore) ttl(routeName string) time.Duration {
-	if rt := s.routes[routeName]; rt != nil && rt.TTL > 0 {
-		return rt.TTL
-	}
-	return store.DefaultTTL
 }
 
 // Interface guards

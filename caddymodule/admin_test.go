@@ -196,11 +196,11 @@ func onlyRecord(t *testing.T, a *AdminAPI, route string) string {
 
 // newAdmin returns an operator API that sees only the stores of hs.
 func newAdmin(hs ...*Handler) *AdminAPI {
-	reg := newStoreRegistry()
+	o := newStoreOwner()
 	for _, h := range hs {
-		reg.add(h.storeKey, h.store, h.routes)
+		o.track(&storeUse{key: h.use.key, engine: h.store, routes: h.routes})
 	}
-	return &AdminAPI{reg: reg}
+	return &AdminAPI{stores: o}
 }
 
 // TestAdminRecords lists, shows, releases and completes records in every
@@ -512,12 +512,7 @@ routes:
     key: ["{header.Idempotency-Key}"]
 `
 			one, _ := newHandler(t, rules, st.cfg(t))
-			// A second store: the same server under another key prefix,
-			// used by a copy of the handler.
-			two := new(Handler)
-			*two = *one
-			two.store = store.New(one.store.Client(), "second:", 0)
-			two.storeKey = "second"
+			two, _ := newHandler(t, rules, st.cfg(t)) // a second store
 			a := newAdmin(one, two)
 			up := &counting{}
 			var want []string
@@ -529,12 +524,12 @@ routes:
 				serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", fmt.Sprint("k", i))
 			}
 			for _, h := range []*Handler{one, two} {
-				err := h.store.ScanIDs(context.Background(), func(id string) error {
-					want = append(want, id)
-					return nil
-				})
+				page, err := h.store.List(context.Background(), store.ListFilter{Limit: 1000})
 				if err != nil {
 					t.Fatal(err)
+				}
+				for _, r := range page.Records {
+					want = append(want, r.ID)
 				}
 			}
 			slices.Sort(want)
@@ -564,9 +559,11 @@ routes:
 func TestAdminRegistry(t *testing.T) {
 	sc := testStores[0].cfg(t)
 	count := func(key string) int {
+		stores.mu.Lock()
+		defer stores.mu.Unlock()
 		n := 0
-		for _, reg := range liveStores.regs {
-			if reg.key == key {
+		for _, u := range stores.uses {
+			if u.key == key {
 				n++
 			}
 		}
@@ -590,14 +587,11 @@ routes:
     key: ["{header.Idempotency-Key}"]
     ttl: 3h
 `, sc)
-	liveStores.mu.Lock()
-	n := count(old.storeKey)
-	liveStores.mu.Unlock()
-	if n != 2 {
+	if n := count(old.use.key); n != 2 {
 		t.Fatalf("%d registrations of the store, want 2", n)
 	}
 	var mine []liveStore
-	for _, s := range liveStores.snapshot() {
+	for _, s := range stores.live() {
 		if s.store == old.store {
 			mine = append(mine, s)
 		}
@@ -619,28 +613,26 @@ routes:
 	if err := old.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	old.storeKey = "" // the test's own clean-up must not release it twice
 	if s := findLive(reloaded.store); s == nil || s.ttl("deals").String() != "2h0m0s" {
 		t.Errorf("after the old config's clean-up: %+v", s)
 	}
 	if err := reloaded.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	reloaded.storeKey = ""
 	if s := findLive(reloaded.store); s != nil {
 		t.Errorf("a cleaned-up handler's store is still listed")
 	}
 
 	// A failed Provision (no store) and its Cleanup leave no entry.
-	before := len(liveStores.snapshot())
+	before := len(stores.live())
 	h := &Handler{}
-	if err := h.Cleanup(); err != nil || len(liveStores.snapshot()) != before {
+	if err := h.Cleanup(); err != nil || len(stores.live()) != before {
 		t.Errorf("Cleanup without Provision: %v", err)
 	}
 }
 
-func findLive(s *store.Store) *liveStore {
-	for _, l := range liveStores.snapshot() {
+func findLive(s store.Engine) *liveStore {
+	for _, l := range stores.live() {
 		if l.store == s {
 			return &l
 		}
@@ -669,7 +661,7 @@ func TestAdminModule(t *testing.T) {
 	if r := router.Routes(); len(r) != 1 || r[0].Pattern != "/idempotency/" {
 		t.Errorf("routes %+v", r)
 	}
-	a := &AdminAPI{reg: newStoreRegistry()}
+	a := &AdminAPI{stores: newStoreOwner()}
 	var page recordList
 	adminJSON(t, a, "GET", "/idempotency/records", "", &page)
 	if page.Records == nil || len(page.Records) != 0 || page.NextCursor != "" {

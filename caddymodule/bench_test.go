@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -75,7 +74,7 @@ var benchStores = []struct {
 	cfg  func(b *testing.B) StoreConfig
 }{
 	{"embedded", func(b *testing.B) StoreConfig {
-		return StoreConfig{KeyPrefix: "bench-" + strings.ReplaceAll(b.Name(), "/", "-") + ":"}
+		return StoreConfig{Dir: b.TempDir()}
 	}},
 	{"redis", func(b *testing.B) StoreConfig {
 		return StoreConfig{Addresses: []string{"redis://" + redistest.Start(b).Addr}}

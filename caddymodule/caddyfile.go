@@ -32,7 +32,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	idempotency {
 //	    rules        <file>                 # YAML route rules, inlined while adapting
-//	    store        embedded | <redis-url> [<redis-url>...]
+//	    store        embedded [<dir>] | <redis-url> [<redis-url>...]
 //	    master_name  <name>                 # Sentinel: the addresses are sentinels
 //	    cluster                             # Cluster: the addresses are seeds
 //	    username     <user>
@@ -54,8 +54,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // inlined into the JSON config, so editing it and running `caddy reload`
 // applies the change; a file that fails validation fails the reload with
 // its file, line and field, and the running config keeps serving. A
-// relative path (rules, tls_ca_file) is taken from the Caddyfile's
-// directory.
+// relative path (rules, the embedded store's directory, tls_ca_file) is
+// taken from the Caddyfile's directory. The embedded store's directory
+// defaults to Caddy's data directory + /idemgate.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -81,11 +82,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			if len(args) == 1 && args[0] == "embedded" {
-				h.Store.Addresses = nil
+			if args[0] == "embedded" {
+				if len(args) > 2 {
+					return d.Errf("store embedded takes one directory, got %d arguments", len(args)-1)
+				}
+				h.Store.Addresses, h.Store.Dir = nil, ""
+				if len(args) == 2 {
+					dir := args[1]
+					if !filepath.IsAbs(dir) && d.File() != "" {
+						dir = filepath.Join(filepath.Dir(d.File()), dir)
+					}
+					h.Store.Dir = dir
+				}
 				continue
 			}
-			h.Store.Addresses = args
+			h.Store.Addresses, h.Store.Dir = args, ""
 		case "master_name":
 			if !d.AllArgs(&h.Store.MasterName) {
 				return d.ArgErr()

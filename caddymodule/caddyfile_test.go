@@ -95,6 +95,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
+		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,5 +133,64 @@ func TestCaddyfileCAFileRelative(t *testing.T) {
 	want, _ := json.Marshal(filepath.Join(dir, "certs", "ca.pem"))
 	if !strings.Contains(string(out), `"tls_ca_file":`+string(want)) {
 		t.Fatalf("tls_ca_file not resolved against the Caddyfile's directory:\n%s", out)
+	}
+}
+
+// TestCaddyfileEmbeddedDir: `store embedded DIR` sets the store's dir, a
+// relative one taken from the Caddyfile's directory; without DIR the dir
+// is left to the default.
+func TestCaddyfileEmbeddedDir(t *testing.T) {
+	dir := t.TempDir()
+	rules := "routes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "routes.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for store, want := range map[string]string{
+		"embedded data":          filepath.Join(dir, "data"),
+		"embedded /srv/idemgate": "/srv/idemgate",
+		"embedded":               "",
+	} {
+		file := filepath.Join(dir, "Caddyfile")
+		caddyfile := ":8080 {\n idempotency {\n  rules routes.yaml\n  store " + store + "\n }\n}\n"
+		if err := os.WriteFile(file, []byte(caddyfile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := adapt(t, file)
+		if err != nil {
+			t.Fatalf("store %s: %v", store, err)
+		}
+		var cfg struct {
+			Apps struct {
+				HTTP struct {
+					Servers map[string]struct {
+						Routes []struct {
+							Handle []struct {
+								Handler string      `json:"handler"`
+								Store   StoreConfig `json:"store"`
+							} `json:"handle"`
+						} `json:"routes"`
+					} `json:"servers"`
+				} `json:"http"`
+			} `json:"apps"`
+		}
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, srv := range cfg.Apps.HTTP.Servers {
+			for _, rt := range srv.Routes {
+				for _, h := range rt.Handle {
+					if h.Handler == "idempotency" {
+						found = true
+						if h.Store.Dir != want || len(h.Store.Addresses) != 0 {
+							t.Errorf("store %s: %+v, want dir %q", store, h.Store, want)
+						}
+					}
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("store %s: no idempotency handler in %s", store, out)
+		}
 	}
 }

@@ -32,8 +32,8 @@ var testStores = []struct {
 	cfg  func(t *testing.T) StoreConfig
 }{
 	{"embedded", func(t *testing.T) StoreConfig {
-		// A prefix of its own gives each test its own pooled embedded store.
-		return StoreConfig{KeyPrefix: strings.ReplaceAll(t.Name(), "/", "-") + ":"}
+		// A directory of its own gives each test its own embedded store.
+		return StoreConfig{Dir: t.TempDir()}
 	}},
 	{"redis", func(t *testing.T) StoreConfig {
 		return StoreConfig{Addresses: []string{"redis://" + redistest.Start(t).Addr}}
@@ -368,15 +368,11 @@ routes:
 // findID returns the id of the only record in h's store.
 func findID(t *testing.T, h *Handler) string {
 	t.Helper()
-	var ids []string
-	err := h.store.ScanIDs(context.Background(), func(id string) error {
-		ids = append(ids, id)
-		return nil
-	})
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("records %v, %v; want exactly one", ids, err)
+	page, err := h.store.List(context.Background(), store.ListFilter{Limit: 10})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("records %+v, %v; want exactly one", page.Records, err)
 	}
-	return ids[0]
+	return page.Records[0].ID
 }
 
 // TestDecisionOnSpan: with tracing on, the decision is set on the

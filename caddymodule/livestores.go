@@ -34,7 +34,7 @@ type LiveStore struct {
 // the running config, in a stable order: what the admin API sees, for the
 // operator console (http.handlers.idempotency_console).
 func LiveStores() []LiveStore {
-	snap := liveStores.snapshot()
+	snap := stores.live()
 	out := make([]LiveStore, len(snap))
 	for i, s := range snap {
 		out[i] = LiveStore{Tag: s.tag, Store: s.store, Routes: make(map[string]config.Resolved, len(s.routes))}

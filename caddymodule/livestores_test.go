@@ -32,7 +32,7 @@ routes:
 	if err := h.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	h.storeKey = "" // the test's own clean-up must not release it twice
+	h.use = nil // the test's own clean-up must not release it twice
 	for _, ls := range LiveStores() {
 		if ls.Store == h.store {
 			t.Fatal("a cleaned-up handler's store is still listed")

@@ -9,8 +9,6 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -44,57 +42,16 @@ type Handler struct {
 	config.Rules
 
 	// Store selects the record store. Without addresses it is the embedded
-	// store: an in-process Redis-compatible server for one instance, not
-	// durable.
+	// store: durable, in a directory this gateway owns (Dir), for one
+	// instance.
 	Store StoreConfig `json:"store,omitempty"`
 
-	routes   []*route
-	ids      *keying.IDKey // derives record ids under the deployment secret
-	store    *store.Store
-	storeKey string
-	adminReg uint64 // this handler's entry in liveStores
-	use      *storeUse
-	logger   *zap.Logger
-	metrics  *metrics
-}
-
-// storeUse keeps a config's shared store connection open while requests
-// of that config still use it. On a reload Caddy cleans up the old config
-// as soon as its servers have begun shutting down, not when their
-// requests are done: a call that was forwarded under the old config must
-// still be able to record its outcome afterwards.
-type storeUse struct {
-	active  atomic.Int64 // requests (and their background store calls) under way
-	retired atomic.Bool  // Cleanup ran
-	once    sync.Once
-	err     error
-}
-
-// enter marks the start of work that uses the store.
-func (h *Handler) enter() {
-	if h.use != nil {
-		h.use.active.Add(1)
-	}
-}
-
-// leave marks the end of work that entered; the last one out after
-// Cleanup releases the store.
-func (h *Handler) leave() {
-	if h.use == nil {
-		return
-	}
-	if h.use.active.Add(-1) == 0 && h.use.retired.Load() {
-		if err := h.releaseStoreOnce(); err != nil {
-			h.logger.Error("closing the record store of a replaced config", zap.Error(err))
-		}
-	}
-}
-
-// releaseStoreOnce gives this handler's reference to the shared store
-// back to the pool, once.
-func (h *Handler) releaseStoreOnce() error {
-	h.use.once.Do(func() { h.use.err = releaseStore(h.storeKey) })
-	return h.use.err
+	routes  []*route
+	ids     *keying.IDKey // derives record ids under the deployment secret
+	store   store.Engine
+	use     *storeUse // the handler's use of the store (see stores.go)
+	logger  *zap.Logger
+	metrics *metrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -127,16 +84,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
 
-	h.use = new(storeUse)
-	h.store, h.storeKey, err = acquireStore(h.Store, h.logger)
+	h.use, err = stores.open(h.Store, h.routes, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
+	h.store = h.use.engine
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.provisionVerify()
-	h.adminReg = liveStores.add(h.storeKey, h.store, h.routes)
 	return nil
 }
 
@@ -154,16 +110,10 @@ func (h *Handler) Validate() error {
 // reload replaced the config while calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
-	if h.storeKey == "" {
+	if h.use == nil {
 		return nil
 	}
-	liveStores.remove(h.adminReg)
-	h.use.retired.Store(true)
-	if n := h.use.active.Load(); n > 0 {
-		h.logger.Debug("config replaced; its record store stays open until its requests are done", zap.Int64("requests", n))
-		return nil
-	}
-	return h.releaseStoreOnce()
+	return h.use.retire()
 }
 
 // opTimeout bounds every store call made outside a request's own lifetime.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/store"
 )
 
 // insideScripts are the commands the store's scripts run inside Redis.
@@ -42,7 +43,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
 	sent := &redistest.CommandLog{}
-	h.store.Client().AddHook(sent)
+	h.store.(*store.Store).Client().AddHook(sent)
 	ctx := context.Background()
 	const n = 25
 

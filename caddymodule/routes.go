@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -18,7 +19,7 @@ type route struct {
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
-	handler   *Handler // the handler the route is in, for operator checks
+	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
 }
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,11 @@ type StoreConfig struct {
 	// `embedded`) selects the embedded store. Several addresses are Cluster
 	// seeds (with Cluster) or Sentinel addresses (with MasterName).
 	Addresses []string `json:"addresses,omitempty"`
+
+	// Dir is the embedded store's directory, which one gateway process
+	// owns: a second process on the same Dir refuses to start. Default:
+	// Caddy's data directory + `/idemgate`. Embedded store only.
+	Dir string `json:"dir,omitempty"`
 
 	// MasterName is the Sentinel master name; Addresses are then the
 	// sentinels.
@@ -68,6 +74,7 @@ type StoreConfig struct {
 	Secret string `json:"secret,omitempty"`
 
 	// KeyPrefix is prepended to every Redis key. Default: `idemgate:`.
+	// Redis only: an embedded store's records are its Dir's alone.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// PoolSize is the number of connections per Redis node. Default: ten per
@@ -196,7 +203,11 @@ func loadCAs(file string) (*x509.CertPool, error) {
 // holds no password.
 func (c StoreConfig) poolKey(opts store.Options) string {
 	if c.embedded() {
-		return "embedded|" + c.KeyPrefix
+		dir, err := filepath.Abs(c.embeddedDir())
+		if err != nil {
+			dir = c.embeddedDir()
+		}
+		return "embedded|" + dir
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d",
@@ -226,48 +237,6 @@ func durationOr(d caddy.Duration, def time.Duration) time.Duration {
 		return time.Duration(d)
 	}
 	return def
-}
-
-// storePool shares store connections across config reloads: Caddy
-// provisions the new config before cleaning up the old one, so the count
-// goes 1 → 2 → 1 and the connection (and the embedded store's data) lives on.
-var storePool = caddy.NewUsagePool()
-
-type pooledStore struct{ *store.Store }
-
-// Destruct closes the store when the last config using it is cleaned up.
-func (p pooledStore) Destruct() error { return p.Close() }
-
-func acquireStore(c StoreConfig, logger *zap.Logger) (*store.Store, string, error) {
-	opts, err := c.options()
-	if err != nil {
-		return nil, "", err
-	}
-	key := c.poolKey(opts)
-	val, loaded, err := storePool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		if c.embedded() {
-			s, err := store.OpenEmbedded(opts)
-			if err != nil {
-				return nil, err
-			}
-			logger.Warn("using the embedded store: one node, in memory, not durable, for a single gateway instance; configure store redis://… for production")
-			return pooledStore{s}, nil
-		}
-		opts.OnEvictionCheck = func(ec store.EvictionCheck) { logEvictionCheck(logger, ec) }
-		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
-		s, err := store.Open(opts)
-		if err != nil {
-			return nil, err
-		}
-		return pooledStore{s}, nil
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	if !loaded {
-		logger.Debug("record store connected", zap.Bool("embedded", c.embedded()), zap.Strings("addresses", redactAll(c.Addresses)))
-	}
-	return val.(pooledStore).Store, key, nil
 }
 
 // logEvictionCheck warns about a Redis whose maxmemory-policy may evict
@@ -321,11 +290,6 @@ func waitShortLogger(wanted int) func(store.WaitShortfall) {
 		caddy.Log().Named("http.handlers.idempotency").Warn(
 			"fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it", fields...)
 	}
-}
-
-func releaseStore(key string) error {
-	_, err := storePool.Delete(key)
-	return err
 }
 
 func redactAll(addrs []string) []string {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/store"
 )
 
 func TestStoreOptions(t *testing.T) {
@@ -56,6 +57,8 @@ func TestPoolKey(t *testing.T) {
 		{Addresses: []string{"redis://127.0.0.1:6379/1"}},
 		{Addresses: []string{"redis://127.0.0.1:6379"}, Password: "x"},
 		{},
+		{Dir: "/var/lib/idemgate-a"},
+		{Dir: "/var/lib/idemgate-b"},
 	}
 	if key(a) != key(same) {
 		t.Errorf("equal options, different keys")
@@ -74,6 +77,12 @@ func TestPoolKey(t *testing.T) {
 	t.Setenv("IDEMGATE_TEST_ADDR", "127.0.0.1:7001")
 	if key(withEnv) == k1 {
 		t.Errorf("placeholders not resolved before keying")
+	}
+	// One embedded store per directory, however the directory is written.
+	wd, _ := os.Getwd()
+	if key(StoreConfig{Dir: "data"}) != key(StoreConfig{Dir: filepath.Join(wd, "data")}) ||
+		key(StoreConfig{Dir: "data", KeyPrefix: "x:"}) != key(StoreConfig{Dir: "data/"}) {
+		t.Errorf("one directory, several pool keys")
 	}
 	if strings.Contains(key(StoreConfig{Addresses: []string{"h:1"}, Password: "hunter2"}), "hunter2") {
 		t.Errorf("pool key holds the password")
@@ -128,15 +137,15 @@ func TestStoreOptionsWaitAndCA(t *testing.T) {
 	}
 
 	// The CA file is what makes the private certificate trusted.
-	s, _, err := acquireStore(withCA, zap.NewNop())
+	u, err := stores.open(withCA, nil, zap.NewNop())
 	if err != nil {
 		t.Fatalf("TLS store with tls_ca_file: %v", err)
 	}
-	t.Cleanup(func() { _ = releaseStore(key(withCA)) })
-	if err := s.Client().Ping(context.Background()).Err(); err != nil {
+	t.Cleanup(func() { _ = u.retire() })
+	if err := u.engine.(*store.Store).Client().Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := acquireStore(base, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := stores.open(base, nil, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("TLS store without the CA: %v, want a certificate error", err)
 	}
 }
@@ -160,11 +169,11 @@ func TestEvictionPolicyWarning(t *testing.T) {
 			core, logs := observer.New(zap.DebugLevel)
 			cfg := StoreConfig{Addresses: []string{"redis://" + srv.Addr}}
 			for range 2 { // the second config shares the connection: no second warning
-				_, key, err := acquireStore(cfg, zap.New(core))
+				u, err := stores.open(cfg, nil, zap.New(core))
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { _ = releaseStore(key) })
+				t.Cleanup(func() { _ = u.retire() })
 			}
 			warns := logs.FilterMessageSnippet("may evict idempotency records").All()
 			if tc.warn != (len(warns) == 1) || len(warns) > 1 {

@@ -54,7 +54,7 @@ var checkClient = &http.Client{
 // routes, to run a check on an operator's word.
 func (h *Handler) provisionVerify() {
 	for _, rt := range h.routes {
-		rt.handler = h
+		rt.handler.Store(h)
 	}
 }
 
@@ -454,10 +454,14 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 		return rec, "", fmt.Errorf("%w: record %s carries no check (it was held before its route had a verify rule): release or complete it", store.ErrConflict, rec.ID)
 	}
 	rt := s.routes[rec.Route]
-	if rt == nil || rt.Verify == nil || rt.handler == nil {
+	var h *Handler
+	if rt != nil {
+		h = rt.handler.Load()
+	}
+	if rt == nil || rt.Verify == nil || h == nil {
 		return rec, "", fmt.Errorf("%w: route %s", ErrNoVerify, rec.Route)
 	}
-	run, err := rt.handler.verifyNow(rt, rec, act)
+	run, err := h.verifyNow(rt, rec, act)
 	switch {
 	case err != nil:
 		return nil, "", err
@@ -480,7 +484,7 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 // meanwhile), ErrNoVerify, store.ErrInvalidArgument (act), or the
 // store's failure.
 func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
-	for _, s := range liveStores.snapshot() {
+	for _, s := range stores.live() {
 		if s.tag != tag {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -33,9 +34,10 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	s, err := store.OpenEmbedded(store.Options{OpTimeout: 2 * time.Second})
+	// A real redis-server: the fixture backdates records in place.
+	s, err := store.Open(store.Options{Addrs: []string{redistest.Start(t).Addr}, OpTimeout: 2 * time.Second})
 	if err != nil {
-		t.Fatalf("OpenEmbedded: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	f := &fixture{t: t, s: s, routes: map[string]config.Resolved{

@@ -98,7 +98,21 @@ type gatewayConfig struct {
 // the gateway until the test ends.
 func startGateway(t testing.TB, cfg gatewayConfig) *gateway {
 	t.Helper()
+	g := writeGateway(t, cfg)
+	g.start()
+	t.Cleanup(g.stop)
+	return g
+}
+
+// writeGateway writes a gateway's Caddyfile and routes.yaml to a temp dir
+// without starting it. A store of "embedded" gets a directory of its own
+// there (DIR), which restarts keep.
+func writeGateway(t testing.TB, cfg gatewayConfig) *gateway {
+	t.Helper()
 	dir := t.TempDir()
+	if cfg.store == "embedded" {
+		cfg.store = "embedded " + filepath.Join(dir, "store")
+	}
 	port, adminPort := freePort(t), freePort(t)
 	g := &gateway{
 		t:     t,
@@ -131,8 +145,6 @@ func startGateway(t testing.TB, cfg gatewayConfig) *gateway {
 	if err := os.WriteFile(g.caddyfile, []byte(caddyfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g.start()
-	t.Cleanup(g.stop)
 	return g
 }
 

@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +20,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
@@ -394,6 +397,23 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 					t.Errorf("a log line of the gateway names the key: %s", line)
 				}
 			}
+			if storeArgs == "embedded" {
+				sawDeal := false // the walk reads the store's files
+				_ = filepath.WalkDir(filepath.Join(gw.dir, "store"), func(path string, d fs.DirEntry, err error) error {
+					if err != nil || d.IsDir() {
+						return err
+					}
+					b, _ := os.ReadFile(path)
+					if bytes.Contains(b, []byte(verifyToken)) {
+						t.Errorf("the secret check header is stored in %s", path)
+					}
+					sawDeal = sawDeal || bytes.Contains(b, []byte(deals[0]))
+					return nil
+				})
+				if !sawDeal {
+					t.Error("no file of the embedded store holds the verified deal")
+				}
+			}
 			if strings.HasPrefix(storeArgs, "redis://") {
 				addr := strings.TrimSuffix(strings.TrimPrefix(storeArgs, "redis://"), "/0")
 				rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -487,9 +507,14 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 //
 // Expected: 1 deal; the retry replays it; record completed, verified.
 func TestVerifyAfterGatewayKilled(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { verifyAfterKill(t, b.store(t)) })
+	}
+}
+
+func verifyAfterKill(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
-	srv := redistest.Start(t)
-	gw := verifyStart(t, crm, "redis://"+srv.Addr)
+	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_186:create_crm_deal"
 	id := verifyID("verified", key)
 	defer crm.gate(key)()
@@ -582,8 +607,14 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 // verified, with one applied check. Second record: released by the
 // operator, and still released after the late check found a deal.
 func TestVerifyRacingRetries(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { verifyRacing(t, b.store(t)) })
+	}
+}
+
+func verifyRacing(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
-	gw := verifyStart(t, crm, "redis://"+redistest.Start(t).Addr)
+	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_188:create_crm_deal"
 	id := verifyID("verified", key)
 	if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {

@@ -13,7 +13,7 @@ import (
 )
 
 // benchBackends: real redis-server (skipped when missing unless
-// IDEMGATE_REQUIRE_REDIS=1) and the embedded store.
+// IDEMGATE_REQUIRE_REDIS=1) and miniredis.
 func benchBackends(b *testing.B, f func(b *testing.B, s *Store)) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) { f(b, be.open(b).s) })

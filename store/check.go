@@ -107,8 +107,8 @@ func (c Check) stored() string {
 	return c.Method + " " + c.URL
 }
 
-// normalized is c as a record gives it back: After in whole milliseconds.
-func (c Check) normalized() Check {
+// Normalized is c as a record gives it back: After in whole milliseconds.
+func (c Check) Normalized() Check {
 	if c.IsZero() {
 		return Check{}
 	}

@@ -289,7 +289,7 @@ func TestClaimReportsRedisClock(t *testing.T) {
 	})
 }
 
-// TestLeaseExpiryFollowsRedisClock moves the embedded server's clock, never
+// TestLeaseExpiryFollowsRedisClock moves miniredis's clock, never
 // this process's: a claim's lease runs out exactly when the Redis clock
 // passes lease_until, whatever the caller's clock says, and Now tells the
 // caller which clock decided. Two gateways whose clocks are an hour apart
@@ -297,9 +297,9 @@ func TestClaimReportsRedisClock(t *testing.T) {
 func TestLeaseExpiryFollowsRedisClock(t *testing.T) {
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(skew.String(), func(t *testing.T) {
-			e := openEmbedded(t)
+			e := openMiniredisEnv(t)
 			base := time.Now().Add(skew).Truncate(time.Millisecond)
-			e.s.embedded.SetTime(base) // Redis is an hour off this process
+			e.mini.SetTime(base) // Redis is an hour off this process
 			id := newID(t)
 			req := claimReq(id, "tok")
 			req.Lease = 10 * time.Second
@@ -308,13 +308,13 @@ func TestLeaseExpiryFollowsRedisClock(t *testing.T) {
 				t.Fatalf("claim: %+v now %v, want lease until %v", first.Record, first.Now, base.Add(10*time.Second))
 			}
 
-			e.s.embedded.SetTime(base.Add(10*time.Second - time.Millisecond))
+			e.mini.SetTime(base.Add(10*time.Second - time.Millisecond))
 			live := mustClaim(t, e.s, claimReq(id, "other"))
 			if live.Claimed || live.Record.State != StateInFlight || !live.Record.LeaseUntil.After(live.Now) {
 				t.Fatalf("1ms before lease_until by the Redis clock: %+v (now %v), want still in flight", live.Record, live.Now)
 			}
 
-			e.s.embedded.SetTime(base.Add(10 * time.Second))
+			e.mini.SetTime(base.Add(10 * time.Second))
 			expired := mustClaim(t, e.s, claimReq(id, "other"))
 			if expired.Claimed || expired.Record.State != StateUnknown || expired.Record.Reason != "lease_expired" {
 				t.Fatalf("at lease_until by the Redis clock: %+v, want outcome unknown (lease_expired)", expired.Record)

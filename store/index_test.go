@@ -170,7 +170,7 @@ func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
 		}
 		waitPast(t, e.s, redisNow(t, e.s).Add(60*time.Millisecond))
 		// Listing goes by the index score, not by the key's actual expiry
-		// (which the embedded server applies up to a second late).
+		// (which miniredis applies up to a second late).
 		if got := listAll(t, e.s, released); len(got) != 0 {
 			t.Fatalf("expired record still listed: %q", got)
 		}

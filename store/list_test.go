@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -96,95 +95,6 @@ func makeRecords(t *testing.T, s *Store, n int) listFixture {
 	return fx
 }
 
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// TestListWalksEverythingOnce: every filter and page size visits exactly
-// the matching records, each once; pages respect the limit and carry no
-// token, header or body.
-func TestListWalksEverythingOnce(t *testing.T) {
-	eachBackend(t, func(t *testing.T, e *env) {
-		fx := makeRecords(t, e.s, 40) // 160 records over 16 shards
-		type tc struct {
-			f    ListFilter
-			want []string
-		}
-		var cases []tc
-		for _, limit := range []int{0, 1, 7, 100, 1000} {
-			cases = append(cases, tc{ListFilter{Limit: limit}, fx.all})
-		}
-		for st, ids := range fx.byState {
-			cases = append(cases, tc{ListFilter{State: st, Limit: 9}, ids})
-			cases = append(cases, tc{ListFilter{State: st, Route: "refunds", Limit: 4}, intersect(ids, fx.byRoute["refunds"])})
-		}
-		cases = append(cases,
-			tc{ListFilter{State: "unknown", Limit: 50}, fx.byState[StateUnknown]},
-			tc{ListFilter{Route: "deals", Limit: 13}, fx.byRoute["deals"]},
-			tc{ListFilter{Route: "nope"}, nil},
-		)
-		for _, c := range cases {
-			t.Run(fmt.Sprintf("%+v", c.f), func(t *testing.T) {
-				pages := walk(t, e.s, c.f)
-				limit := c.f.Limit
-				if limit == 0 {
-					limit = DefaultListLimit
-				}
-				var got []string
-				for i, p := range pages {
-					if len(p.Records) > limit {
-						t.Fatalf("page %d has %d records, limit %d", i, len(p.Records), limit)
-					}
-					if c.f.Route == "" && i < len(pages)-1 && len(p.Records) != limit {
-						t.Fatalf("page %d has %d records before the end, want %d", i, len(p.Records), limit)
-					}
-					for _, r := range p.Records {
-						got = append(got, r.ID)
-						if c.f.State != "" && r.State != stateFromStored(storedState(c.f.State)) {
-							t.Fatalf("record %s in state %q listed under %q", r.ID, r.State, c.f.State)
-						}
-						if c.f.Route != "" && r.Route != c.f.Route {
-							t.Fatalf("record %s of route %q listed under %q", r.ID, r.Route, c.f.Route)
-						}
-						if r.Token != "" || r.Header != nil || r.Body != nil {
-							t.Fatalf("listed record carries token, header or body: %+v", r)
-						}
-						if r.Attempts != 1 || r.Executions != 1 || r.StartedAt.IsZero() || r.Operation == "" {
-							t.Fatalf("listed record lacks its summary: %+v", r)
-						}
-					}
-				}
-				slices.Sort(got)
-				if d := slices.Compact(slices.Clone(got)); len(d) != len(got) {
-					t.Fatal("a record was listed twice")
-				}
-				if !slices.Equal(got, c.want) {
-					t.Fatalf("listed %d records, want %d", len(got), len(c.want))
-				}
-				if c.f.Limit == 1 && len(pages) != len(c.want) {
-					t.Fatalf("%d pages of 1 for %d records (an empty last page?)", len(pages), len(c.want))
-				}
-			})
-		}
-
-		// A listed completed record has its result summary.
-		page, err := e.s.List(context.Background(), ListFilter{State: StateCompleted, Limit: 1})
-		if err != nil || len(page.Records) != 1 {
-			t.Fatalf("List completed: %+v, %v", page, err)
-		}
-		want := sampleResult()
-		if r := page.Records[0]; r.Status != 201 || r.Digest != want.Digest || r.ExternalID != "deal_42" || r.CompletedAt.IsZero() {
-			t.Fatalf("completed summary %+v", r)
-		}
-	})
-}
-
 // TestListTies: index entries with equal scores (records expiring in the
 // same millisecond) are paged through exactly once however the pages cut
 // the run of ties.
@@ -214,30 +124,8 @@ func TestListTies(t *testing.T) {
 	})
 }
 
-// TestListLimits: a Limit above the maximum is lowered to it, and the page
-// is then full.
-func TestListLimits(t *testing.T) {
-	e := openRedis(t)
-	ctx := context.Background()
-	for range MaxListLimit + 5 {
-		mustClaim(t, e.s, claimReq(newID(t), "tok"))
-	}
-	page, err := e.s.List(ctx, ListFilter{Limit: 5000})
-	if err != nil || len(page.Records) != MaxListLimit || page.NextCursor == "" {
-		t.Fatalf("List(Limit 5000): %d records, cursor %q, %v", len(page.Records), page.NextCursor, err)
-	}
-	rest, err := e.s.List(ctx, ListFilter{Limit: 5000, Cursor: page.NextCursor})
-	if err != nil || len(rest.Records) != 5 || rest.NextCursor != "" {
-		t.Fatalf("second page: %d records, cursor %q, %v", len(rest.Records), rest.NextCursor, err)
-	}
-	page, err = e.s.List(ctx, ListFilter{})
-	if err != nil || len(page.Records) != DefaultListLimit {
-		t.Fatalf("List(default): %d records, %v", len(page.Records), err)
-	}
-}
-
 func TestListBadFilter(t *testing.T) {
-	e := openEmbedded(t)
+	e := openMiniredisEnv(t)
 	ctx := context.Background()
 	for range 3 {
 		mustClaim(t, e.s, claimReq(newID(t), "tok"))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -119,14 +118,4 @@ func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
 			t.Fatalf("second claim sent %q, want [evalsha] (EVAL caches the script)", got)
 		}
 	})
-}
-
-// TestEmbeddedListensOnLoopback: the embedded server is reachable only on
-// 127.0.0.1.
-func TestEmbeddedListensOnLoopback(t *testing.T) {
-	e := openEmbedded(t)
-	host, _, err := net.SplitHostPort(e.s.embedded.Addr())
-	if err != nil || host != "127.0.0.1" {
-		t.Fatalf("embedded address %q (%v), want 127.0.0.1", e.s.embedded.Addr(), err)
-	}
 }

@@ -22,8 +22,8 @@
 //
 // Redis 5 or newer is required (scripts that read TIME and then write rely on
 // effects replication, the default since 5.0). Open works with a single node,
-// Sentinel (MasterName) and Cluster; OpenEmbedded runs the same scripts on an
-// in-process miniredis.
+// Sentinel (MasterName) and Cluster. The embedded store is another engine
+// behind the same contract (Engine): package store/local.
 package store
 
 import (
@@ -41,7 +41,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -63,7 +62,7 @@ const (
 // the Cluster hash tag).
 var ErrInvalidID = errors.New("store: invalid record id")
 
-// Options configure Open and OpenEmbedded.
+// Options configure Open.
 type Options struct {
 	// Addrs are host:port addresses: one for a single node, the seed nodes
 	// for Cluster, the Sentinels when MasterName is set.
@@ -93,7 +92,7 @@ type Options struct {
 	// (on Cluster, to the node that owns the record). It narrows the window
 	// in which a failover loses an acknowledged claim. A WAIT that returns
 	// fewer replicas, or fails, does not fail the call: it is reported to
-	// OnWaitShort. The embedded store ignores it.
+	// OnWaitShort.
 	WaitReplicas int
 	// WaitTimeout bounds each WAIT; default 100ms. It must be shorter than
 	// OpTimeout, which bounds the whole round trip.
@@ -133,8 +132,7 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	onClose   func()               // extra clean-up (the embedded server)
-	embedded  *miniredis.Miniredis // the embedded server, nil for Open and New
+	onClose   func() // extra clean-up (a test's miniredis)
 }
 
 // New wraps an existing client. prefix defaults to "idemgate:", opTimeout to
@@ -245,7 +243,7 @@ func (s *Store) start(dial time.Duration) error {
 	return nil
 }
 
-// Close closes the client (and stops the embedded server, if any).
+// Close closes the client.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closeErr = s.client.Close()
@@ -500,7 +498,7 @@ func createdRecord(req ClaimRequest, now time.Time, lease time.Duration) *Record
 		LeaseUntil:      now.Add(time.Duration(msCeil(lease)) * time.Millisecond),
 		Attempts:        1,
 		Executions:      1,
-		Check:           req.Check.normalized(),
+		Check:           req.Check.Normalized(),
 	}
 }
 

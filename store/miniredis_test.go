@@ -8,6 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The store tests also run the scripts on miniredis, an in-process
+// Redis-compatible server whose clock a test can set.
+//
 // miniredis v2.40.0 runs the scripts unchanged: its Lua (gopher-lua, Lua 5.1
 // semantics, numbers are float64 as in Redis, exact for millisecond times)
 // supports redis.call with TIME, HGET, HMGET (false for missing fields),
@@ -17,20 +20,19 @@ import (
 // builds a fresh Lua state, so a call costs about a millisecond instead of
 // tens of microseconds.
 
-// embeddedTick is how often the embedded server's key TTLs are advanced.
+// embeddedTick is how often the miniredis server's key TTLs are advanced.
 // miniredis only expires keys when told to; expiry is therefore up to one
 // tick late. Leases are unaffected: they compare against TIME.
 const embeddedTick = time.Second
 
-// OpenEmbedded starts an in-process Redis-compatible server (miniredis) on a
-// random 127.0.0.1 port and connects to it with the same client options and
-// scripts as Open. It serves one gateway instance and keeps nothing across
-// restarts. Addrs, MasterName, Cluster, Username, Password, DB and TLS are
-// ignored. Close stops the server.
-func OpenEmbedded(opts Options) (*Store, error) {
+// openMiniredis starts miniredis on a random 127.0.0.1 port and connects
+// to it with the same client options and scripts as Open. Addrs,
+// MasterName, Cluster, Username, Password, DB and TLS are ignored. Close
+// stops the server.
+func openMiniredis(opts Options) (*Store, *miniredis.Miniredis, error) {
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("store: start embedded server: %w", err)
+		return nil, nil, fmt.Errorf("store: start miniredis: %w", err)
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -64,10 +66,9 @@ func OpenEmbedded(opts Options) (*Store, error) {
 	client := redis.NewClient(uo.Simple())
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
 	s.onClose = shutdown
-	s.embedded = m
 	if err := s.start(opts.DialTimeout); err != nil {
 		_ = s.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return s, nil
+	return s, m, nil
 }

@@ -1,0 +1,262 @@
+package caddymodule
+
+import (
+	"cmp"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/local"
+)
+
+// stores owns the life of every record store the process has open.
+var stores = newStoreOwner()
+
+// storeOwner opens record stores, shares each across config reloads,
+// keeps it open while requests of a replaced config still use it, lists
+// the stores in use for the operator API, and closes each when its last
+// user is gone.
+//
+// On a reload Caddy provisions the new config before it cleans up the old
+// one, so a store's count in the pool goes 1 → 2 → 1 and the store (an
+// embedded store's open DIR and its lock, a Redis connection pool) lives
+// on. Caddy cleans up the old config as soon as its servers have begun
+// shutting down, not when their requests are done: a handler's use of the
+// store is given back only when the last of its requests has left.
+type storeOwner struct {
+	pool *caddy.UsagePool // open engines by pool key
+
+	salt [16]byte // makes store tags unguessable from their (secret) keys
+
+	mu   sync.Mutex
+	seq  uint64
+	uses map[uint64]*storeUse
+}
+
+func newStoreOwner() *storeOwner {
+	o := &storeOwner{pool: caddy.NewUsagePool(), uses: map[uint64]*storeUse{}}
+	_, _ = rand.Read(o.salt[:])
+	return o
+}
+
+// openEngine is one open engine in the pool.
+type openEngine struct{ store.Engine }
+
+// Destruct closes the engine when the last config using it is cleaned up.
+func (e openEngine) Destruct() error { return e.Close() }
+
+// storeUse is one provisioned handler's use of a store.
+type storeUse struct {
+	owner  *storeOwner
+	seq    uint64
+	key    string // the pool key: may contain a hash of a password, never shown
+	engine store.Engine
+	routes []*route
+	logger *zap.Logger
+
+	active   atomic.Int64 // requests (and their background store calls) under way
+	retired  atomic.Bool  // the handler was cleaned up
+	tracked  atomic.Bool  // listed for the operator API
+	released sync.Once
+	err      error
+}
+
+// defaultEmbeddedDir is the embedded store's directory when the config
+// names none: Caddy's data directory + /idemgate.
+func defaultEmbeddedDir() string { return filepath.Join(caddy.AppDataDir(), "idemgate") }
+
+// open returns a use of the store c selects, opening it when no loaded
+// config has it open yet, and lists it (with routes) for the operator API.
+func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*storeUse, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	key := c.poolKey(opts)
+	val, loaded, err := o.pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		if c.embedded() {
+			return openEmbedded(c, opts, logger)
+		}
+		opts.OnEvictionCheck = func(ec store.EvictionCheck) { logEvictionCheck(logger, ec) }
+		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
+		s, err := store.Open(opts)
+		if err != nil {
+			return nil, err
+		}
+		return openEngine{s}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !loaded && !c.embedded() {
+		logger.Debug("record store connected", zap.Strings("addresses", redactAll(c.Addresses)))
+	}
+	u := &storeUse{owner: o, key: key, engine: val.(openEngine).Engine, routes: routes, logger: logger}
+	o.track(u)
+	return u, nil
+}
+
+// openEmbedded opens the embedded store's DIR for this process.
+func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.Destructor, error) {
+	e, err := local.Open(local.Options{
+		Dir:       c.embeddedDir(),
+		OpTimeout: opts.OpTimeout,
+		// The store outlives the config that opened it: Caddy's current
+		// default logger.
+		OnError: func(err error) {
+			caddy.Log().Named("http.handlers.idempotency").Error("embedded store", zap.Error(err))
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rec := e.Recovered()
+	fields := []zap.Field{
+		zap.String("dir", e.Dir()), zap.Int("records", rec.Records),
+		zap.Int("expired", rec.Expired), zap.Duration("took", rec.Took),
+	}
+	if rec.TornBytes > 0 {
+		logger.Warn("embedded store: dropped the torn end of its journal (a write cut short by a crash, never acknowledged)",
+			append(fields, zap.Int64("torn_bytes", rec.TornBytes))...)
+	} else {
+		logger.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)", fields...)
+	}
+	return openEngine{e}, nil
+}
+
+// track lists u for the operator API.
+func (o *storeOwner) track(u *storeUse) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seq++
+	u.seq = o.seq
+	o.uses[u.seq] = u
+	u.tracked.Store(true)
+}
+
+// untrack takes u off the operator API's list.
+func (o *storeOwner) untrack(u *storeUse) {
+	if !u.tracked.Swap(false) {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.uses, u.seq)
+}
+
+// enter marks the start of work that uses the store.
+func (u *storeUse) enter() { u.active.Add(1) }
+
+// leave marks the end of work that entered; the last one out after
+// retire gives the store back.
+func (u *storeUse) leave() {
+	if u.active.Add(-1) == 0 && u.retired.Load() {
+		if err := u.release(); err != nil {
+			u.logger.Error("closing the record store of a replaced config", zap.Error(err))
+		}
+	}
+}
+
+// retire ends the handler's use: off the operator API's list at once, and
+// the store given back now when no request of the handler is running,
+// else when the last one is done.
+func (u *storeUse) retire() error {
+	u.owner.untrack(u)
+	u.retired.Store(true)
+	if n := u.active.Load(); n > 0 {
+		u.logger.Debug("config replaced; its record store stays open until its requests are done", zap.Int64("requests", n))
+		return nil
+	}
+	return u.release()
+}
+
+// release gives the use's reference back to the pool, once.
+func (u *storeUse) release() error {
+	u.released.Do(func() {
+		if u.owner.pool != nil {
+			_, u.err = u.owner.pool.Delete(u.key)
+		}
+	})
+	return u.err
+}
+
+// enter and leave bracket a request's (or a background call's) use of the
+// handler's store.
+func (h *Handler) enter() {
+	if h.use != nil {
+		h.use.enter()
+	}
+}
+
+func (h *Handler) leave() {
+	if h.use != nil {
+		h.use.leave()
+	}
+}
+
+// liveStore is one distinct store as the operator API sees it.
+type liveStore struct {
+	// tag names the store in list cursors: a salted hash of its pool key.
+	tag    string
+	store  store.Engine
+	routes map[string]*route // by name; the newest config's route wins
+}
+
+// live returns the distinct stores in use, in a stable order.
+func (o *storeOwner) live() []liveStore {
+	o.mu.Lock()
+	uses := make([]*storeUse, 0, len(o.uses))
+	for _, u := range o.uses {
+		uses = append(uses, u)
+	}
+	o.mu.Unlock()
+	slices.SortFunc(uses, func(a, b *storeUse) int { return cmp.Compare(a.seq, b.seq) })
+
+	byKey := map[string]int{}
+	var out []liveStore
+	for _, u := range uses {
+		i, ok := byKey[u.key]
+		if !ok {
+			i = len(out)
+			byKey[u.key] = i
+			sum := sha256.Sum256(append(o.salt[:], u.key...))
+			out = append(out, liveStore{tag: hex.EncodeToString(sum[:6]), routes: map[string]*route{}})
+		}
+		// The newest use's engine and routes win.
+		out[i].store = u.engine
+		for _, rt := range u.routes {
+			out[i].routes[rt.Name] = rt
+		}
+	}
+	slices.SortFunc(out, func(a, b liveStore) int { return strings.Compare(a.tag, b.tag) })
+	return out
+}
+
+// ttl is how long a record of route lives after an operator resolved it:
+// the route's ttl, or the default when the route is not configured any
+// more.
+func (s liveStore) ttl(routeName string) time.Duration {
+	if rt := s.routes[routeName]; rt != nil && rt.TTL > 0 {
+		return rt.TTL
+	}
+	return store.DefaultTTL
+}
+
+// embeddedDir is the embedded store's directory: Dir, or Caddy's data
+// directory + /idemgate.
+func (c StoreConfig) embeddedDir() string {
+	if c.Dir != "" {
+		return c.Dir
+	}
+	return defaultEmbeddedDir()
+}

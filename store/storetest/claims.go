@@ -1,0 +1,582 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+func init() {
+	register(
+		test{"ClaimCompleteReplay", testClaimCompleteReplay},
+		test{"ClaimRetriedWithSameToken", testClaimRetriedWithSameToken},
+		test{"ClaimRace", testClaimRace},
+		test{"FencingAfterTakeOver", testFencingAfterTakeOver},
+		test{"FencedCallsOnAbsentRecord", testFencedCallsOnAbsentRecord},
+		test{"CompleteWritesMissingRecord", testCompleteWritesMissingRecord},
+		test{"LeaseExpiry", testLeaseExpiry},
+		test{"LateFinisherResolvesHeldRecord", testLateFinisherResolvesHeldRecord},
+		test{"RenewKeepsClaimAlive", testRenewKeepsClaimAlive},
+		test{"TTLs", testTTLs},
+		test{"ReleaseThenReclaim", testReleaseThenReclaim},
+		test{"BinaryBodyAndMultiValueHeaders", testBinaryBodyAndMultiValueHeaders},
+		test{"BodyOmittedAndEmpty", testBodyOmittedAndEmpty},
+		test{"InvalidIDs", testInvalidIDs},
+		test{"ClaimRequestValidation", testClaimRequestValidation},
+		test{"RecordsExpire", testRecordsExpire},
+		test{"Secret", testSecret},
+	)
+}
+
+func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	before := h.Now(t, e)
+
+	first := mustClaim(t, e, claimReq(id, "tok-A"))
+	r := first.Record
+	if !first.Claimed || first.TakeOver {
+		t.Fatalf("first claim: Claimed=%v TakeOver=%v, want true,false", first.Claimed, first.TakeOver)
+	}
+	if r.State != store.StateInFlight || r.Token != "tok-A" || r.Attempts != 1 || r.Executions != 1 {
+		t.Fatalf("first claim record: %+v", r)
+	}
+	if r.ID != id || r.Route != "create_crm_deal" || r.Operation != "create_crm_deal" ||
+		r.Fingerprint != "fp-1" || r.FingerprintRule != "body=amount,currency" {
+		t.Fatalf("identity fields not stored: %+v", r)
+	}
+	if r.StartedAt.Before(before.Truncate(time.Millisecond)) || !r.LeaseUntil.Equal(r.StartedAt.Add(30*time.Second)) {
+		t.Fatalf("StartedAt %v LeaseUntil %v (clock before claim %v)", r.StartedAt, r.LeaseUntil, before)
+	}
+	if first.Now.Before(before.Truncate(time.Millisecond)) || !first.Now.Equal(r.StartedAt) {
+		t.Fatalf("claim Now %v, StartedAt %v", first.Now, r.StartedAt)
+	}
+
+	dup := mustClaim(t, e, claimReq(id, "tok-B"))
+	if dup.Claimed || dup.Record.State != store.StateInFlight || dup.Record.Token != "tok-A" || dup.Record.Attempts != 2 {
+		t.Fatalf("concurrent duplicate: Claimed=%v record %+v", dup.Claimed, dup.Record)
+	}
+
+	want := sampleResult()
+	ok, err := complete(e, id, "tok-A", want, time.Hour)
+	mustOK(t, "Complete", ok, err)
+
+	replay := mustClaim(t, e, claimReq(id, "tok-C"))
+	r = replay.Record
+	if replay.Claimed || replay.TakeOver {
+		t.Fatalf("replay claim: Claimed=%v TakeOver=%v", replay.Claimed, replay.TakeOver)
+	}
+	if r.State != store.StateCompleted || r.Status != 201 || !bytes.Equal(r.Body, want.Body) ||
+		!reflect.DeepEqual(r.Header, want.Header) || r.Digest != want.Digest || r.ExternalID != "deal_42" ||
+		r.BodyOmitted || r.Attempts != 3 || r.Executions != 1 || r.Token != "tok-A" {
+		t.Fatalf("replayed record: %+v", r)
+	}
+	if r.CompletedAt.Before(r.StartedAt) {
+		t.Fatalf("CompletedAt %v before StartedAt %v", r.CompletedAt, r.StartedAt)
+	}
+
+	got := mustGet(t, e, id)
+	if !reflect.DeepEqual(got, r) {
+		t.Fatalf("Get differs from the claim's record:\n got %+v\nwant %+v", got, r)
+	}
+	// What a caller does with a returned record does not change the store.
+	got.Body[0] = 'X'
+	got.Header.Set("Location", "elsewhere")
+	if again := mustGet(t, e, id); !reflect.DeepEqual(again, r) {
+		t.Fatalf("changing a returned record changed the stored one: %+v", again)
+	}
+	if rec, err := e.Get(ctx, newID(t)); rec != nil || err != nil {
+		t.Fatalf("Get(absent) = %v, %v; want nil, nil", rec, err)
+	}
+}
+
+func testClaimRetriedWithSameToken(t *testing.T, h Harness, e store.Engine) {
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok-A"))
+	again := mustClaim(t, e, claimReq(id, "tok-A"))
+	if !again.Claimed || again.TakeOver || again.Record.Attempts != 1 || again.Record.Executions != 1 {
+		t.Fatalf("retried claim: Claimed=%v TakeOver=%v record %+v", again.Claimed, again.TakeOver, again.Record)
+	}
+}
+
+func testClaimRace(t *testing.T, h Harness, e store.Engine) {
+	const n = 50
+	id := newID(t)
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]store.ClaimResult, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = e.Claim(context.Background(), claimReq(id, fmt.Sprintf("tok-%02d", i)))
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := ""
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
+		if res.Claimed {
+			if winner != "" {
+				t.Fatalf("two winners: %s and tok-%02d", winner, i)
+			}
+			winner = fmt.Sprintf("tok-%02d", i)
+			continue
+		}
+		if res.Record.State != store.StateInFlight {
+			t.Fatalf("loser %d sees state %q, want in_flight", i, res.Record.State)
+		}
+	}
+	if winner == "" {
+		t.Fatal("nobody claimed")
+	}
+	for i, res := range results {
+		if !res.Claimed && res.Record.Token != winner {
+			t.Fatalf("loser %d sees token %q, want the winner's %q", i, res.Record.Token, winner)
+		}
+	}
+	r := mustGet(t, e, id)
+	if r.Attempts != n || r.Executions != 1 || r.Token != winner {
+		t.Fatalf("after the race: attempts %d executions %d token %q; want %d, 1, %q", r.Attempts, r.Executions, r.Token, n, winner)
+	}
+}
+
+// fencedOps are the calls a claim token fences.
+var fencedOps = []struct {
+	name string
+	call func(e store.Engine, id, token string) (bool, error)
+}{
+	{"Renew", func(e store.Engine, id, tok string) (bool, error) {
+		return e.Renew(context.Background(), id, tok, time.Minute)
+	}},
+	{"Complete", func(e store.Engine, id, tok string) (bool, error) {
+		return complete(e, id, tok, sampleResult(), time.Hour)
+	}},
+	{"Release", func(e store.Engine, id, tok string) (bool, error) {
+		return e.Release(context.Background(), id, tok, time.Hour)
+	}},
+	{"MarkUnknown", func(e store.Engine, id, tok string) (bool, error) {
+		return e.MarkUnknown(context.Background(), id, tok, "upstream_timeout", time.Hour)
+	}},
+}
+
+func testFencingAfterTakeOver(t *testing.T, h Harness, e store.Engine) {
+	for _, op := range fencedOps {
+		t.Run(op.name, func(t *testing.T) {
+			id := newID(t)
+			req := claimReq(id, "tok-old")
+			req.Lease = 300 * time.Millisecond
+			req.OnExpired = "release"
+			old := mustClaim(t, e, req)
+			waitPast(t, h, e, old.Record.LeaseUntil)
+
+			req.Token = "tok-new"
+			req.Lease = time.Minute
+			taken := mustClaim(t, e, req)
+			if !taken.Claimed || !taken.TakeOver || taken.Record.Token != "tok-new" || taken.Record.Executions != 2 {
+				t.Fatalf("takeover: Claimed=%v TakeOver=%v record %+v", taken.Claimed, taken.TakeOver, taken.Record)
+			}
+
+			ok, err := op.call(e, id, "tok-old")
+			mustLose(t, op.name+" with the stale token", ok, err)
+			if r := mustGet(t, e, id); !reflect.DeepEqual(r, taken.Record) {
+				t.Fatalf("stale %s changed the record:\n got %+v\nwant %+v", op.name, r, taken.Record)
+			}
+			ok, err = op.call(e, id, "tok-new")
+			mustOK(t, op.name+" with the current token", ok, err)
+		})
+	}
+}
+
+func testFencedCallsOnAbsentRecord(t *testing.T, h Harness, e store.Engine) {
+	for _, op := range fencedOps {
+		if op.name == "Complete" {
+			continue // writes the record: see CompleteWritesMissingRecord
+		}
+		id := newID(t)
+		ok, err := op.call(e, id, "tok")
+		mustLose(t, op.name, ok, err)
+		if r, err := e.Get(context.Background(), id); r != nil || err != nil {
+			t.Fatalf("%s on an absent record created it: %+v, %v", op.name, r, err)
+		}
+	}
+}
+
+// testCompleteWritesMissingRecord: a result whose claim is gone (a
+// failover lost it, or it expired meanwhile) is written anew, so the call
+// that ran is not run again.
+func testCompleteWritesMissingRecord(t *testing.T, h Harness, e store.Engine) {
+	id := newID(t)
+	started := h.Now(t, e).Add(-time.Second).Truncate(time.Millisecond)
+	req := claimReq(id, "tok-A")
+	ok, err := e.Complete(context.Background(), store.CompleteRequest{Claim: req, StartedAt: started, Result: sampleResult(), TTL: time.Hour})
+	mustOK(t, "Complete of a missing record", ok, err)
+	r := mustGet(t, e, id)
+	want := sampleResult()
+	if r.State != store.StateCompleted || r.Token != "tok-A" || r.Attempts != 1 || r.Executions != 1 ||
+		r.Route != req.Route || r.Operation != req.Operation || r.Fingerprint != req.Fingerprint ||
+		r.FingerprintRule != req.FingerprintRule || !r.StartedAt.Equal(started) || r.CompletedAt.Before(started) ||
+		r.Status != want.Status || !bytes.Equal(r.Body, want.Body) || !reflect.DeepEqual(r.Header, want.Header) ||
+		r.Digest != want.Digest || r.ExternalID != want.ExternalID {
+		t.Fatalf("written record %+v", r)
+	}
+	checkTTL(t, h, e, id, time.Hour)
+	replay := mustClaim(t, e, claimReq(id, "tok-B"))
+	if replay.Claimed || replay.Record.State != store.StateCompleted || replay.Record.Executions != 1 {
+		t.Fatalf("retry after the written result: %+v", replay)
+	}
+}
+
+func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
+	cases := []struct {
+		name        string
+		onExpired   string
+		fingerprint string
+		wantClaimed bool
+		wantState   store.State
+		wantReason  string
+		wantExe     int64
+	}{
+		{"hold", "hold", "fp-1", false, store.StateUnknown, "lease_expired", 1},
+		{"default is hold", "", "fp-1", false, store.StateUnknown, "lease_expired", 1},
+		{"store holds too", "store", "fp-1", false, store.StateUnknown, "lease_expired", 1},
+		{"hold whatever the fingerprint", "hold", "fp-other", false, store.StateUnknown, "lease_expired", 1},
+		{"release takes over", "release", "fp-1", true, store.StateInFlight, "", 2},
+		{"release never for another fingerprint", "release", "fp-other", false, store.StateInFlight, "", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := newID(t)
+			req := claimReq(id, "tok-A")
+			req.Lease = 300 * time.Millisecond
+			req.HoldTTL = 2 * time.Hour
+			first := mustClaim(t, e, req)
+			waitPast(t, h, e, first.Record.LeaseUntil)
+
+			req.Token = "tok-B"
+			req.OnExpired = tc.onExpired
+			req.Fingerprint = tc.fingerprint
+			req.HoldTTL = 3 * time.Hour
+			res := mustClaim(t, e, req)
+			r := res.Record
+			if res.Claimed != tc.wantClaimed || res.TakeOver != tc.wantClaimed {
+				t.Fatalf("Claimed=%v TakeOver=%v, want %v", res.Claimed, res.TakeOver, tc.wantClaimed)
+			}
+			if r.State != tc.wantState || r.Reason != tc.wantReason || r.Attempts != 2 || r.Executions != tc.wantExe {
+				t.Fatalf("record %+v; want state %q reason %q attempts 2 executions %d", r, tc.wantState, tc.wantReason, tc.wantExe)
+			}
+			wantTok := "tok-A"
+			if tc.wantClaimed {
+				wantTok = "tok-B"
+				if !r.StartedAt.After(first.Record.StartedAt) || !r.LeaseUntil.Equal(r.StartedAt.Add(300*time.Millisecond)) {
+					t.Fatalf("takeover did not restart the lease: started %v lease %v", r.StartedAt, r.LeaseUntil)
+				}
+			}
+			if r.Token != wantTok {
+				t.Fatalf("token %q, want %q", r.Token, wantTok)
+			}
+			if tc.wantState == store.StateUnknown || tc.wantClaimed {
+				checkTTL(t, h, e, id, 3*time.Hour)
+			}
+			if tc.wantState == store.StateUnknown {
+				// Held records stay held for later requests.
+				again := mustClaim(t, e, req)
+				if again.Claimed || again.Record.State != store.StateUnknown {
+					t.Fatalf("held record claimed again: %+v", again)
+				}
+			}
+		})
+	}
+}
+
+func testLateFinisherResolvesHeldRecord(t *testing.T, h Harness, e store.Engine) {
+	id := newID(t)
+	req := claimReq(id, "tok-A")
+	req.Lease = 300 * time.Millisecond
+	first := mustClaim(t, e, req)
+	waitPast(t, h, e, first.Record.LeaseUntil)
+	req.Token = "tok-B"
+	if res := mustClaim(t, e, req); res.Record.State != store.StateUnknown {
+		t.Fatalf("state %q, want outcome_unknown", res.Record.State)
+	}
+	// The slow claimant's real outcome still lands: nobody took over.
+	ok, err := complete(e, id, "tok-A", sampleResult(), time.Hour)
+	mustOK(t, "late Complete", ok, err)
+	r := mustGet(t, e, id)
+	if r.State != store.StateCompleted || r.Reason != "" || r.Status != 201 {
+		t.Fatalf("record %+v", r)
+	}
+	checkTTL(t, h, e, id, time.Hour)
+}
+
+func testRenewKeepsClaimAlive(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	req := claimReq(id, "tok-A")
+	req.Lease = 300 * time.Millisecond
+	req.OnExpired = "release"
+	first := mustClaim(t, e, req)
+
+	ok, err := e.Renew(ctx, id, "tok-A", time.Minute)
+	mustOK(t, "Renew", ok, err)
+	ok, err = e.Renew(ctx, id, "tok-other", time.Minute)
+	mustLose(t, "Renew with another token", ok, err)
+
+	waitPast(t, h, e, first.Record.LeaseUntil)
+	req.Token = "tok-B"
+	res := mustClaim(t, e, req)
+	if res.Claimed || res.Record.State != store.StateInFlight || res.Record.Token != "tok-A" {
+		t.Fatalf("renewed claim was taken over: Claimed=%v record %+v", res.Claimed, res.Record)
+	}
+	if !res.Record.LeaseUntil.After(first.Record.LeaseUntil.Add(30 * time.Second)) {
+		t.Fatalf("LeaseUntil %v not extended (was %v)", res.Record.LeaseUntil, first.Record.LeaseUntil)
+	}
+
+	ok, err = complete(e, id, "tok-A", sampleResult(), time.Hour)
+	mustOK(t, "Complete", ok, err)
+	ok, err = e.Renew(ctx, id, "tok-A", time.Minute)
+	mustLose(t, "Renew after Complete", ok, err)
+}
+
+func testTTLs(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+
+	inflight := newID(t)
+	req := claimReq(inflight, "tok")
+	req.HoldTTL = 2 * time.Hour
+	mustClaim(t, e, req)
+	checkTTL(t, h, e, inflight, 2*time.Hour)
+
+	completed := newID(t)
+	mustClaim(t, e, claimReq(completed, "tok"))
+	ok, err := complete(e, completed, "tok", sampleResult(), 72*time.Hour)
+	mustOK(t, "Complete", ok, err)
+	checkTTL(t, h, e, completed, 72*time.Hour)
+
+	unknown := newID(t)
+	mustClaim(t, e, claimReq(unknown, "tok"))
+	ok, err = e.MarkUnknown(ctx, unknown, "tok", "upstream_5xx", 5*time.Hour)
+	mustOK(t, "MarkUnknown", ok, err)
+	checkTTL(t, h, e, unknown, 5*time.Hour)
+	r := mustGet(t, e, unknown)
+	if r.State != store.StateUnknown || r.Reason != "upstream_5xx" {
+		t.Fatalf("record %+v", r)
+	}
+	// A completed record is never demoted.
+	ok, err = e.MarkUnknown(ctx, completed, "tok", "upstream_5xx", 5*time.Hour)
+	mustLose(t, "MarkUnknown on a completed record", ok, err)
+	if r := mustGet(t, e, completed); r.State != store.StateCompleted {
+		t.Fatalf("completed record became %q", r.State)
+	}
+	// Nor does a replay's claim change a record's lifetime.
+	mustClaim(t, e, claimReq(completed, "tok-replay"))
+	checkTTL(t, h, e, completed, 72*time.Hour)
+
+	released := newID(t)
+	mustClaim(t, e, claimReq(released, "tok"))
+	ok, err = e.Release(ctx, released, "tok", 10*time.Minute)
+	mustOK(t, "Release", ok, err)
+	checkTTL(t, h, e, released, 10*time.Minute)
+
+	defaults := newID(t)
+	req = claimReq(defaults, "tok")
+	req.Lease, req.HoldTTL = 0, 0
+	res := mustClaim(t, e, req)
+	checkTTL(t, h, e, defaults, store.DefaultHoldTTL)
+	if got := res.Record.LeaseUntil.Sub(res.Record.StartedAt); got != store.DefaultLease {
+		t.Fatalf("default lease %v, want %v", got, store.DefaultLease)
+	}
+	ok, err = complete(e, defaults, "tok", sampleResult(), 0)
+	mustOK(t, "Complete", ok, err)
+	checkTTL(t, h, e, defaults, store.DefaultTTL)
+}
+
+func testReleaseThenReclaim(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok-A"))
+	mustClaim(t, e, claimReq(id, "tok-dup")) // a duplicate while in flight
+	ok, err := e.Release(ctx, id, "tok-A", time.Hour)
+	mustOK(t, "Release", ok, err)
+	r := mustGet(t, e, id)
+	if r.State != store.StateReleased || r.Attempts != 2 || r.Executions != 1 {
+		t.Fatalf("released record %+v; want attempts 2 executions 1", r)
+	}
+
+	other := claimReq(id, "tok-X")
+	other.Fingerprint = "fp-other"
+	if res := mustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
+		t.Fatalf("another payload reclaimed a released record: %+v", res)
+	}
+	otherRule := claimReq(id, "tok-X")
+	otherRule.FingerprintRule = "whole-body"
+	if res := mustClaim(t, e, otherRule); res.Claimed {
+		t.Fatalf("a claim under another fingerprint rule reclaimed: %+v", res)
+	}
+
+	res := mustClaim(t, e, claimReq(id, "tok-B"))
+	r = res.Record
+	if !res.Claimed || !res.TakeOver || r.State != store.StateInFlight || r.Token != "tok-B" ||
+		r.Attempts != 5 || r.Executions != 2 {
+		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 5 executions 2", res.Claimed, res.TakeOver, r)
+	}
+	checkTTL(t, h, e, id, 720*time.Hour)
+	ok, err = complete(e, id, "tok-A", sampleResult(), time.Hour)
+	mustLose(t, "Complete by the releaser", ok, err)
+	ok, err = complete(e, id, "tok-B", sampleResult(), time.Hour)
+	mustOK(t, "Complete by the reclaimer", ok, err)
+}
+
+func testBinaryBodyAndMultiValueHeaders(t *testing.T, h Harness, e store.Engine) {
+	body := make([]byte, 0, 600)
+	for i := range 256 {
+		body = append(body, byte(i))
+	}
+	body = append(body, 0xff, 0xfe, 0x00, 0xc3, 0x28, '\r', '\n', 0x80)
+	body = append(body, bytes.Repeat([]byte{0xed, 0xa0, 0x80}, 100)...) // surrogate halves: invalid UTF-8
+	header := http.Header{
+		"Set-Cookie":     {"a=1; Path=/", "b=2; HttpOnly", "c=3; Expires=Wed, 21 Oct 2015 07:28:00 GMT"},
+		"Content-Type":   {"text/plain; charset=iso-8859-1"},
+		"Location":       {"https://crm.example/deals/42?x=a:b"},
+		"X-Empty":        {""},
+		"X-Leading":      {"  two leading spaces"},
+		"X-Lowercase-ok": {"kept as written"},
+	}
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok"))
+	res := store.Result{Status: 200, Header: header, Body: body, Digest: "d", ExternalID: "x"}
+	ok, err := complete(e, id, "tok", res, time.Hour)
+	mustOK(t, "Complete", ok, err)
+	for _, r := range []*store.Record{mustClaim(t, e, claimReq(id, "tok-2")).Record, mustGet(t, e, id)} {
+		if !bytes.Equal(r.Body, body) {
+			t.Fatalf("body differs: got %d bytes %q", len(r.Body), r.Body)
+		}
+		if !reflect.DeepEqual(r.Header, header) {
+			t.Fatalf("header differs:\n got %#v\nwant %#v", r.Header, header)
+		}
+	}
+
+	// Names that cannot go on the wire are dropped, CR and LF in values
+	// become spaces: what the Redis wire format keeps.
+	odd := newID(t)
+	mustClaim(t, e, claimReq(odd, "tok"))
+	res.Header = http.Header{"Bad:Name": {"x"}, "": {"y"}, "X-Split": {"a\r\nb"}}
+	ok, err = complete(e, odd, "tok", res, time.Hour)
+	mustOK(t, "Complete", ok, err)
+	if got := mustGet(t, e, odd).Header; !reflect.DeepEqual(got, http.Header{"X-Split": {"a  b"}}) {
+		t.Fatalf("header %#v", got)
+	}
+}
+
+func testBodyOmittedAndEmpty(t *testing.T, h Harness, e store.Engine) {
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok"))
+	res := store.Result{Status: 200, BodyOmitted: true, Digest: strings.Repeat("ab", 32)}
+	ok, err := complete(e, id, "tok", res, time.Hour)
+	mustOK(t, "Complete", ok, err)
+	r := mustGet(t, e, id)
+	if !r.BodyOmitted || len(r.Body) != 0 || r.Header != nil || r.Digest != res.Digest {
+		t.Fatalf("record %+v", r)
+	}
+}
+
+func testInvalidIDs(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	for _, bad := range []string{"", "a}b", "a{b", "with space", "x:y", strings.Repeat("a", 129), "caf\xc3\xa9"} {
+		if _, err := e.Claim(ctx, claimReq(bad, "tok")); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Claim(%q) err = %v, want ErrInvalidID", bad, err)
+		}
+		if _, err := e.Get(ctx, bad); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Get(%q) err = %v, want ErrInvalidID", bad, err)
+		}
+		if _, err := complete(e, bad, "tok", store.Result{}, time.Hour); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Complete(%q) err = %v, want ErrInvalidID", bad, err)
+		}
+		if _, err := e.Renew(ctx, bad, "tok", time.Second); !errors.Is(err, store.ErrInvalidID) {
+			t.Errorf("Renew(%q) err = %v, want ErrInvalidID", bad, err)
+		}
+	}
+	if _, err := e.Claim(ctx, claimReq(strings.Repeat("a", 128), "tok")); err != nil {
+		t.Errorf("a 128-byte id: %v", err)
+	}
+}
+
+func testClaimRequestValidation(t *testing.T, h Harness, e store.Engine) {
+	for _, tc := range []struct {
+		name string
+		edit func(*store.ClaimRequest)
+	}{
+		{"no token", func(r *store.ClaimRequest) { r.Token = "" }},
+		{"bad on_expired", func(r *store.ClaimRequest) { r.OnExpired = "maybe" }},
+		{"negative lease", func(r *store.ClaimRequest) { r.Lease = -time.Second }},
+		{"negative hold", func(r *store.ClaimRequest) { r.HoldTTL = -time.Second }},
+	} {
+		req := claimReq(newID(t), "tok")
+		tc.edit(&req)
+		if _, err := e.Claim(context.Background(), req); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+		if r, _ := e.Get(context.Background(), req.ID); r != nil {
+			t.Errorf("%s: a refused claim left a record", tc.name)
+		}
+	}
+}
+
+// testRecordsExpire: a record whose TTL ran out is gone.
+func testRecordsExpire(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok"))
+	ok, err := e.Release(ctx, id, "tok", 50*time.Millisecond)
+	mustOK(t, "Release", ok, err)
+	for range 1000 {
+		r, err := e.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			// Gone for claims too: the next one creates it anew.
+			if res := mustClaim(t, e, claimReq(id, "tok-2")); !res.Claimed || res.TakeOver || res.Record.Attempts != 1 {
+				t.Fatalf("claim after expiry: %+v", res)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("record never expired")
+}
+
+func testSecret(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	a, err := e.Secret(ctx)
+	if err != nil {
+		t.Fatalf("Secret: %v", err)
+	}
+	// At least keying.MinSecretLen bytes (the Redis engine keeps the hex
+	// text of 32 random bytes, which the secret option accepts as it is).
+	if len(a) < 16 || bytes.Equal(a, make([]byte, len(a))) {
+		t.Fatalf("secret %d bytes, all zero: %v", len(a), bytes.Equal(a, make([]byte, len(a))))
+	}
+	b, err := e.Secret(ctx)
+	if err != nil || !bytes.Equal(a, b) {
+		t.Fatalf("a second Secret differs (err %v)", err)
+	}
+	b[0] ^= 0xff
+	if c, _ := e.Secret(ctx); !bytes.Equal(a, c) {
+		t.Fatal("changing a returned secret changed the kept one")
+	}
+}
