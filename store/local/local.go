@@ -614,6 +614,9 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	if !store.ValidID(id) {
 		return nil, store.ErrInvalidID
 	}
+	if err := act.Validate(); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	if err := e.usable(); err != nil {
 		e.mu.Unlock()
@@ -637,6 +640,9 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	r.Audit = append(slices.Clip(r.Audit), store.AuditEntry{
 		At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
 	})
+	if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
+		r.Audit = r.Audit[n:] // the newest are kept, as on Redis
+	}
 	e.put(s, r)
 	v, rd := r.view(), r.round
 	e.mu.Unlock()
