@@ -1,11 +1,9 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -63,12 +61,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer h.decided(g)
 
 	buf, err := readBody(r, rt.MaxBody)
-	defer putBuffer(buf)
+	defer buf.release()
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
 	}
-	body := *buf
+	body := buf.bytes()
 	in := keying.NewInput(r.Method, r.Header, r.URL.RawQuery, body)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
@@ -84,7 +82,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return h.problem(g, w, p)
 		}
 		g.outcome = outcomeBypassed
-		restoreBody(r, body)
+		buf.forward(r)
 		return next.ServeHTTP(w, r)
 	}
 	if err := keying.ValidateKey(key); err != nil {
@@ -107,13 +105,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 	if err != nil {
-		return h.storeFailed(g, w, r, next, body, err)
+		return h.storeFailed(g, w, r, next, &buf, err)
 	}
 	g.rec, g.now = claim.Record, claim.Now
 	if !claim.Claimed {
 		return h.answer(g, w, r, in, fp)
 	}
-	return h.execute(g, w, r, next, key, body, claim.Record.Token)
+	return h.execute(g, w, r, next, key, &buf, claim.Record.Token)
 }
 
 // claim takes the right to execute the key, or returns its record.
@@ -247,7 +245,7 @@ func replay(w http.ResponseWriter, rec *store.Record) error {
 }
 
 // execute forwards a claimed request once and records what came back.
-func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body []byte, token string) error {
+func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body *requestBody, token string) error {
 	prepareUpstream(r, g.rt, key, body)
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.
@@ -340,13 +338,13 @@ func (h *Handler) releaseLost(id, token string, ttl time.Duration) {
 }
 
 // storeFailed handles a store that could not be reached at claim time.
-func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body []byte, err error) error {
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
 	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
 	if g.rt.OnStoreError == "fail_open" {
 		g.note = "forwarded unguarded: " + g.note
-		restoreBody(r, body)
+		body.forward(r)
 		return next.ServeHTTP(w, r)
 	}
 	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
@@ -400,69 +398,9 @@ func (h *Handler) decided(g *guarded) {
 	}
 }
 
-var errTooLarge = errors.New("request body too large")
-
-// readBody reads the whole request body, at most max bytes, into a pooled
-// buffer that the caller returns after the request is done. A body with a
-// Content-Length is read into a buffer of that size (and one byte more, to
-// see its end), so it is held once; a body of unknown length grows the
-// buffer geometrically, never beyond max+1 bytes. A body longer than max
-// is not read beyond max+1 bytes.
-func readBody(r *http.Request, limit int64) (*[]byte, error) {
-	buf := getBuffer()
-	if r.ContentLength > limit {
-		return buf, errTooLarge
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return buf, nil
-	}
-	b := *buf
-	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
-		b = make([]byte, 0, r.ContentLength+1)
-	}
-	var err error
-	for int64(len(b)) <= limit && err == nil {
-		if len(b) == cap(b) {
-			// Unknown length: double, up to limit+1 bytes (one more than
-			// the limit tells a body at the limit from one over it).
-			c := max(2*int64(cap(b)), 4096)
-			if c >= limit {
-				c = limit + 1
-			}
-			nb := make([]byte, len(b), c)
-			copy(nb, b)
-			b = nb
-		}
-		var n int
-		n, err = r.Body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-	}
-	*buf = b
-	switch {
-	case int64(len(b)) > limit:
-		return buf, errTooLarge
-	case err == io.EOF:
-		return buf, nil
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return buf, errTooLarge
-	}
-	return buf, fmt.Errorf("reading request body: %w", err)
-}
-
-// restoreBody puts the body that was read back on the request.
-func restoreBody(r *http.Request, body []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil
-	r.GetBody = nil
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-}
-
 // prepareUpstream readies a claimed request for its one upstream call.
-func prepareUpstream(r *http.Request, rt *route, key string, body []byte) {
-	restoreBody(r, body)
+func prepareUpstream(r *http.Request, rt *route, key string, body *requestBody) {
+	body.forward(r)
 	if rt.ForwardKeyHeader != "" {
 		r.Header.Set(rt.ForwardKeyHeader, key)
 	}
