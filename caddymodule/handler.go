@@ -355,6 +355,8 @@ func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
 	switch {
 	case errors.Is(err, errTooLarge):
 		return h.problem(g, w, probTooLarge.with(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
+	case errors.Is(err, keying.ErrTooDeep):
+		return h.problem(g, w, probTooDeep.with(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
 	case errors.Is(err, keying.ErrMalformedJSON):
 		return h.problem(g, w, probBadJSON.with("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
 	default:

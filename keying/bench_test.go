@@ -147,3 +147,19 @@ func BenchmarkKeyID(b *testing.B) {
 		sink = KeyID("create_crm_deal", scope, "8e03978e-40d5-43e8-bc93-6894a57f9324")
 	}
 }
+
+// benchCheckDepth is the nesting check every body goes through before it is
+// parsed: its cost on the normal path.
+func benchCheckDepth(b *testing.B, size int) {
+	body := benchBody(size)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkDepth(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCheckDepth1KB(b *testing.B)  { benchCheckDepth(b, 1<<10) }
+func BenchmarkCheckDepth64KB(b *testing.B) { benchCheckDepth(b, 64<<10) }
