@@ -32,6 +32,12 @@ const (
 	OnStoreErrorFailOpen = "fail_open"
 )
 
+// MaxBodyLimit is the largest max_body a route may set: 64 MiB. The gateway
+// holds a guarded request's whole body in memory to key and fingerprint it,
+// so a larger limit is a config error rather than a way to run out of
+// memory.
+const MaxBodyLimit = 64 << 20
+
 // Built-in defaults, used where neither a route nor the rules' defaults set
 // a field.
 const (
@@ -75,7 +81,7 @@ type Policy struct {
 	// such requests pass through unguarded. Default true.
 	RequireKey *bool `json:"require_key,omitempty" mapstructure:"require_key"`
 	// MaxBody is the largest request body accepted (larger: 413).
-	// Default 1MiB.
+	// Default 1MiB; at most 64MiB (MaxBodyLimit).
 	MaxBody Size `json:"max_body,omitempty" mapstructure:"max_body"`
 	// MaxResponse is the largest response body stored; larger responses
 	// are streamed and stored as status, headers and digest only.

@@ -119,7 +119,9 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 		{value: "\"1048576\"", size: 1 << 20},
 		{value: "1kib", size: 1024},
 		{value: "2.0", size: 2},
-		{value: "9223372036854775807", size: 1<<63 - 1},
+		{value: "64MiB", size: 64 << 20},
+		// The largest int64 parses, and is then above the 64 MiB cap.
+		{value: "9223372036854775807", wantErr: "must be at most 64 MiB (the largest request body the gateway holds), got 8.0 EiB (9223372036854775807 bytes)"},
 		{value: "9223372036854775808", wantErr: "size is too large"},
 		{value: "30s", dur: 30 * time.Second},
 		{value: "1h30m", dur: 90 * time.Minute},

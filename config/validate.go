@@ -22,7 +22,7 @@ import (
 // parses (keying.ParseTemplate); fingerprint paths are not empty and
 // ignore paths can be deleted (keying.FingerprintRule.Validate);
 // durations are positive and lock_lease is at least 1s; sizes are
-// positive; retry statuses are in 100..599 and not 2xx; enum fields hold
+// positive and max_body is at most MaxBodyLimit; retry statuses are in 100..599 and not 2xx; enum fields hold
 // one of their values; forward_key_header is a header name or "".
 func (r *Rules) Validate() error {
 	return r.check().err()
@@ -133,6 +133,10 @@ func checkPolicy(c *errorList, prefix string, p *Policy) {
 	checkDuration(c, f("lock_lease"), p.LockLease, time.Second)
 	checkDuration(c, f("hold_ttl"), p.HoldTTL, 0)
 	checkSize(c, f("max_body"), p.MaxBody)
+	if p.MaxBody > MaxBodyLimit {
+		c.add(f("max_body"), "must be at most %s (the largest request body the gateway holds), got %s (%d bytes)",
+			Size(MaxBodyLimit), p.MaxBody, int64(p.MaxBody))
+	}
 	checkSize(c, f("max_response"), p.MaxResponse)
 
 	checkTemplates(c, f("scope"), p.Scope)
