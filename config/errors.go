@@ -86,7 +86,10 @@ func (l ErrorList) err() error {
 }
 
 // errorList collects problems while checking rules.
-type errorList struct{ list ErrorList }
+type errorList struct {
+	list     ErrorList
+	fromJSON bool // the rules came from JSON or Go, not YAML
+}
 
 func (c *errorList) add(field, format string, args ...any) {
 	msg := format

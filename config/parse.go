@@ -25,12 +25,15 @@ import (
 //	routes.yaml:9: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
 //
 // An error reading the file is returned as it is (an *fs.PathError).
-func Load(path string) (*Rules, error) {
+func Load(path string) (*Rules, error) { return LoadWith(path, Limits{}) }
+
+// LoadWith is Load, also checking the rules against l.
+func LoadWith(path string, l Limits) (*Rules, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	return ParseWith(path, data, l)
 }
 
 // Parse decodes YAML rules from data and validates them, like Load; name
@@ -41,8 +44,11 @@ func Load(path string) (*Rules, error) {
 // with Validate. Field names are lower-case snake_case; each may be set
 // once per mapping. YAML anchors, aliases and merge keys ("<<: *common")
 // are allowed. The document must hold a single mapping.
-func Parse(name string, data []byte) (*Rules, error) {
-	r, errs := parse(data)
+func Parse(name string, data []byte) (*Rules, error) { return ParseWith(name, data, Limits{}) }
+
+// ParseWith is Parse, also checking the rules against l.
+func ParseWith(name string, data []byte, l Limits) (*Rules, error) {
+	r, errs := parse(data, l)
 	if len(errs) == 0 {
 		return r, nil
 	}
@@ -63,7 +69,7 @@ func Parse(name string, data []byte) (*Rules, error) {
 const maxErrors = 100
 
 // parse does the work of Parse; its errors have lines but no file name.
-func parse(data []byte) (*Rules, ErrorList) {
+func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	x, errs := parseNodes(data)
 	if len(errs) > 0 {
 		return nil, errs
@@ -91,7 +97,7 @@ func parse(data []byte) (*Rules, ErrorList) {
 	// field that failed to decode is left zero, so skip what its failure
 	// would make Validate report again ("name: is required").
 	failed := newFieldSet(errs)
-	for _, e := range append(x.explicitEmpty(&r), r.check()...) {
+	for _, e := range append(x.explicitEmpty(&r), r.check(l, false)...) {
 		if !failed.related(e.Field) {
 			e.Line = x.line(e.Field)
 			errs = append(errs, e)

@@ -62,19 +62,21 @@ var (
 // releases the claim. Their JSON tags use omitzero so that the difference
 // survives a round trip through Caddy's JSON.
 type Policy struct {
-	// TTL is how long a completed result is replayed. Default 24h.
+	// TTL is how long a completed result is replayed; at least 1s.
+	// Default 24h.
 	TTL Duration `json:"ttl,omitempty" mapstructure:"ttl"`
 	// LockLease is how long an in-flight claim lives without renewal; at
-	// least 1s. Default 30s.
+	// least 1s, and longer than the store's op_timeout. Default 30s.
 	LockLease Duration `json:"lock_lease,omitempty" mapstructure:"lock_lease"`
-	// HoldTTL is how long a record held as outcome unknown is kept.
-	// Default 720h (30 days).
+	// HoldTTL is how long a record held as outcome unknown is kept; at
+	// least LockLease (an in-flight record lives HoldTTL). Default 720h
+	// (30 days).
 	HoldTTL Duration `json:"hold_ttl,omitempty" mapstructure:"hold_ttl"`
 	// RequireKey: true answers 400 when no key can be derived; false lets
 	// such requests pass through unguarded. Default true.
 	RequireKey *bool `json:"require_key,omitempty" mapstructure:"require_key"`
-	// MaxBody is the largest request body accepted (larger: 413).
-	// Default 1MiB.
+	// MaxBody is the largest request body accepted (larger: 413); at most
+	// 64MiB. Default 1MiB.
 	MaxBody Size `json:"max_body,omitempty" mapstructure:"max_body"`
 	// MaxResponse is the largest response body stored; larger responses
 	// are streamed and stored as status, headers and digest only.
@@ -86,11 +88,13 @@ type Policy struct {
 	Scope []string `json:"scope,omitzero" mapstructure:"scope"`
 	// ForwardKeyHeader is the request header that carries the derived key
 	// upstream. Default "Idempotency-Key"; "" means the key is not
-	// forwarded.
+	// forwarded. It may not name a header the request needs for itself
+	// (Authorization, Host, Content-Length, Content-Type, Cookie,
+	// Transfer-Encoding) or a hop-by-hop header.
 	ForwardKeyHeader *string `json:"forward_key_header,omitempty" mapstructure:"forward_key_header"`
 	// RetryStatuses are upstream statuses that mean "not done": the claim
-	// is released and the next retry executes. Each in 100..599 and not
-	// 2xx. Default [429, 503]; an explicit empty list means none.
+	// is released and the next retry executes. Each 3xx, 4xx or 5xx.
+	// Default [429, 503]; an explicit empty list means none.
 	RetryStatuses []int `json:"retry_statuses,omitzero" mapstructure:"retry_statuses"`
 	// OnUnknownOutcome is hold (default), release or store; see the
 	// OnUnknown constants.
@@ -121,6 +125,9 @@ type Fingerprint struct {
 	// Ignore lists JSON paths dropped before fingerprinting (volatile
 	// fields like delivery attempts).
 	Ignore []string `json:"ignore,omitempty" mapstructure:"ignore"`
+	// Query: the query string, its parameters sorted, counts in the
+	// fingerprint (true, the default); false leaves it out.
+	Query *bool `json:"query,omitempty" mapstructure:"query"`
 }
 
 // Route is one route rule. Routes are matched in order; the first that
@@ -186,8 +193,11 @@ type Resolved struct {
 // Resolve validates the rules and returns the routes, in order, with every
 // policy field filled in. Errors are an ErrorList of field-path problems
 // (see Validate).
-func (r *Rules) Resolve() ([]Resolved, error) {
-	if err := r.Validate(); err != nil {
+func (r *Rules) Resolve() ([]Resolved, error) { return r.ResolveWith(Limits{}) }
+
+// ResolveWith is Resolve, also checking the rules against l.
+func (r *Rules) ResolveWith(l Limits) ([]Resolved, error) {
+	if err := r.ValidateWith(l); err != nil {
 		return nil, err
 	}
 	out := make([]Resolved, len(r.Routes))
@@ -248,6 +258,7 @@ func resolveRoute(rt *Route, def *Policy) (Resolved, error) {
 	res.Fingerprint = keying.FingerprintRule{
 		Body:   cloneOrNil(rt.Fingerprint.Body),
 		Ignore: cloneOrNil(rt.Fingerprint.Ignore),
+		Query:  rt.Fingerprint.Query == nil || *rt.Fingerprint.Query,
 	}
 	return res, nil
 }

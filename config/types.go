@@ -86,6 +86,17 @@ func (s Size) String() string {
 	return humanize.IBytes(uint64(s))
 }
 
+// text returns the size in IEC units when that is exact ("64 MiB"), else
+// in bytes ("67108865 bytes").
+func (s Size) text() string {
+	if t := s.String(); s >= 0 {
+		if n, err := humanize.ParseBytes(t); err == nil && n == uint64(s) {
+			return t
+		}
+	}
+	return strconv.FormatInt(int64(s), 10) + " bytes"
+}
+
 // MarshalJSON encodes s as a number of bytes.
 func (s Size) MarshalJSON() ([]byte, error) {
 	return strconv.AppendInt(nil, int64(s), 10), nil

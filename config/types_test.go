@@ -107,7 +107,7 @@ func TestSizeJSON(t *testing.T) {
 // durations, through the decode hook.
 func TestSizesAndDurationsInYAML(t *testing.T) {
 	tests := []struct {
-		value   string // YAML value of max_body / ttl
+		value   string // YAML value of max_response / ttl
 		size    int64
 		dur     time.Duration
 		wantErr string
@@ -127,7 +127,7 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 		{value: "1.5h", dur: 90 * time.Minute},
 	}
 	for _, tt := range tests {
-		field := "max_body"
+		field := "max_response"
 		if tt.dur != 0 {
 			field = "ttl"
 		}
@@ -144,8 +144,8 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 			t.Errorf("%s: %s: %v", field, tt.value, err)
 			continue
 		}
-		if got := r.Routes[0].MaxBody; tt.dur == 0 && int64(got) != tt.size {
-			t.Errorf("max_body: %s = %d, want %d", tt.value, int64(got), tt.size)
+		if got := r.Routes[0].MaxResponse; tt.dur == 0 && int64(got) != tt.size {
+			t.Errorf("max_response: %s = %d, want %d", tt.value, int64(got), tt.size)
 		}
 		if got := r.Routes[0].TTL; tt.dur != 0 && time.Duration(got) != tt.dur {
 			t.Errorf("ttl: %s = %v, want %v", tt.value, time.Duration(got), tt.dur)

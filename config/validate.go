@@ -7,8 +7,23 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idemgate/idemgate/keying"
 )
+
+// Limits are facts from outside the rules that the rules must agree with.
+// The zero Limits checks nothing more than the rules themselves.
+type Limits struct {
+	// OpTimeout is the record store's bound on each call (its op_timeout).
+	// When set, every route's lock_lease must be longer: a claim whose
+	// lease can run out while a store call on it may still land is no
+	// claim.
+	OpTimeout time.Duration
+}
+
+// maxMaxBody is the largest max_body: bodies are held in memory whole.
+const maxMaxBody = 64 << 20
 
 // Validate checks the rules and returns an ErrorList naming every problem
 // by field path ("routes[1].on_unknown_outcome: ..."), or nil. It knows
@@ -21,15 +36,26 @@ import (
 // safe methods; at least one key template; every key and scope template
 // parses (keying.ParseTemplate); fingerprint paths are not empty and
 // ignore paths can be deleted (keying.FingerprintRule.Validate);
-// durations are positive and lock_lease is at least 1s; sizes are
-// positive; retry statuses are in 100..599 and not 2xx; enum fields hold
-// one of their values; forward_key_header is a header name or "".
+// durations are positive, ttl and lock_lease are at least 1s and every
+// route's hold_ttl is at least its lock_lease; sizes are positive and
+// max_body is at most 64 MiB; retry statuses are 3xx, 4xx or 5xx;
+// enum fields hold one of their values; forward_key_header is a header
+// name that the request does not need for itself (not Authorization,
+// Host, Content-Length, Content-Type, Cookie, Transfer-Encoding or a
+// hop-by-hop header), or "".
 func (r *Rules) Validate() error {
-	return r.check().err()
+	return r.ValidateWith(Limits{})
 }
 
-func (r *Rules) check() ErrorList {
-	var c errorList
+// ValidateWith is Validate, also checking the rules against l.
+func (r *Rules) ValidateWith(l Limits) error {
+	return r.check(l, true).err()
+}
+
+// check checks the rules; fromJSON adds hints for mistakes only JSON
+// allows (bare numbers as durations).
+func (r *Rules) check(l Limits, fromJSON bool) ErrorList {
+	c := errorList{fromJSON: fromJSON}
 	if r == nil || len(r.Routes) == 0 {
 		c.add("routes", "at least one route is required")
 		if r == nil {
@@ -41,7 +67,69 @@ func (r *Rules) check() ErrorList {
 	for i := range r.Routes {
 		checkRoute(&c, i, &r.Routes[i], names)
 	}
+	checkLeases(&c, r, l)
 	return c.list
+}
+
+// setting is an effective duration and the field it comes from ("" for a
+// built-in default).
+type setting struct {
+	d     Duration
+	field string
+}
+
+func (s setting) from() string {
+	if s.field == "" {
+		return ", the default"
+	}
+	return ", from " + s.field
+}
+
+// checkLeases checks the durations that must agree with each other: a
+// held record lives hold_ttl, so hold_ttl may not be shorter than
+// lock_lease, and lock_lease must be longer than the store's op_timeout.
+// A problem is reported once, at the most specific field that causes it;
+// values that are wrong on their own were reported already.
+func checkLeases(c *errorList, r *Rules, l Limits) {
+	pick := func(d Duration, field string, inherited setting) setting {
+		if d != 0 {
+			return setting{d, field}
+		}
+		return inherited
+	}
+	check := func(lease, hold setting, prefix string) {
+		if lease.d < Duration(time.Second) || hold.d <= 0 {
+			return
+		}
+		if hold.d < lease.d {
+			if hold.field != "" && strings.HasPrefix(hold.field, prefix) {
+				src := lease.from()
+				if strings.HasPrefix(lease.field, prefix) {
+					src = ""
+				}
+				c.add(hold.field, "%s is shorter than lock_lease (%s%s): a held record must outlive the claim it was made from", hold.d, lease.d, src)
+			} else {
+				c.add(lease.field, "%s is longer than hold_ttl (%s%s): a held record must outlive the claim it was made from", lease.d, hold.d, hold.from())
+			}
+		}
+		if l.OpTimeout > 0 && time.Duration(lease.d) <= l.OpTimeout && strings.HasPrefix(lease.field, prefix) {
+			c.add(lease.field, "%s is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
+		}
+	}
+	lease := pick(r.Defaults.LockLease, "defaults.lock_lease", setting{Duration(defaultLockLease), ""})
+	hold := pick(r.Defaults.HoldTTL, "defaults.hold_ttl", setting{Duration(defaultHoldTTL), ""})
+	if l.OpTimeout > 0 && lease.field == "" && time.Duration(lease.d) <= l.OpTimeout {
+		c.add("defaults.lock_lease", "%s (the default) is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
+	}
+	check(lease, hold, "defaults.")
+	for i := range r.Routes {
+		p := &r.Routes[i].Policy
+		if p.LockLease == 0 && p.HoldTTL == 0 {
+			continue
+		}
+		prefix := "routes[" + strconv.Itoa(i) + "]."
+		check(pick(p.LockLease, prefix+"lock_lease", lease), pick(p.HoldTTL, prefix+"hold_ttl", hold), prefix)
+	}
 }
 
 func routeField(i int, field string) string {
@@ -81,7 +169,7 @@ func checkRoute(c *errorList, i int, rt *Route, names map[string]int) {
 	for j, m := range rt.Match.Methods {
 		field := f("match.methods[" + strconv.Itoa(j) + "]")
 		switch up := strings.ToUpper(m); {
-		case !isToken(m):
+		case !httpguts.ValidHeaderFieldName(m): // a method is a token, as a header name is
 			c.add(field, "%s is not an HTTP method", quote(m))
 		case up == "GET" || up == "HEAD" || up == "OPTIONS" || up == "TRACE":
 			c.add(field, "%s is a safe method and is never guarded; remove it", up)
@@ -129,16 +217,24 @@ func checkTemplates(c *errorList, field string, templates []string) {
 func checkPolicy(c *errorList, prefix string, p *Policy) {
 	f := func(field string) string { return prefix + "." + field }
 
-	checkDuration(c, f("ttl"), p.TTL, 0)
+	checkDuration(c, f("ttl"), p.TTL, time.Second)
 	checkDuration(c, f("lock_lease"), p.LockLease, time.Second)
 	checkDuration(c, f("hold_ttl"), p.HoldTTL, 0)
-	checkSize(c, f("max_body"), p.MaxBody)
-	checkSize(c, f("max_response"), p.MaxResponse)
+	checkSize(c, f("max_body"), p.MaxBody, maxMaxBody)
+	checkSize(c, f("max_response"), p.MaxResponse, 0)
 
 	checkTemplates(c, f("scope"), p.Scope)
 
-	if h := p.ForwardKeyHeader; h != nil && *h != "" && !isToken(*h) {
-		c.add(f("forward_key_header"), "%s is not a valid header name", quote(*h))
+	if h := p.ForwardKeyHeader; h != nil && *h != "" {
+		const other = "; choose another name, e.g. Idempotency-Key"
+		switch lower := strings.ToLower(*h); {
+		case !httpguts.ValidHeaderFieldName(*h):
+			c.add(f("forward_key_header"), "%s is not a valid header name", quote(*h))
+		case ownHeaders[lower]:
+			c.add(f("forward_key_header"), "%s is a header the upstream needs from the request itself"+other, quote(*h))
+		case hopHeaders[lower] || strings.HasPrefix(lower, "proxy-"):
+			c.add(f("forward_key_header"), "%s is a hop-by-hop header, dropped on the way upstream"+other, quote(*h))
+		}
 	}
 
 	for j, s := range p.RetryStatuses {
@@ -146,7 +242,9 @@ func checkPolicy(c *errorList, prefix string, p *Policy) {
 		switch {
 		case s < 100 || s > 599:
 			c.add(field, "%d is not an HTTP status (100 to 599)", s)
-		case s >= 200 && s <= 299:
+		case s <= 199:
+			c.add(field, "%d is an informational status, never the answer to a call; it can never match", s)
+		case s <= 299:
 			c.add(field, "%d is a success status; only failures can be retried", s)
 		}
 	}
@@ -155,20 +253,37 @@ func checkPolicy(c *errorList, prefix string, p *Policy) {
 	checkEnum(c, f("on_store_error"), p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }
 
+// Headers forward_key_header may not name: the request's own (ownHeaders)
+// and hop-by-hop ones (hopHeaders, and every Proxy-*), in lower case.
+var (
+	ownHeaders = map[string]bool{"authorization": true, "host": true, "content-length": true,
+		"content-type": true, "cookie": true, "transfer-encoding": true}
+	hopHeaders = map[string]bool{"connection": true, "keep-alive": true, "te": true,
+		"trailer": true, "upgrade": true}
+)
+
 // checkDuration checks a set (non-zero) duration is positive and at least
-// min.
+// min. Below a millisecond in JSON it is most likely a number of seconds
+// written bare, which Caddy reads as nanoseconds.
 func checkDuration(c *errorList, field string, d Duration, min time.Duration) {
 	switch {
 	case d < 0:
 		c.add(field, "must be positive, got %s", d)
+	case d > 0 && time.Duration(d) < min && c.fromJSON && time.Duration(d) < time.Millisecond:
+		c.add(field, "must be at least %s, got %s (a bare number in Caddy's JSON is nanoseconds: write \"%ds\" for seconds)", min, d, int64(d))
 	case d > 0 && time.Duration(d) < min:
 		c.add(field, "must be at least %s, got %s", min, d)
 	}
 }
 
-func checkSize(c *errorList, field string, s Size) {
-	if s < 0 {
+// checkSize checks a set (non-zero) size is positive and, when max is
+// set, at most max.
+func checkSize(c *errorList, field string, s, max Size) {
+	switch {
+	case s < 0:
 		c.add(field, "must be positive, got %d", int64(s))
+	case max > 0 && s > max:
+		c.add(field, "must be at most %s, got %s", max.text(), s.text())
 	}
 }
 
@@ -198,22 +313,6 @@ func validName(s string) bool {
 		switch c := s[i]; {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case c == '_', c == '.', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an RFC 9110 token (methods, header names).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
 		default:
 			return false
 		}

@@ -174,4 +174,8 @@ func (t Template) NeedsBody() bool { return t.needsBody }
 type FingerprintRule struct {
 	Body   []string `json:"body,omitempty"`
 	Ignore []string `json:"ignore,omitempty"`
+	// Query: the request's query string, its parameters sorted, counts in
+	// the fingerprint (true); false leaves it out. Encode and IsZero do
+	// not look at it.
+	Query bool `json:"-"`
 }
