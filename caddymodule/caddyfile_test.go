@@ -93,6 +93,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad wait_timeout", "idempotency {\n rules good.yaml\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
 		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n tls_ca_file\n}", "wrong argument count"},
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
+		{"lock_lease not longer than op_timeout", "idempotency {\n rules good.yaml\n op_timeout 30s\n}",
+			`good.yaml:1: defaults.lock_lease: 30s (the default) is not longer than the store's op_timeout (30s)`},
+		{"op_timeout before rules", "idempotency {\n op_timeout 1m\n rules good.yaml\n}",
+			`good.yaml:1: defaults.lock_lease: 30s (the default) is not longer than the store's op_timeout (1m0s)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
