@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error is one problem found in route rules.
@@ -26,27 +27,19 @@ type Error struct {
 //	routes.yaml:9: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
 //	routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
 func (e *Error) Error() string {
-	var b strings.Builder
-	switch {
-	case e.File != "" && e.Line > 0:
-		b.WriteString(e.File)
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(e.Line))
-		b.WriteString(": ")
-	case e.File != "":
-		b.WriteString(e.File)
-		b.WriteString(": ")
-	case e.Line > 0:
-		b.WriteString("line ")
-		b.WriteString(strconv.Itoa(e.Line))
-		b.WriteString(": ")
-	}
+	s := e.Msg
 	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
+		s = e.Field + ": " + s
 	}
-	b.WriteString(e.Msg)
-	return b.String()
+	switch line := strconv.Itoa(e.Line); {
+	case e.File != "" && e.Line > 0:
+		return e.File + ":" + line + ": " + s
+	case e.File != "":
+		return e.File + ": " + s
+	case e.Line > 0:
+		return "line " + line + ": " + s
+	}
+	return s
 }
 
 // ErrorList is every problem found in one set of rules, in document order
@@ -57,14 +50,11 @@ type ErrorList []*Error
 
 // Error returns the problems, one per line.
 func (l ErrorList) Error() string {
-	var b strings.Builder
+	msgs := make([]string, len(l))
 	for i, e := range l {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(e.Error())
+		msgs[i] = e.Error()
 	}
-	return b.String()
+	return strings.Join(msgs, "\n")
 }
 
 // Unwrap returns the problems as a slice of errors, for errors.Is and
@@ -77,14 +67,6 @@ func (l ErrorList) Unwrap() []error {
 	return errs
 }
 
-// err returns l as an error, or nil when l is empty.
-func (l ErrorList) err() error {
-	if len(l) == 0 {
-		return nil
-	}
-	return l
-}
-
 // errorList collects problems while checking rules.
 type errorList struct {
 	list     ErrorList
@@ -92,25 +74,18 @@ type errorList struct {
 }
 
 func (c *errorList) add(field, format string, args ...any) {
-	msg := format
-	if len(args) > 0 {
-		msg = fmt.Sprintf(format, args...)
-	}
-	c.list = append(c.list, &Error{Field: field, Msg: msg})
+	c.list = append(c.list, &Error{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // quote returns s quoted as a Go string, shortened when it is long, so that
 // a huge value does not flood an error message.
 func quote(s string) string {
-	const max = 64
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8RuneStart(s[cut]) {
-			cut--
-		}
-		return strconv.Quote(s[:cut]) + "..."
+	if len(s) <= 64 {
+		return strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -19,7 +19,8 @@ func TestDurationJSON(t *testing.T) {
 		{` "5s" `, 5 * time.Second, false},
 		{`null`, 7, false}, // leaves the value alone
 		{`"30"`, 0, true},
-		{`"3d"`, 0, true},
+		{`"3d"`, 72 * time.Hour, false}, // days, as caddy.Duration
+		{`"1d12h"`, 36 * time.Hour, false},
 		{`1.5`, 0, true},
 		{`true`, 0, true},
 		{`"1h`, 0, true},
@@ -125,6 +126,8 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 		{value: "1h30m", dur: 90 * time.Minute},
 		{value: "\"720h\"", dur: 720 * time.Hour},
 		{value: "1.5h", dur: 90 * time.Minute},
+		{value: "30d", dur: 720 * time.Hour}, // days, as in the Caddyfile
+		{value: "1d12h", dur: 36 * time.Hour},
 	}
 	for _, tt := range tests {
 		field := "max_response"
