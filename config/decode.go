@@ -9,11 +9,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// decoder fills the rules from a go.yaml.in/yaml/v3 node tree, strictly:
-// field names are the JSON names, exactly; unknown or repeated fields and
-// values of the wrong type are problems named by field path and line. It
-// goes on after a problem, so that one run reports them all, and keeps
-// each field's line for the problems Validate finds later.
+// decoder fills the rules from a yaml.v3 node tree, strictly (field names
+// are the JSON names), reporting every problem with field and line, and
+// keeps each field's line for the problems Validate finds later.
 type decoder struct {
 	errs   ErrorList
 	lines  map[string]int  // field path → line
@@ -109,7 +107,7 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, field string) {
 	seen := make(map[string]int, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
-		name, f := k.Value, joinField(field, k.Value)
+		name, f := k.Value, strings.TrimPrefix(field+"."+k.Value, ".")
 		switch fv, known := fieldNamed(v, name); {
 		case isMerge(k):
 		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
@@ -195,13 +193,6 @@ func deref(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
-}
-
-func joinField(parent, name string) string {
-	if parent == "" {
-		return name
-	}
-	return parent + "." + name
 }
 
 // describeNode names a YAML value for an error message: `the string "x"`,

@@ -7,45 +7,37 @@ import (
 	"unicode/utf8"
 )
 
-// Error is one problem found in route rules.
-//
-// Field is the path of the offending field in the rules document, such as
-// "routes[1].on_unknown_outcome", "defaults.ttl" or "routes[0].key[2]".
-// File and Line are set when the rules came from a file (Load, Parse);
-// Validate and Resolve, which check rules that may come from Caddy's JSON,
-// leave them empty.
+// Error is one problem found in route rules. File and Line are set when
+// the rules came from a file (Load, Parse), not by Validate and Resolve,
+// which check rules that may come from Caddy's JSON.
 type Error struct {
 	File  string // name of the rules file, as given to Load or Parse
 	Line  int    // 1-based line in File; 0 when unknown
-	Field string // field path; "" for problems of the whole document
+	Field string // field path such as "routes[0].key[2]"; "" for the whole document
 	Msg   string // what is wrong
 }
 
 // Error formats the problem as "file:line: field: message", leaving out the
-// parts that are not known:
-//
-//	routes.yaml:9: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
-//	routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
+// parts that are not known.
 func (e *Error) Error() string {
 	s := e.Msg
 	if e.Field != "" {
 		s = e.Field + ": " + s
 	}
-	switch line := strconv.Itoa(e.Line); {
+	switch {
 	case e.File != "" && e.Line > 0:
-		return e.File + ":" + line + ": " + s
+		s = e.File + ":" + strconv.Itoa(e.Line) + ": " + s
 	case e.File != "":
-		return e.File + ": " + s
+		s = e.File + ": " + s
 	case e.Line > 0:
-		return "line " + line + ": " + s
+		s = "line " + strconv.Itoa(e.Line) + ": " + s
 	}
 	return s
 }
 
 // ErrorList is every problem found in one set of rules, in document order
-// when the rules came from a file. Load, Parse, Validate and Resolve return
-// an ErrorList (never an empty one) when the rules are invalid; use
-// errors.As to get at it, or at the first *Error.
+// when they came from a file: what Load, Parse, Validate and Resolve return
+// for invalid rules (use errors.As to get at it, or at the first *Error).
 type ErrorList []*Error
 
 // Error returns the problems, one per line.

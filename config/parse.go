@@ -17,11 +17,8 @@ import (
 )
 
 // Load reads a YAML rules file and returns its validated rules. Problems
-// are an ErrorList whose entries name the file, line and field:
-//
-//	routes.yaml:9: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store
-//
-// An error reading the file is returned as it is (an *fs.PathError).
+// are an ErrorList naming file, line and field; an error reading the file
+// is returned as it is (an *fs.PathError).
 func Load(path string) (*Rules, error) { return LoadWith(path, Limits{}) }
 
 // LoadWith is Load, also checking the rules against l.
@@ -142,9 +139,8 @@ func yamlError(err error, data []byte) ErrorList {
 	return ErrorList{{Line: line, Msg: "invalid YAML: " + msg}}
 }
 
-// lineAt returns the 1-based line of byte offset off in data (1 for a
-// negative off), counting line breaks as YAML does: LF, CR, CR LF, NEL,
-// LS and PS.
+// lineAt returns the line of byte offset off in data (1 for off < 0), with
+// YAML's line breaks: LF, CR, CR LF, NEL, LS and PS.
 func lineAt(data []byte, off int) int {
 	s := strings.ReplaceAll(string(data[:max(min(off, len(data)), 0)]), "\r\n", "\n")
 	return 1 + strings.Count(s, "\n") + strings.Count(s, "\r") +

@@ -43,14 +43,11 @@ var (
 	defaultMethods          = []string{"POST", "PUT", "PATCH", "DELETE"}
 )
 
-// Policy is the part of a route's rules that can also be set once under
-// "defaults". A zero value (nil for pointers and slices) inherits from the
-// rules' defaults, then from the built-in default in the field's comment.
-// For the slices an empty list is not an absent one (omitzero keeps the
-// difference through Caddy's JSON).
+// Policy is the part of a route's rules that can also be set under
+// "defaults". A zero value (nil for pointers and slices; an empty list is
+// set) inherits from the defaults, then from the built-in default.
 type Policy struct {
-	// TTL is how long a completed result is replayed; at least 1s.
-	// Default 24h.
+	// TTL is how long a completed result is replayed; at least 1s. Default 24h.
 	TTL Duration `json:"ttl,omitempty"`
 	// LockLease is how long an in-flight claim lives without renewal; at
 	// least 1s, and longer than the store's op_timeout. Default 30s.
@@ -59,25 +56,23 @@ type Policy struct {
 	// least LockLease (an in-flight record lives HoldTTL). Default 720h.
 	HoldTTL Duration `json:"hold_ttl,omitempty"`
 	// RequireKey: true answers 400 when no key can be derived; false lets
-	// such requests pass through unguarded. Default true.
+	// such requests pass unguarded. Default true.
 	RequireKey *bool `json:"require_key,omitempty"`
-	// MaxBody is the largest request body accepted (larger: 413); at most
-	// 64MiB. Default 1MiB.
+	// MaxBody is the largest request body (larger: 413); at most 64MiB.
+	// Default 1MiB.
 	MaxBody Size `json:"max_body,omitempty"`
 	// MaxResponse is the largest response body stored; larger ones are
 	// streamed and stored as status, headers and digest. Default 1MiB.
 	MaxResponse Size `json:"max_response,omitempty"`
 	// Scope templates are resolved and hashed into every key, so keys never
-	// collide across clients. Default ["{header.Authorization}"]; an
-	// explicit empty list means no scope.
+	// collide across clients; [] means none. Default ["{header.Authorization}"].
 	Scope []string `json:"scope,omitzero"`
 	// ForwardKeyHeader carries the derived key upstream; "" forwards none.
 	// Not a header the request needs itself (Authorization, Host, Cookie,
 	// Content-*, Transfer-Encoding) nor hop-by-hop. Default Idempotency-Key.
 	ForwardKeyHeader *string `json:"forward_key_header,omitempty"`
-	// RetryStatuses are upstream statuses that mean "not done": the claim
-	// is released and the next retry executes. Each 3xx, 4xx or 5xx.
-	// Default [429, 503]; an explicit empty list means none.
+	// RetryStatuses are upstream statuses (3xx to 5xx) that mean "not done":
+	// the claim is released for the next retry; [] means none. Default [429, 503].
 	RetryStatuses []int `json:"retry_statuses,omitzero"`
 	// OnUnknownOutcome is hold (default), release or store.
 	OnUnknownOutcome string `json:"on_unknown_outcome,omitempty"`
@@ -95,8 +90,8 @@ type Match struct {
 	Path string `json:"path,omitempty"`
 }
 
-// Fingerprint selects what of the request body counts when deciding
-// whether a retry carries the same payload as the first request.
+// Fingerprint selects what of the request counts when deciding whether a
+// retry carries the same payload as the first request.
 type Fingerprint struct {
 	// Body lists JSON paths (gjson syntax); when set, only these fields
 	// count. Default: the whole canonical body.
@@ -104,8 +99,8 @@ type Fingerprint struct {
 	// Ignore lists plain JSON paths (no queries, wildcards or modifiers)
 	// dropped before fingerprinting: volatile fields like delivery attempts.
 	Ignore []string `json:"ignore,omitempty"`
-	// Query: the query string, its parameters sorted, counts in the
-	// fingerprint (true, the default); false leaves it out.
+	// Query: the query string, its parameters sorted, counts (true, the
+	// default); false leaves it out.
 	Query *bool `json:"query,omitempty"`
 }
 
@@ -114,10 +109,10 @@ type Fingerprint struct {
 type Route struct {
 	// Name is required and unique: 1 to 64 of A-Z a-z 0-9 _ . : -
 	Name string `json:"name,omitempty"`
-	// Operation is the namespace of the route's keys (default: Name). Routes
-	// with the same operation share keys. Same character set as Name.
+	// Operation is the namespace of the route's keys (default: Name); routes
+	// with the same operation share keys. Same characters as Name.
 	Operation string `json:"operation,omitempty"`
-	// Match selects the guarded requests; Match.Path is required.
+	// Match selects the guarded requests.
 	Match Match `json:"match,omitzero"`
 	// Key lists key templates such as "{header.Idempotency-Key}" or
 	// "{body.event.id}:{body.event.type}"; the first whose placeholders all
@@ -132,8 +127,8 @@ type Route struct {
 	Policy
 }
 
-// Rules are the route rules: a defaults policy and the routes. It is the
-// schema of the YAML rules file and of the handler's inline JSON config.
+// Rules are the route rules: the schema of the YAML rules file and of the
+// handler's inline JSON config.
 type Rules struct {
 	// Defaults is the policy every route inherits.
 	Defaults Policy `json:"defaults,omitzero"`
@@ -141,10 +136,8 @@ type Rules struct {
 	Routes []Route `json:"routes,omitempty"`
 }
 
-// Resolved is a route with every policy field filled in from the route,
-// then the rules' defaults, then the built-in defaults, and its templates
-// compiled. Its slices are its own: changing them does not change the Rules.
-// Empty lists are nil.
+// Resolved is a route with every policy field filled in and its templates
+// compiled. Its slices are its own; empty lists are nil.
 type Resolved struct {
 	Name      string
 	Operation string   // the route's operation, or its name

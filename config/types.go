@@ -14,12 +14,10 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Duration is a time.Duration written as text such as "30s", "1h30m" or
-// "7d": what Caddy's own durations accept (caddy.ParseDuration). In YAML a
-// bare number is rejected, since it would silently mean nanoseconds; in
-// JSON it is a number of nanoseconds, as everywhere in Caddy. It marshals
-// to JSON as a string like "24h0m0s". Zero means "not set": the field
-// inherits its default (so in YAML an explicit zero is an error).
+// Duration is a time.Duration written as Caddy's durations are ("30s",
+// "1h30m", "7d": caddy.ParseDuration). A bare number is an error in YAML
+// and nanoseconds in JSON, as everywhere in Caddy; it marshals as "24h0m0s".
+// Zero means "not set" and inherits (so in YAML an explicit zero is an error).
 type Duration time.Duration
 
 // String returns the duration as Go formats it, like "24h0m0s".
@@ -62,10 +60,9 @@ func parseDuration(s string) (Duration, error) {
 	return Duration(v), nil
 }
 
-// Size is a number of bytes, read from a number or from text such as
-// "1MiB" (1048576), "512KB" (512000) or "1048576" (go-humanize's
-// ParseBytes), and marshalled to JSON as a number. Zero means "not set":
-// the field inherits its default (so in YAML an explicit zero is an error).
+// Size is a number of bytes, read from a number or text such as "1MiB" or
+// "512KB" (go-humanize's ParseBytes) and marshalled as a number. Zero means
+// "not set" and inherits (so in YAML an explicit zero is an error).
 type Size int64
 
 // String returns the size in IEC units, like "1.0 MiB".

@@ -37,11 +37,9 @@ var (
 // validName matches names and operations.
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`).MatchString
 
-// Validate checks the rules and returns an ErrorList naming every problem
-// by field path ("routes[1].on_unknown_outcome: ..."), or nil: the
-// constraints stated on each field of Rules, Route and Policy. It knows
-// nothing of files or lines: Load and Parse add those. Validate is what
-// checks rules given inline in Caddy's JSON.
+// Validate checks the constraints stated on the fields of Rules, Route
+// and Policy, as for rules inline in Caddy's JSON: nil, or an ErrorList
+// naming each problem's field (no file or line).
 func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
 
 // ValidateWith is Validate, also checking the rules against l.
@@ -196,57 +194,54 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 // leases checks the durations that must agree with each other: an
 // in-flight record lives hold_ttl, so hold_ttl may not be shorter than
 // lock_lease, and lock_lease must be longer than the store's op_timeout.
-// A problem is reported once, at the most specific field that causes it;
-// values wrong on their own are reported by policy.
+// A problem is reported once, at the most specific field that causes it.
 func (c *errorList) leases(r *Rules, l Limits) {
 	type setting struct {
 		d     Duration
 		field string // "" for the built-in default
 	}
-	pick := func(d Duration, field string, inherited setting) setting {
+	or := func(s setting, d Duration, field string) setting {
 		if d != 0 {
 			return setting{d, field}
 		}
-		return inherited
+		return s
 	}
-	check := func(prefix string, lease, hold setting) {
-		own := func(s setting) bool { return strings.HasPrefix(s.field, prefix) }
-		from := func(s setting) string {
-			switch {
-			case s.field == "":
-				return ", the default"
-			case own(s):
-				return ""
-			}
-			return ", from " + s.field
+	from := func(s setting) string {
+		if s.field == "" {
+			return "the default"
 		}
-		const outlive = ": a held record must outlive the claim it was made from"
+		return "from " + s.field
+	}
+	lease := or(setting{Duration(defaultLockLease), ""}, r.Defaults.LockLease, "defaults.lock_lease")
+	hold := or(setting{Duration(defaultHoldTTL), ""}, r.Defaults.HoldTTL, "defaults.hold_ttl")
+	for i := -1; i < len(r.Routes); i++ {
+		lease, hold, p := lease, hold, "defaults."
+		if i >= 0 {
+			p = "routes[" + strconv.Itoa(i) + "]."
+			lease, hold = or(lease, r.Routes[i].LockLease, p+"lock_lease"), or(hold, r.Routes[i].HoldTTL, p+"hold_ttl")
+		}
+		own := func(s setting) bool { return strings.HasPrefix(s.field, p) }
 		switch {
-		case lease.d < Duration(time.Second) || hold.d <= 0:
-			return
+		case lease.d < Duration(time.Second) || hold.d <= 0 || i >= 0 && !own(lease) && !own(hold):
+			continue // wrong on their own, or as in the defaults
+		case hold.d < lease.d && own(hold) && own(lease):
+			c.add(hold.field, "%s is shorter than lock_lease (%s)"+outlive, hold.d, lease.d)
 		case hold.d < lease.d && own(hold):
-			c.add(hold.field, "%s is shorter than lock_lease (%s%s)"+outlive, hold.d, lease.d, from(lease))
+			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, from(lease))
 		case hold.d < lease.d:
-			c.add(lease.field, "%s is longer than hold_ttl (%s%s)"+outlive, lease.d, hold.d, from(hold))
+			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, from(hold))
 		}
 		switch {
 		case l.OpTimeout == 0 || time.Duration(lease.d) > l.OpTimeout:
 		case own(lease):
 			c.add(lease.field, "%s is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
-		case lease.field == "" && prefix == "defaults.":
-			c.add(prefix+"lock_lease", "%s (the default) is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
-		}
-	}
-	lease := pick(r.Defaults.LockLease, "defaults.lock_lease", setting{Duration(defaultLockLease), ""})
-	hold := pick(r.Defaults.HoldTTL, "defaults.hold_ttl", setting{Duration(defaultHoldTTL), ""})
-	check("defaults.", lease, hold)
-	for i, rt := range r.Routes {
-		if rt.LockLease != 0 || rt.HoldTTL != 0 {
-			p := "routes[" + strconv.Itoa(i) + "]."
-			check(p, pick(rt.LockLease, p+"lock_lease", lease), pick(rt.HoldTTL, p+"hold_ttl", hold))
+		case i < 0:
+			c.add(p+"lock_lease", "%s (the default) is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
 		}
 	}
 }
+
+const outlive = ": a held record must outlive the claim it was made from"
 
 // enum checks a set (non-empty) value is one of values.
 func (c *errorList) enum(field, v string, values ...string) {
@@ -262,12 +257,10 @@ func enumMessage(v string, values []string) string {
 // at returns the field of element j of the list field.
 func at(field string, j int) string { return field + "[" + strconv.Itoa(j) + "]" }
 
-// validPathPattern reports whether Caddy's path matcher can use p. Caddy
-// compares patterns holding "%" in escaped space and treats a single
-// leading or trailing "*" as a prefix or suffix match; every other pattern
-// goes through path.Match, which never matches a malformed pattern, so
-// such a pattern would silently guard nothing. Control characters never
-// occur in a request path.
+// validPathPattern reports whether Caddy's path matcher can use p: it takes
+// patterns with "%" or a single trailing "*" as they are, and gives the rest
+// to path.Match, which never matches a malformed one. Control characters
+// never occur in a request path.
 func validPathPattern(p string) bool {
 	_, err := path.Match(p, "")
 	return !strings.ContainsFunc(p, unicode.IsControl) &&
