@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
@@ -149,9 +150,20 @@ func (d *decoder) failedAt(field string) bool {
 // "routes" for "routes[1]", "" for "routes".
 func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
 
+// structFields caches reflect.VisibleFields of each struct type.
+var structFields sync.Map
+
+func fieldsOf(t reflect.Type) []reflect.StructField {
+	f, ok := structFields.Load(t)
+	if !ok {
+		f, _ = structFields.LoadOrStore(t, reflect.VisibleFields(t))
+	}
+	return f.([]reflect.StructField)
+}
+
 // fieldNamed returns the field of struct v whose JSON name is name.
 func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
-	for _, f := range reflect.VisibleFields(v.Type()) {
+	for _, f := range fieldsOf(v.Type()) {
 		if !f.Anonymous && jsonName(f) == name {
 			return v.FieldByIndex(f.Index), true
 		}
@@ -172,7 +184,7 @@ func suggest(name string, t reflect.Type, worth bool) string {
 	if len(name) > 64 || !worth {
 		return ""
 	}
-	for _, f := range reflect.VisibleFields(t) {
+	for _, f := range fieldsOf(t) {
 		k := jsonName(f)
 		if d := levenshtein.ComputeDistance(name, k); k != "" && d < bestDist && d < len(k)/2+1 {
 			best, bestDist = k, d
