@@ -75,7 +75,7 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	}
 	var r Rules
 	// A document has fewer values than bytes, but aliases can multiply them.
-	d := decoder{lines: map[string]int{}, failed: map[string]bool{}, budget: 1<<16 + len(data)}
+	d := decoder{lines: map[string]int{}, failed: map[string]bool{}, budget: 1<<14 + len(data)}
 	if len(doc.Content) > 0 {
 		switch root := doc.Content[0]; {
 		case root.Kind == yaml.MappingNode:
