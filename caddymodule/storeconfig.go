@@ -127,7 +127,7 @@ func (c StoreConfig) options() (store.Options, error) {
 			opts.Addrs = append(opts.Addrs, withDefaultPort(addr))
 			continue
 		}
-		u, err := parseRedisURL(addr)
+		u, hasDB, err := parseRedisURL(addr)
 		if err != nil {
 			return opts, fmt.Errorf("store address %q: %w", redactURL(raw), err)
 		}
@@ -139,7 +139,7 @@ func (c StoreConfig) options() (store.Options, error) {
 		if opts.Password == "" {
 			opts.Password = u.Password
 		}
-		if u.DB != 0 {
+		if hasDB {
 			opts.DB = u.DB
 		}
 	}
@@ -163,24 +163,25 @@ func (c StoreConfig) options() (store.Options, error) {
 }
 
 // parseRedisURL reads a redis:// or rediss:// URL with go-redis's own
-// parser (a missing port is 6379). Its errors never hold the URL, which
-// may hold a password.
-func parseRedisURL(addr string) (*redis.Options, error) {
+// parser (a missing port is 6379) and reports whether it names a
+// database. Its errors never hold the URL, which may hold a password.
+func parseRedisURL(addr string) (opts *redis.Options, hasDB bool, err error) {
 	u, err := url.Parse(addr)
 	var ue *url.Error
 	switch {
 	case errors.As(err, &ue):
-		return nil, ue.Err
+		return nil, false, ue.Err
 	case err != nil:
-		return nil, errors.New("not a URL")
+		return nil, false, errors.New("not a URL")
 	case u.Scheme != "redis" && u.Scheme != "rediss":
-		return nil, errors.New("scheme must be redis or rediss")
+		return nil, false, errors.New("scheme must be redis or rediss")
 	case u.Host == "":
-		return nil, errors.New("no host")
+		return nil, false, errors.New("no host")
 	case u.RawQuery != "":
-		return nil, errors.New("options in the URL are not read; use the store options (pool_size, dial_timeout, ...)")
+		return nil, false, errors.New("options in the URL are not read; use the store options (pool_size, dial_timeout, ...)")
 	}
-	return redis.ParseURL(addr)
+	opts, err = redis.ParseURL(addr)
+	return opts, strings.Trim(u.Path, "/") != "", err
 }
 
 // withDefaultPort adds Redis's port 6379 to a bare host:port address

@@ -66,6 +66,17 @@ func TestStoreAddresses(t *testing.T) {
 	}
 }
 
+// TestStoreURLDatabaseWins: a database in the URL wins over the db option,
+// also database 0.
+func TestStoreURLDatabaseWins(t *testing.T) {
+	for addr, want := range map[string]int{"redis://h:1/0": 0, "redis://h:1/2": 2, "redis://h:1": 3, "h:1": 3} {
+		opts, err := (StoreConfig{Addresses: []string{addr}, DB: 3}).options()
+		if err != nil || opts.DB != want {
+			t.Errorf("%s with db 3: DB %d, %v; want %d", addr, opts.DB, err, want)
+		}
+	}
+}
+
 // TestStoreOptionsContradictions: options that contradict each other are
 // errors naming them, never a silent choice; no error shows a password.
 func TestStoreOptionsContradictions(t *testing.T) {
