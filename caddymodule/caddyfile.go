@@ -62,21 +62,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	var rulesFile string
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
 		case "rules":
-			var file string
-			if !d.AllArgs(&file) {
+			if !d.AllArgs(&rulesFile) {
 				return d.ArgErr()
 			}
-			if !filepath.IsAbs(file) && d.File() != "" {
-				file = filepath.Join(filepath.Dir(d.File()), file)
+			if !filepath.IsAbs(rulesFile) && d.File() != "" {
+				rulesFile = filepath.Join(filepath.Dir(d.File()), rulesFile)
 			}
-			rules, err := config.Load(file)
-			if err != nil {
-				return d.Errf("rules: %v", err)
-			}
-			h.Rules = *rules
 		case "store":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -181,9 +176,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized idempotency option '%s'", opt)
 		}
 	}
-	if len(h.Routes) == 0 {
+	if rulesFile == "" {
 		return d.Err("idempotency: a rules file is required (rules <file>)")
 	}
+	// Read after the whole block, so that the rules are checked against
+	// the store options wherever they are written.
+	rules, err := config.LoadWith(rulesFile, config.Limits{OpTimeout: h.Store.opTimeout()})
+	if err != nil {
+		return d.Errf("rules: %v", err)
+	}
+	h.Rules = *rules
 	return nil
 }
 

@@ -96,6 +96,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},
+		{"lock_lease not longer than op_timeout", "idempotency {\n rules good.yaml\n op_timeout 30s\n}",
+			`good.yaml:1: defaults.lock_lease: 30s (the default) is not longer than the store's op_timeout (30s)`},
+		{"op_timeout before rules", "idempotency {\n op_timeout 1m\n rules good.yaml\n}",
+			`good.yaml:1: defaults.lock_lease: 30s (the default) is not longer than the store's op_timeout (1m0s)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // execute forwards a claimed request once and records what came back.
-func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body []byte, c *store.Claim) error {
+func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body *requestBody, c *store.Claim) error {
 	prepareUpstream(r, g.rt, key, body)
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.

@@ -1,12 +1,9 @@
 package caddymodule
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -67,12 +64,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer h.decided(g)
 
 	buf, err := readBody(r, rt.MaxBody)
-	defer putBuffer(buf)
+	defer buf.release()
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
 	}
-	body := *buf
+	body := buf.bytes()
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
 	method := strings.ToUpper(r.Method)
@@ -92,7 +89,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return h.problem(g, w, p)
 		}
 		g.outcome = outcomeBypassed
-		restoreBody(r, body)
+		buf.forward(r)
 		return next.ServeHTTP(w, r)
 	}
 	if err := keying.ValidateKey(key); err != nil {
@@ -113,22 +110,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
 	}
 	if err != nil {
-		return h.storeFailed(g, w, r, next, body, err)
+		return h.storeFailed(g, w, r, next, &buf, err)
 	}
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
-	return h.execute(g, w, r, next, key, body, claim)
+	return h.execute(g, w, r, next, key, &buf, claim)
 }
 
 // storeFailed handles a store that could not be reached at claim time.
-func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body []byte, err error) error {
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
 	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
 		g.note = "forwarded unguarded: " + g.note
-		restoreBody(r, body)
+		body.forward(r)
 		return next.ServeHTTP(w, r)
 	}
 	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
@@ -139,6 +136,8 @@ func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
 	switch {
 	case errors.Is(err, errTooLarge):
 		return h.problem(g, w, probTooLarge.with(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
+	case errors.Is(err, keying.ErrTooDeep):
+		return h.problem(g, w, probTooDeep.with(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
 	case errors.Is(err, keying.ErrMalformedJSON):
 		return h.problem(g, w, probBadJSON.with("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
 	default:
@@ -197,69 +196,9 @@ func (h *Handler) decided(g *guarded) {
 	}
 }
 
-var errTooLarge = errors.New("request body too large")
-
-// readBody reads the whole request body, at most max bytes, into a pooled
-// buffer that the caller returns after the request is done. A body with a
-// Content-Length is read into a buffer of that size (and one byte more, to
-// see its end), so it is held once; a body of unknown length grows the
-// buffer geometrically, never beyond max+1 bytes. A body longer than max
-// is not read beyond max+1 bytes.
-func readBody(r *http.Request, limit int64) (*[]byte, error) {
-	buf := getBuffer()
-	if r.ContentLength > limit {
-		return buf, errTooLarge
-	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return buf, nil
-	}
-	b := *buf
-	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
-		b = make([]byte, 0, r.ContentLength+1)
-	}
-	var err error
-	for int64(len(b)) <= limit && err == nil {
-		if len(b) == cap(b) {
-			// Unknown length: double, up to limit+1 bytes (one more than
-			// the limit tells a body at the limit from one over it).
-			c := max(2*int64(cap(b)), 4096)
-			if c >= limit {
-				c = limit + 1
-			}
-			nb := make([]byte, len(b), c)
-			copy(nb, b)
-			b = nb
-		}
-		var n int
-		n, err = r.Body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-	}
-	*buf = b
-	switch {
-	case int64(len(b)) > limit:
-		return buf, errTooLarge
-	case err == io.EOF:
-		return buf, nil
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return buf, errTooLarge
-	}
-	return buf, fmt.Errorf("reading request body: %w", err)
-}
-
-// restoreBody puts the body that was read back on the request.
-func restoreBody(r *http.Request, body []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil
-	r.GetBody = nil
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-}
-
 // prepareUpstream readies a claimed request for its one upstream call.
-func prepareUpstream(r *http.Request, rt *route, key string, body []byte) {
-	restoreBody(r, body)
+func prepareUpstream(r *http.Request, rt *route, key string, body *requestBody) {
+	body.forward(r)
 	if rt.ForwardKeyHeader != "" {
 		r.Header.Set(rt.ForwardKeyHeader, key)
 	}

@@ -101,13 +101,15 @@ func (c *counting) next(w http.ResponseWriter, r *http.Request) error {
 func TestLeaseRenewedWhileCallRuns(t *testing.T) {
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
+			sc := st.cfg(t)
+			sc.OpTimeout = caddy.Duration(500 * time.Millisecond) // a 1s lease must outlast it
 			h, _ := newHandler(t, `
 routes:
   - name: slow
     match: { path: /slow }
     key: ["{header.Idempotency-Key}"]
     lock_lease: 1s
-`, st.cfg(t))
+`, sc)
 			up := &counting{delay: 3 * time.Second}
 			first := make(chan *httptest.ResponseRecorder, 1)
 			go func() { first <- serve(h, up.next, "POST", "/slow", "{}", "Idempotency-Key", "k1") }()

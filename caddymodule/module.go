@@ -66,18 +66,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 
-	if h.RulesFile != "" && len(h.Routes) == 0 {
-		rules, err := config.Load(h.RulesFile)
-		if err != nil {
-			return err
-		}
-		h.Rules = *rules
-	}
-	resolved, err := h.Rules.Resolve()
-	if err != nil {
-		return fmt.Errorf("idempotency rules: %w", err)
-	}
-	h.routes, err = compileRoutes(ctx, resolved)
+	err := h.provisionRoutes(ctx)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ var (
 	probKeyMissing = problem{Type: problemBase + "key-missing", Title: "Idempotency-Key is missing", Status: http.StatusBadRequest}
 	probKeyInvalid = problem{Type: problemBase + "key-invalid", Title: "Idempotency-Key is invalid", Status: http.StatusBadRequest}
 	probBadJSON    = problem{Type: problemBase + "malformed-body", Title: "Request body is not valid JSON", Status: http.StatusBadRequest}
+	probTooDeep    = problem{Type: problemBase + "body-too-deep", Title: "Request body is nested too deeply", Status: http.StatusBadRequest}
 	probBadBody    = problem{Type: problemBase + "unreadable-body", Title: "Request body could not be read", Status: http.StatusBadRequest}
 	probTooLarge   = problem{Type: problemBase + "body-too-large", Title: "Request body is too large", Status: http.StatusRequestEntityTooLarge}
 	probKeyReused  = problem{Type: problemBase + "key-reused", Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity}

@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 
@@ -20,6 +22,31 @@ type route struct {
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
 	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
+}
+
+// provisionRoutes loads the route rules (inline, or from RulesFile),
+// checks them against the store's options and compiles them.
+func (h *Handler) provisionRoutes(ctx caddy.Context) error {
+	limits := config.Limits{OpTimeout: h.Store.opTimeout()}
+	if h.RulesFile != "" {
+		switch {
+		case len(h.Routes) > 0:
+			return errors.New("idempotency: rules_file and inline routes are both set; use one of them")
+		case !reflect.ValueOf(h.Defaults).IsZero():
+			return errors.New("idempotency: rules_file and inline defaults are both set; use one of them")
+		}
+		rules, err := config.LoadWith(h.RulesFile, limits)
+		if err != nil {
+			return fmt.Errorf("idempotency rules: %w", err)
+		}
+		h.Rules = *rules
+	}
+	resolved, err := h.Rules.ResolveWith(limits)
+	if err != nil {
+		return fmt.Errorf("idempotency rules: %w", err)
+	}
+	h.routes, err = compileRoutes(ctx, resolved)
+	return err
 }
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {

@@ -7,15 +7,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/store"
@@ -131,43 +132,34 @@ func (c StoreConfig) options() (store.Options, error) {
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
 	}
+	if c.Cluster && c.MasterName != "" {
+		return opts, errors.New("cluster and master_name contradict each other: a Redis Cluster has no Sentinel master; set one of them")
+	}
 	useTLS := c.TLS
 	for _, raw := range c.Addresses {
 		addr := repl.ReplaceAll(raw, "")
 		if !strings.Contains(addr, "://") {
-			opts.Addrs = append(opts.Addrs, addr)
+			opts.Addrs = append(opts.Addrs, withDefaultPort(addr))
 			continue
 		}
-		u, err := url.Parse(addr)
+		u, hasDB, err := parseRedisURL(addr)
 		if err != nil {
 			return opts, fmt.Errorf("store address %q: %w", redactURL(raw), err)
 		}
-		switch u.Scheme {
-		case "redis":
-		case "rediss":
-			useTLS = true
-		default:
-			return opts, fmt.Errorf("store address %q: scheme must be redis or rediss", redactURL(raw))
+		useTLS = useTLS || u.TLSConfig != nil
+		opts.Addrs = append(opts.Addrs, u.Addr)
+		if opts.Username == "" {
+			opts.Username = u.Username
 		}
-		if u.Host == "" {
-			return opts, fmt.Errorf("store address %q: no host", redactURL(raw))
+		if opts.Password == "" {
+			opts.Password = u.Password
 		}
-		opts.Addrs = append(opts.Addrs, u.Host)
-		if u.User != nil {
-			if name := u.User.Username(); name != "" && opts.Username == "" {
-				opts.Username = name
-			}
-			if pass, ok := u.User.Password(); ok && opts.Password == "" {
-				opts.Password = pass
-			}
+		if hasDB {
+			opts.DB = u.DB
 		}
-		if db := strings.Trim(u.Path, "/"); db != "" {
-			n, err := strconv.Atoi(db)
-			if err != nil {
-				return opts, fmt.Errorf("store address %q: database %q is not a number", redactURL(raw), db)
-			}
-			opts.DB = n
-		}
+	}
+	if c.TLSServerName != "" && !useTLS {
+		return opts, errors.New("tls_server_name is set but TLS is not (use tls or rediss://)")
 	}
 	if c.TLSCAFile != "" && !useTLS {
 		return opts, errors.New("tls_ca_file is set but TLS is not (use tls or rediss://)")
@@ -183,6 +175,37 @@ func (c StoreConfig) options() (store.Options, error) {
 		}
 	}
 	return opts, nil
+}
+
+// parseRedisURL reads a redis:// or rediss:// URL with go-redis's own
+// parser (a missing port is 6379) and reports whether it names a
+// database. Its errors never hold the URL, which may hold a password.
+func parseRedisURL(addr string) (opts *redis.Options, hasDB bool, err error) {
+	u, err := url.Parse(addr)
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		return nil, false, ue.Err
+	case err != nil:
+		return nil, false, errors.New("not a URL")
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return nil, false, errors.New("scheme must be redis or rediss")
+	case u.Host == "":
+		return nil, false, errors.New("no host")
+	case u.RawQuery != "":
+		return nil, false, errors.New("options in the URL are not read; use the store options (pool_size, dial_timeout, ...)")
+	}
+	opts, err = redis.ParseURL(addr)
+	return opts, strings.Trim(u.Path, "/") != "", err
+}
+
+// withDefaultPort adds Redis's port 6379 to a bare host:port address
+// that has none.
+func withDefaultPort(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), "6379")
 }
 
 // loadCAs reads a PEM file of CA certificates.
@@ -223,13 +246,27 @@ func (c StoreConfig) poolKey(opts store.Options) string {
 	return "redis|" + hex.EncodeToString(h.Sum(nil))
 }
 
-// redactURL hides the password of a store address in messages.
+// redactURL hides the password of a store address in messages, also when
+// the address is not a valid URL.
 func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
 		return raw
 	}
-	return u.Redacted()
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// opTimeout is the store's bound on each call: OpTimeout or its default.
+func (c StoreConfig) opTimeout() time.Duration {
+	return durationOr(c.OpTimeout, store.DefaultOpTimeout)
 }
 
 func durationOr(d caddy.Duration, def time.Duration) time.Duration {

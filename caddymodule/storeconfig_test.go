@@ -38,6 +38,82 @@ func TestStoreOptions(t *testing.T) {
 	}
 }
 
+// TestStoreAddresses: an address without a port means Redis's port 6379;
+// URLs are read by go-redis's own parser.
+func TestStoreAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		addr, want string
+		db         int
+		tls        bool
+	}{
+		{"redis://127.0.0.1", "127.0.0.1:6379", 0, false},
+		{"redis://127.0.0.1/2", "127.0.0.1:6379", 2, false},
+		{"rediss://redis.internal", "redis.internal:6379", 0, true},
+		{"redis://[::1]", "[::1]:6379", 0, false},
+		{"redis://[::1]:7000/1", "[::1]:7000", 1, false},
+		{"redis://h:6380", "h:6380", 0, false},
+		{"127.0.0.1", "127.0.0.1:6379", 0, false},
+		{"redis.internal:7001", "redis.internal:7001", 0, false},
+		{"[::1]:7002", "[::1]:7002", 0, false},
+	} {
+		opts, err := (StoreConfig{Addresses: []string{tc.addr}}).options()
+		if err != nil {
+			t.Errorf("%s: %v", tc.addr, err)
+			continue
+		}
+		if len(opts.Addrs) != 1 || opts.Addrs[0] != tc.want || opts.DB != tc.db || (opts.TLS != nil) != tc.tls {
+			t.Errorf("%s: addrs %q db %d tls %v, want %s db %d tls %v", tc.addr, opts.Addrs, opts.DB, opts.TLS != nil, tc.want, tc.db, tc.tls)
+		}
+	}
+}
+
+// TestStoreURLDatabaseWins: a database in the URL wins over the db option,
+// also database 0.
+func TestStoreURLDatabaseWins(t *testing.T) {
+	for addr, want := range map[string]int{"redis://h:1/0": 0, "redis://h:1/2": 2, "redis://h:1": 3, "h:1": 3} {
+		opts, err := (StoreConfig{Addresses: []string{addr}, DB: 3}).options()
+		if err != nil || opts.DB != want {
+			t.Errorf("%s with db 3: DB %d, %v; want %d", addr, opts.DB, err, want)
+		}
+	}
+}
+
+// TestStoreOptionsContradictions: options that contradict each other are
+// errors naming them, never a silent choice; no error shows a password.
+func TestStoreOptionsContradictions(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  StoreConfig
+		want string
+	}{
+		{StoreConfig{Addresses: []string{"h:1", "h:2"}, Cluster: true, MasterName: "mymaster"},
+			"cluster and master_name contradict each other: a Redis Cluster has no Sentinel master; set one of them"},
+		{StoreConfig{Addresses: []string{"h:1"}, TLSServerName: "redis.internal"},
+			"tls_server_name is set but TLS is not (use tls or rediss://)"},
+		{StoreConfig{Addresses: []string{"redis://u:hunter2@h:1?pool_size=5"}},
+			`store address "redis://u:xxxxx@h:1?pool_size=5": options in the URL are not read; use the store options (pool_size, dial_timeout, ...)`},
+		{StoreConfig{Addresses: []string{"unix:///run/redis.sock"}},
+			`store address "unix:///run/redis.sock": scheme must be redis or rediss`},
+		{StoreConfig{Addresses: []string{"redis://u:hunter2@h:1/a/b"}},
+			`store address "redis://u:xxxxx@h:1/a/b": redis: invalid URL path: /a/b`},
+		{StoreConfig{Addresses: []string{"redis://u:hunter2@h:port"}},
+			`store address "redis://u:xxxxx@h:port": invalid port ":port" after host`},
+	} {
+		_, err := tc.cfg.options()
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%+v:\n got %v\nwant %s", tc.cfg, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+	if _, err := (StoreConfig{Addresses: []string{"rediss://h:1"}, TLSServerName: "redis.internal"}).options(); err != nil {
+		t.Errorf("tls_server_name with rediss://: %v", err)
+	}
+	if _, err := (StoreConfig{Addresses: []string{"h:1"}, TLS: true, TLSServerName: "redis.internal"}).options(); err != nil {
+		t.Errorf("tls_server_name with tls: %v", err)
+	}
+}
+
 // TestPoolKey: configs share a connection exactly when their resolved
 // options are the same.
 func TestPoolKey(t *testing.T) {

@@ -194,10 +194,18 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml:5: routes[0].hold_ttl: must be positive, got -1h0m0s`}},
 	{"duration text", "routes:\n" + route + "    ttl: a day\n",
 		[]string{`r.yaml:5: routes[0].ttl: "a day" is not a duration like 30s, 15m or 24h`}},
-	{"duration in days", "routes:\n" + route + "    hold_ttl: 30d\n",
-		[]string{`r.yaml:5: routes[0].hold_ttl: "30d" is not a duration like 30s, 15m or 24h (days are not a Go duration unit: write 720h for 30 days)`}},
+	{"duration in unknown unit", "routes:\n" + route + "    hold_ttl: 30w\n",
+		[]string{`r.yaml:5: routes[0].hold_ttl: "30w" is not a duration like 30s, 15m or 24h`}},
 	{"lock lease too short", "routes:\n" + route + "    lock_lease: 500ms\n",
 		[]string{`r.yaml:5: routes[0].lock_lease: must be at least 1s, got 500ms`}},
+	{"ttl under 1s", "routes:\n" + route + "    ttl: 500ms\n",
+		[]string{`r.yaml:5: routes[0].ttl: must be at least 1s, got 500ms`}},
+	{"hold_ttl shorter than lock_lease", "routes:\n" + route + "    lock_lease: 1m\n    hold_ttl: 30s\n",
+		[]string{`r.yaml:6: routes[0].hold_ttl: 30s is shorter than lock_lease (1m0s): a held record must outlive the claim it was made from`}},
+	{"hold_ttl in defaults shorter than a route's lock_lease", "defaults:\n  hold_ttl: 10s\n  lock_lease: 5s\nroutes:\n" + route + "    lock_lease: 20s\n",
+		[]string{`r.yaml:8: routes[0].lock_lease: 20s is longer than hold_ttl (10s, from defaults.hold_ttl): a held record must outlive the claim it was made from`}},
+	{"lock_lease in defaults longer than the built-in hold_ttl", "defaults:\n  lock_lease: 800h\nroutes:\n" + route,
+		[]string{`r.yaml:2: defaults.lock_lease: 800h0m0s is longer than hold_ttl (720h0m0s, the default): a held record must outlive the claim it was made from`}},
 	{"duration as list", "routes:\n" + route + "    ttl: [1h]\n",
 		[]string{`r.yaml:5: routes[0].ttl: must be a duration such as 30s or 24h, not a list`}},
 	{"size zero", "defaults:\n  max_body: 0\nroutes:\n" + route,
@@ -206,12 +214,18 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml:2: defaults.max_body: must be positive, got 0 (leave the field out to inherit the default)`}},
 	{"size negative", "routes:\n" + route + "    max_response: -1\n",
 		[]string{`r.yaml:5: routes[0].max_response: must be positive, got -1`}},
+	{"max_body above 64MiB", "routes:\n" + route + "    max_body: 65MiB\n",
+		[]string{`r.yaml:5: routes[0].max_body: must be at most 64 MiB, got 65 MiB`}},
+	{"max_body above 64MiB in defaults", "defaults:\n  max_body: 67108865\nroutes:\n" + route,
+		[]string{`r.yaml:2: defaults.max_body: must be at most 64 MiB, got 67108865 bytes`}},
 	{"size fraction", "routes:\n" + route + "    max_body: 1.5\n",
 		[]string{`r.yaml:5: routes[0].max_body: 1.5 is not a whole number of bytes`}},
 	{"size text", "routes:\n" + route + "    max_body: lots\n",
 		[]string{`r.yaml:5: routes[0].max_body: "lots" is not a size like 1MiB, 512KB or 1048576`}},
 	{"size overflow", "routes:\n" + route + "    max_body: 16EiB\n",
 		[]string{`r.yaml:5: routes[0].max_body: "16EiB" is not a size like 1MiB, 512KB or 1048576`}},
+	{"max_body above 64MiB", "routes:\n" + route + "    max_body: 65MiB\n",
+		[]string{`r.yaml:5: routes[0].max_body: must be at most 64 MiB, got 65 MiB`}},
 	{"size as bool", "routes:\n" + route + "    max_body: true\n",
 		[]string{`r.yaml:5: routes[0].max_body: must be a size such as 1MiB or 1048576, not true`}},
 
@@ -222,6 +236,15 @@ var parseErrorTests = []struct {
 			`r.yaml:5: defaults.retry_statuses[2]: 99 is not an HTTP status (100 to 599)`,
 			`r.yaml:6: defaults.retry_statuses[3]: 600 is not an HTTP status (100 to 599)`,
 		}},
+	{"retry statuses 1xx", "routes:\n" + route + "    retry_statuses: [100, 103, 429]\n",
+		[]string{
+			`r.yaml:5: routes[0].retry_statuses[0]: 100 is an informational status, never the answer to a call; it can never match`,
+			`r.yaml:5: routes[0].retry_statuses[1]: 103 is an informational status, never the answer to a call; it can never match`,
+		}},
+	{"forward_key_header Authorization", "defaults:\n  forward_key_header: Authorization\nroutes:\n" + route,
+		[]string{`r.yaml:2: defaults.forward_key_header: "Authorization" is a header the upstream needs from the request itself; choose another name, e.g. Idempotency-Key`}},
+	{"forward_key_header hop-by-hop", "routes:\n" + route + "    forward_key_header: proxy-connection\n",
+		[]string{`r.yaml:5: routes[0].forward_key_header: "proxy-connection" is a hop-by-hop header, dropped on the way upstream; choose another name, e.g. Idempotency-Key`}},
 	{"enum in defaults", "defaults:\n  on_store_error: fail_softly\nroutes:\n" + route,
 		[]string{`r.yaml:2: defaults.on_store_error: "fail_softly" is not one of fail_closed, fail_open`}},
 	{"enum explicitly empty", "routes:\n" + route + "    on_unknown_outcome: \"\"\n",
@@ -352,31 +375,19 @@ routes:
 	}
 }
 
-// TestDocExample keeps the package documentation's example valid.
+// TestDocExample keeps the package example's routes.yaml valid.
 func TestDocExample(t *testing.T) {
-	src, err := os.ReadFile("doc.go")
+	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
-	state := 0 // 0: before the heading, 1: before the block, 2: in it
-	for _, l := range strings.Split(string(src), "\n") {
-		switch {
-		case state == 0 && strings.HasPrefix(l, "// # Example routes.yaml"):
-			state = 1
-		case state > 0 && strings.HasPrefix(l, "//\t"):
-			state = 2
-			lines = append(lines, strings.TrimPrefix(l, "//\t"))
-		case state == 2 && l == "//":
-			lines = append(lines, "")
-		case state == 2:
-			state = 3
-		}
-	}
+	_, block, _ := strings.Cut(string(src), "const rules = `")
+	block, _, _ = strings.Cut(block, "`")
+	lines := strings.Split(block, "\n")
 	if len(lines) < 40 {
-		t.Fatalf("found only %d lines of example in doc.go", len(lines))
+		t.Fatalf("found only %d lines of example in example_test.go", len(lines))
 	}
-	r, err := Parse("doc.go example", []byte(strings.Join(lines, "\n")))
+	r, err := Parse("example_test.go example", []byte(strings.Join(lines, "\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,5 +429,33 @@ func TestParseLimitsErrors(t *testing.T) {
 	last := list[maxErrors].Error()
 	if want := "r.yaml:36: and 77 more problems"; last != want {
 		t.Errorf("last error = %q, want %q", last, want)
+	}
+}
+
+// TestForwardKeyHeaderReserved: forward_key_header may not name a header
+// the request needs for itself or a hop-by-hop header, in any case.
+func TestForwardKeyHeaderReserved(t *testing.T) {
+	own := []string{"Authorization", "host", "Content-Length", "CONTENT-TYPE", "Cookie", "Transfer-Encoding"}
+	hop := []string{"Connection", "keep-alive", "Proxy-Authorization", "Proxy-Authenticate", "Proxy-Connection", "TE", "Trailer", "Upgrade"}
+	for _, tc := range []struct {
+		names []string
+		msg   string
+	}{
+		{own, "is a header the upstream needs from the request itself"},
+		{hop, "is a hop-by-hop header, dropped on the way upstream"},
+	} {
+		for _, name := range tc.names {
+			doc := "routes:\n" + route + "    forward_key_header: " + name + "\n"
+			want := `r.yaml:5: routes[0].forward_key_header: "` + name + `" ` + tc.msg + "; choose another name, e.g. Idempotency-Key"
+			if _, err := Parse("r.yaml", []byte(doc)); err == nil || err.Error() != want {
+				t.Errorf("%s:\n got %v\nwant %s", name, err, want)
+			}
+		}
+	}
+	for _, ok := range []string{"Idempotency-Key", "X-Request-Key", "Proxy", "X-Proxy-Key", "Tenant"} {
+		doc := "routes:\n" + route + "    forward_key_header: " + ok + "\n"
+		if _, err := Parse("r.yaml", []byte(doc)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
 	}
 }

@@ -31,6 +31,7 @@ func builtin() Resolved {
 		RetryStatuses:    []int{429, 503},
 		OnUnknownOutcome: "hold",
 		OnStoreError:     "fail_closed",
+		Fingerprint:      keying.FingerprintRule{},
 	}
 }
 
@@ -422,5 +423,125 @@ func TestResolvedIsACopy(t *testing.T) {
 	res, _ = plain.Resolve()
 	if res[0].RetryStatuses[0] != 429 {
 		t.Errorf("built-in retry statuses were changed through a Resolved")
+	}
+}
+
+// TestValidateFloorsInJSON: in Caddy's JSON a bare integer duration is
+// nanoseconds, as everywhere in Caddy, so "ttl": 86400 is 86.4µs: an error
+// under the same floors as in YAML, with a hint.
+func TestValidateFloorsInJSON(t *testing.T) {
+	const rt = `"name":"a","match":{"path":"/a"},"key":["{header.K}"]`
+	for _, tc := range []struct{ json, want string }{
+		{`{"defaults":{"ttl":86400},"routes":[{` + rt + `}]}`,
+			`defaults.ttl: must be at least 1s, got 86.4µs (a bare number in Caddy's JSON is nanoseconds: write "86400s" for seconds)`},
+		{`{"routes":[{` + rt + `,"lock_lease":30}]}`,
+			`routes[0].lock_lease: must be at least 1s, got 30ns (a bare number in Caddy's JSON is nanoseconds: write "30s" for seconds)`},
+		{`{"routes":[{` + rt + `,"ttl":"500ms"}]}`,
+			`routes[0].ttl: must be at least 1s, got 500ms`},
+		{`{"routes":[{` + rt + `,"lock_lease":"1h","hold_ttl":"30m"}]}`,
+			`routes[0].hold_ttl: 30m0s is shorter than lock_lease (1h0m0s): a held record must outlive the claim it was made from`},
+		{`{"routes":[{` + rt + `,"max_body":67108865}]}`,
+			`routes[0].max_body: must be at most 64 MiB, got 67108865 bytes`},
+		{`{"routes":[{` + rt + `,"max_body":"64MiB","ttl":86400000000000}]}`, ``},
+	} {
+		var r Rules
+		if err := json.Unmarshal([]byte(tc.json), &r); err != nil {
+			t.Fatalf("%s: %v", tc.json, err)
+		}
+		err := r.Validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.json, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s:\n got %v\nwant %s", tc.json, err, tc.want)
+		}
+	}
+}
+
+// TestLockLeaseLongerThanOpTimeout: a claim whose lease can run out while
+// a store call on it is still within op_timeout is no claim; the store's
+// op_timeout comes from outside the rules (Limits).
+func TestLockLeaseLongerThanOpTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		op   time.Duration
+		want string
+	}{
+		{"route lease equal", "routes:\n" + route + "    lock_lease: 2s\n", 2 * time.Second,
+			`r.yaml:5: routes[0].lock_lease: 2s is not longer than the store's op_timeout (2s)`},
+		{"defaults lease shorter", "defaults:\n  lock_lease: 1s\nroutes:\n" + route, 2 * time.Second,
+			`r.yaml:2: defaults.lock_lease: 1s is not longer than the store's op_timeout (2s)`},
+		{"built-in lease", "routes:\n" + route, time.Minute,
+			`r.yaml:1: defaults.lock_lease: 30s (the default) is not longer than the store's op_timeout (1m0s)`},
+		{"longer lease", "routes:\n" + route + "    lock_lease: 3s\n", 2 * time.Second, ``},
+		{"no op_timeout given", "routes:\n" + route + "    lock_lease: 1s\n", 0, ``},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseWith("r.yaml", []byte(tc.yaml), Limits{OpTimeout: tc.op})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("ParseWith:\n got %v\nwant %s", err, tc.want)
+			}
+			// The same rules from JSON: the field, no file or line.
+			r, perr := Parse("r.yaml", []byte(tc.yaml))
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			_, err = r.ResolveWith(Limits{OpTimeout: tc.op})
+			want := tc.want[strings.Index(tc.want, ": ")+2:]
+			if err == nil || err.Error() != want {
+				t.Fatalf("ResolveWith:\n got %v\nwant %s", err, want)
+			}
+		})
+	}
+}
+
+// TestFingerprintQuery: the sorted query string counts in the fingerprint
+// unless fingerprint.query is false.
+func TestFingerprintQuery(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, json string
+		want       bool
+	}{
+		{"", `{}`, true},
+		{"\n    fingerprint: { query: true }", `{"query":true}`, true},
+		{"\n    fingerprint: { query: false, body: [amount] }", `{"body":["amount"],"query":false}`, false},
+	} {
+		doc := "routes:\n" + route + strings.TrimPrefix(tc.yaml, "\n") + "\n"
+		if tc.yaml == "" {
+			doc = "routes:\n" + route
+		}
+		r, err := Parse("r.yaml", []byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		res, err := r.Resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Fingerprint.IgnoreQuery == tc.want {
+			t.Errorf("%q: Fingerprint.IgnoreQuery = %v, want %v", tc.yaml, res[0].Fingerprint.IgnoreQuery, !tc.want)
+		}
+		var fromJSON Rules
+		js := `{"routes":[{"name":"a","match":{"path":"/a"},"key":["{header.K}"],"fingerprint":` + tc.json + `}]}`
+		if err := json.Unmarshal([]byte(js), &fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		if res, err = fromJSON.Resolve(); err != nil || res[0].Fingerprint.IgnoreQuery == tc.want {
+			t.Errorf("%s: Query = %v (%v), want %v", js, res, err, tc.want)
+		}
+	}
+	if _, err := Parse("r.yaml", []byte("routes:\n"+route+"    fingerprint: { query: no }\n")); err == nil ||
+		err.Error() != `r.yaml:5: routes[0].fingerprint.query: must be true or false, not the string "no"` {
+		t.Errorf("query: no: %v", err)
 	}
 }

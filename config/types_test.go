@@ -19,7 +19,8 @@ func TestDurationJSON(t *testing.T) {
 		{` "5s" `, 5 * time.Second, false},
 		{`null`, 7, false}, // leaves the value alone
 		{`"30"`, 0, true},
-		{`"3d"`, 0, true},
+		{`"3d"`, 72 * time.Hour, false}, // days, as caddy.Duration
+		{`"1d12h"`, 36 * time.Hour, false},
 		{`1.5`, 0, true},
 		{`true`, 0, true},
 		{`"1h`, 0, true},
@@ -107,7 +108,7 @@ func TestSizeJSON(t *testing.T) {
 // durations, through the decode hook.
 func TestSizesAndDurationsInYAML(t *testing.T) {
 	tests := []struct {
-		value   string // YAML value of max_body / ttl
+		value   string // YAML value of max_response / ttl
 		size    int64
 		dur     time.Duration
 		wantErr string
@@ -119,15 +120,18 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 		{value: "\"1048576\"", size: 1 << 20},
 		{value: "1kib", size: 1024},
 		{value: "2.0", size: 2},
-		{value: "9223372036854775807", size: 1<<63 - 1},
+		{value: "64MiB", size: 64 << 20},
+		{value: "9223372036854775807", size: 1<<63 - 1}, // max_response has no cap
 		{value: "9223372036854775808", wantErr: "size is too large"},
 		{value: "30s", dur: 30 * time.Second},
 		{value: "1h30m", dur: 90 * time.Minute},
 		{value: "\"720h\"", dur: 720 * time.Hour},
 		{value: "1.5h", dur: 90 * time.Minute},
+		{value: "30d", dur: 720 * time.Hour}, // days, as in the Caddyfile
+		{value: "1d12h", dur: 36 * time.Hour},
 	}
 	for _, tt := range tests {
-		field := "max_body"
+		field := "max_response"
 		if tt.dur != 0 {
 			field = "ttl"
 		}
@@ -144,8 +148,8 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 			t.Errorf("%s: %s: %v", field, tt.value, err)
 			continue
 		}
-		if got := r.Routes[0].MaxBody; tt.dur == 0 && int64(got) != tt.size {
-			t.Errorf("max_body: %s = %d, want %d", tt.value, int64(got), tt.size)
+		if got := r.Routes[0].MaxResponse; tt.dur == 0 && int64(got) != tt.size {
+			t.Errorf("max_response: %s = %d, want %d", tt.value, int64(got), tt.size)
 		}
 		if got := r.Routes[0].TTL; tt.dur != 0 && time.Duration(got) != tt.dur {
 			t.Errorf("ttl: %s = %v, want %v", tt.value, time.Duration(got), tt.dur)

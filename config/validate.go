@@ -3,243 +3,267 @@ package config
 import (
 	"fmt"
 	"path"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/keying"
 )
 
-// Validate checks the rules and returns an ErrorList naming every problem
-// by field path ("routes[1].on_unknown_outcome: ..."), or nil. It knows
-// nothing of files or lines: Load and Parse add those. Validate is what
-// checks rules given inline in Caddy's JSON.
-//
-// It checks: at least one route; names present, unique and made of
-// A-Z a-z 0-9 _ . : - (1 to 64); operations likewise; match.path present,
-// starting with "/" and a valid pattern; methods are HTTP tokens and not
-// safe methods; at least one key template; every key and scope template
-// parses (keying.ParseTemplate); fingerprint paths are not empty and
-// ignore paths can be deleted (keying.FingerprintRule.Validate);
-// durations are positive and lock_lease is at least 1s; sizes are
-// positive; retry statuses are in 100..599 and not 2xx; enum fields hold
-// one of their values; forward_key_header is a header name or "".
-func (r *Rules) Validate() error {
-	return r.check().err()
+// Limits are facts from outside the rules that the rules must agree with.
+// The zero Limits checks nothing more than the rules themselves.
+type Limits struct {
+	// OpTimeout is the record store's bound on each call (its op_timeout).
+	// When set, every route's lock_lease must be longer: a claim whose
+	// lease can run out while a store call on it may still land is no claim.
+	OpTimeout time.Duration
 }
 
-func (r *Rules) check() ErrorList {
-	var c errorList
+// maxMaxBody is the largest max_body: bodies are held in memory whole.
+const maxMaxBody = 64 << 20
+
+// Headers forward_key_header may not name, in lower case: the request's
+// own, and hop-by-hop ones (with every Proxy-*).
+var (
+	ownHeaders = []string{"authorization", "host", "content-length", "content-type", "cookie", "transfer-encoding"}
+	hopHeaders = []string{"connection", "keep-alive", "te", "trailer", "upgrade"}
+)
+
+// validName matches names and operations.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`).MatchString
+
+// Validate checks the constraints stated on the fields of Rules, Route
+// and Policy, as for rules inline in Caddy's JSON: nil, or an ErrorList
+// naming each problem's field (no file or line).
+func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
+
+// ValidateWith is Validate, also checking the rules against l.
+func (r *Rules) ValidateWith(l Limits) error {
+	if errs := r.check(l, true); len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// check checks the rules; fromJSON adds hints for mistakes only JSON
+// allows (bare numbers as durations).
+func (r *Rules) check(l Limits, fromJSON bool) ErrorList {
+	c := &errorList{fromJSON: fromJSON}
 	if r == nil || len(r.Routes) == 0 {
 		c.add("routes", "at least one route is required")
 		if r == nil {
 			return c.list
 		}
 	}
-	checkPolicy(&c, "defaults", &r.Defaults)
+	c.policy("defaults.", &r.Defaults)
 	names := make(map[string]int, len(r.Routes))
 	for i := range r.Routes {
-		checkRoute(&c, i, &r.Routes[i], names)
-		checkVerify(&c, i, &r.Routes[i], &r.Defaults)
+		c.route(i, &r.Routes[i], names)
+		checkVerify(c, i, &r.Routes[i], &r.Defaults)
 	}
+	c.leases(r, l)
 	return c.list
 }
 
-func routeField(i int, field string) string {
-	return "routes[" + strconv.Itoa(i) + "]." + field
-}
-
-func checkRoute(c *errorList, i int, rt *Route, names map[string]int) {
-	f := func(field string) string { return routeField(i, field) }
-
-	switch {
+func (c *errorList) route(i int, rt *Route, names map[string]int) {
+	f := "routes[" + strconv.Itoa(i) + "]."
+	switch j, dup := names[rt.Name]; {
 	case rt.Name == "":
-		c.add(f("name"), "is required")
+		c.add(f+"name", "is required")
 	case !validName(rt.Name):
-		c.add(f("name"), "%s is not a valid name: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Name))
+		c.add(f+"name", "%s is not a valid name: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Name))
+	case dup:
+		c.add(f+"name", "%s is already the name of routes[%d]", quote(rt.Name), j)
 	default:
-		if j, dup := names[rt.Name]; dup {
-			c.add(f("name"), "%s is already the name of routes[%d]", quote(rt.Name), j)
-		} else {
-			names[rt.Name] = i
-		}
+		names[rt.Name] = i
 	}
 	if rt.Operation != "" && !validName(rt.Operation) {
-		c.add(f("operation"), "%s is not a valid operation: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Operation))
+		c.add(f+"operation", "%s is not a valid operation: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Operation))
 	}
 
 	switch p := rt.Match.Path; {
 	case p == "":
-		c.add(f("match.path"), "is required")
+		c.add(f+"match.path", "is required")
 	case p[0] != '/':
-		c.add(f("match.path"), "%s must start with \"/\"", quote(p))
+		c.add(f+"match.path", "%s must start with \"/\"", quote(p))
 	case !validPathPattern(p):
-		c.add(f("match.path"), "%s is not a valid path pattern", quote(p))
+		c.add(f+"match.path", "%s is not a valid path pattern", quote(p))
 	}
 	if rt.Match.Methods != nil && len(rt.Match.Methods) == 0 {
-		c.add(f("match.methods"), "must not be empty (leave it out to guard POST, PUT, PATCH and DELETE)")
+		c.add(f+"match.methods", "must not be empty (leave it out to guard POST, PUT, PATCH and DELETE)")
 	}
 	for j, m := range rt.Match.Methods {
-		field := f("match.methods[" + strconv.Itoa(j) + "]")
 		switch up := strings.ToUpper(m); {
-		case !isToken(m):
-			c.add(field, "%s is not an HTTP method", quote(m))
+		case !httpguts.ValidHeaderFieldName(m): // a method is a token, as a header name is
+			c.add(at(f+"match.methods", j), "%s is not an HTTP method", quote(m))
 		case up == "GET" || up == "HEAD" || up == "OPTIONS" || up == "TRACE":
-			c.add(field, "%s is a safe method and is never guarded; remove it", up)
+			c.add(at(f+"match.methods", j), "%s is a safe method and is never guarded; remove it", up)
 		}
 	}
 
 	if len(rt.Key) == 0 {
-		c.add(f("key"), "at least one key template is required, e.g. [\"{header.Idempotency-Key}\"]")
+		c.add(f+"key", "at least one key template is required, e.g. [\"{header.Idempotency-Key}\"]")
 	}
-	checkTemplates(c, f("key"), rt.Key)
-
+	c.templates(f+"key", rt.Key)
 	for j, p := range rt.Fingerprint.Body {
 		if strings.TrimSpace(p) == "" {
-			c.add(f("fingerprint.body["+strconv.Itoa(j)+"]"), "must not be an empty path")
+			c.add(at(f+"fingerprint.body", j), "must not be an empty path")
 		}
 	}
-	reported := len(c.list)
 	for j, p := range rt.Fingerprint.Ignore {
-		field := f("fingerprint.ignore[" + strconv.Itoa(j) + "]")
 		switch {
 		case strings.TrimSpace(p) == "":
-			c.add(field, "must not be an empty path")
+			c.add(at(f+"fingerprint.ignore", j), "must not be an empty path")
 		case (keying.FingerprintRule{Ignore: []string{p}}).Validate() != nil:
-			c.add(field, "%s cannot be deleted from a body: ignore paths are plain paths"+
+			c.add(at(f+"fingerprint.ignore", j), "%s cannot be deleted from a body: ignore paths are plain paths"+
 				" (no queries, wildcards, modifiers or multipaths)", quote(p))
 		}
 	}
-	rule := keying.FingerprintRule{Body: rt.Fingerprint.Body, Ignore: rt.Fingerprint.Ignore}
-	if err := rule.Validate(); err != nil && len(c.list) == reported {
-		c.add(f("fingerprint"), "%v", err)
-	}
-
-	checkPolicy(c, "routes["+strconv.Itoa(i)+"]", &rt.Policy)
+	c.policy(f, &rt.Policy)
 }
 
-func checkTemplates(c *errorList, field string, templates []string) {
+func (c *errorList) templates(field string, templates []string) {
 	for j, s := range templates {
 		if _, err := keying.ParseTemplate(s); err != nil {
-			c.add(field+"["+strconv.Itoa(j)+"]", "%v", err)
+			c.add(at(field, j), "%v", err)
 		}
 	}
 }
 
-// checkPolicy checks a policy; prefix is "defaults" or "routes[i]".
-func checkPolicy(c *errorList, prefix string, p *Policy) {
-	f := func(field string) string { return prefix + "." + field }
-
-	checkDuration(c, f("ttl"), p.TTL, 0)
-	checkDuration(c, f("lock_lease"), p.LockLease, time.Second)
-	checkDuration(c, f("hold_ttl"), p.HoldTTL, 0)
-	checkSize(c, f("max_body"), p.MaxBody)
-	checkSize(c, f("max_response"), p.MaxResponse)
-
-	checkTemplates(c, f("scope"), p.Scope)
-
-	if h := p.ForwardKeyHeader; h != nil && *h != "" && !isToken(*h) {
-		c.add(f("forward_key_header"), "%s is not a valid header name", quote(*h))
+// policy checks a policy; f is "defaults." or "routes[i].".
+func (c *errorList) policy(f string, p *Policy) {
+	c.duration(f+"ttl", p.TTL, time.Second)
+	c.duration(f+"lock_lease", p.LockLease, time.Second)
+	c.duration(f+"hold_ttl", p.HoldTTL, 0)
+	for _, s := range []struct {
+		field    string
+		v, limit Size
+	}{{"max_body", p.MaxBody, maxMaxBody}, {"max_response", p.MaxResponse, 0}} {
+		switch {
+		case s.v < 0:
+			c.add(f+s.field, "must be positive, got %d", int64(s.v))
+		case s.limit > 0 && s.v > s.limit:
+			c.add(f+s.field, "must be at most %s, got %s", s.limit.text(), s.v.text())
+		}
 	}
+	c.templates(f+"scope", p.Scope)
 
+	const other = "; choose another name, e.g. Idempotency-Key"
+	if h := p.ForwardKeyHeader; h != nil && *h != "" {
+		switch lower := strings.ToLower(*h); {
+		case !httpguts.ValidHeaderFieldName(*h):
+			c.add(f+"forward_key_header", "%s is not a valid header name", quote(*h))
+		case slices.Contains(ownHeaders, lower):
+			c.add(f+"forward_key_header", "%s is a header the upstream needs from the request itself"+other, quote(*h))
+		case slices.Contains(hopHeaders, lower) || strings.HasPrefix(lower, "proxy-"):
+			c.add(f+"forward_key_header", "%s is a hop-by-hop header, dropped on the way upstream"+other, quote(*h))
+		}
+	}
 	for j, s := range p.RetryStatuses {
-		field := f("retry_statuses[" + strconv.Itoa(j) + "]")
 		switch {
 		case s < 100 || s > 599:
-			c.add(field, "%d is not an HTTP status (100 to 599)", s)
-		case s >= 200 && s <= 299:
-			c.add(field, "%d is a success status; only failures can be retried", s)
+			c.add(at(f+"retry_statuses", j), "%d is not an HTTP status (100 to 599)", s)
+		case s <= 199:
+			c.add(at(f+"retry_statuses", j), "%d is an informational status, never the answer to a call; it can never match", s)
+		case s <= 299:
+			c.add(at(f+"retry_statuses", j), "%d is a success status; only failures can be retried", s)
 		}
 	}
-
-	checkEnum(c, f("on_unknown_outcome"), p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
-	checkEnum(c, f("on_store_error"), p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
+	c.enum(f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
+	c.enum(f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }
 
-// checkDuration checks a set (non-zero) duration is positive and at least
-// min.
-func checkDuration(c *errorList, field string, d Duration, min time.Duration) {
+// duration checks a set (non-zero) duration is positive and at least min.
+// Below a millisecond in JSON it is most likely a number of seconds
+// written bare, which Caddy reads as nanoseconds.
+func (c *errorList) duration(field string, d Duration, min time.Duration) {
 	switch {
 	case d < 0:
 		c.add(field, "must be positive, got %s", d)
+	case d > 0 && time.Duration(d) < min && c.fromJSON && time.Duration(d) < time.Millisecond:
+		c.add(field, "must be at least %s, got %s (a bare number in Caddy's JSON is nanoseconds: write \"%ds\" for seconds)", min, d, int64(d))
 	case d > 0 && time.Duration(d) < min:
 		c.add(field, "must be at least %s, got %s", min, d)
 	}
 }
 
-func checkSize(c *errorList, field string, s Size) {
-	if s < 0 {
-		c.add(field, "must be positive, got %d", int64(s))
+// leases checks the durations that must agree with each other: an
+// in-flight record lives hold_ttl, so hold_ttl may not be shorter than
+// lock_lease, and lock_lease must be longer than the store's op_timeout.
+// A problem is reported once, at the most specific field that causes it.
+func (c *errorList) leases(r *Rules, l Limits) {
+	type setting struct {
+		d     Duration
+		field string // "" for the built-in default
+	}
+	or := func(s setting, d Duration, field string) setting {
+		if d != 0 {
+			return setting{d, field}
+		}
+		return s
+	}
+	from := func(s setting) string {
+		if s.field == "" {
+			return "the default"
+		}
+		return "from " + s.field
+	}
+	lease := or(setting{Duration(defaultLockLease), ""}, r.Defaults.LockLease, "defaults.lock_lease")
+	hold := or(setting{Duration(defaultHoldTTL), ""}, r.Defaults.HoldTTL, "defaults.hold_ttl")
+	for i := -1; i < len(r.Routes); i++ {
+		lease, hold, p := lease, hold, "defaults."
+		if i >= 0 {
+			p = "routes[" + strconv.Itoa(i) + "]."
+			lease, hold = or(lease, r.Routes[i].LockLease, p+"lock_lease"), or(hold, r.Routes[i].HoldTTL, p+"hold_ttl")
+		}
+		own := func(s setting) bool { return strings.HasPrefix(s.field, p) }
+		switch {
+		case lease.d < Duration(time.Second) || hold.d <= 0 || i >= 0 && !own(lease) && !own(hold):
+			continue // wrong on their own, or as in the defaults
+		case hold.d < lease.d && own(hold) && own(lease):
+			c.add(hold.field, "%s is shorter than lock_lease (%s)"+outlive, hold.d, lease.d)
+		case hold.d < lease.d && own(hold):
+			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, from(lease))
+		case hold.d < lease.d:
+			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, from(hold))
+		}
+		switch {
+		case l.OpTimeout == 0 || time.Duration(lease.d) > l.OpTimeout:
+		case own(lease):
+			c.add(lease.field, "%s is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
+		case i < 0:
+			c.add(p+"lock_lease", "%s (the default) is not longer than the store's op_timeout (%s)", lease.d, l.OpTimeout)
+		}
 	}
 }
 
-// checkEnum checks a set (non-empty) value is one of values.
-func checkEnum(c *errorList, field, v string, values ...string) {
-	if v == "" {
-		return
+const outlive = ": a held record must outlive the claim it was made from"
+
+// enum checks a set (non-empty) value is one of values.
+func (c *errorList) enum(field, v string, values ...string) {
+	if v != "" && !slices.Contains(values, v) {
+		c.add(field, "%s", enumMessage(v, values))
 	}
-	for _, ok := range values {
-		if v == ok {
-			return
-		}
-	}
-	c.add(field, "%s", enumMessage(v, values))
 }
 
 func enumMessage(v string, values []string) string {
 	return fmt.Sprintf("%s is not one of %s", quote(v), strings.Join(values, ", "))
 }
 
-// validName reports whether s is 1 to 64 of A-Z a-z 0-9 _ . : -
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '_', c == '.', c == ':', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// at returns the field of element j of the list field.
+func at(field string, j int) string { return field + "[" + strconv.Itoa(j) + "]" }
 
-// isToken reports whether s is an RFC 9110 token (methods, header names).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validPathPattern reports whether Caddy's path matcher can use p. Caddy
-// compares patterns holding "%" in escaped space and treats a single
-// leading or trailing "*" as a prefix or suffix match; every other pattern
-// goes through path.Match, which never matches a malformed pattern, so
-// such a pattern would silently guard nothing. Control characters never
-// occur in a request path.
+// validPathPattern reports whether Caddy's path matcher can use p: it takes
+// patterns with "%" or a single trailing "*" as they are, and gives the rest
+// to path.Match, which never matches a malformed one. Control characters
+// never occur in a request path.
 func validPathPattern(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] < ' ' || p[i] == 0x7f {
-			return false
-		}
-	}
-	if strings.Contains(p, "%") {
-		return true
-	}
-	if strings.Count(p, "*") == 1 && strings.HasSuffix(p, "*") {
-		return true
-	}
 	_, err := path.Match(p, "")
-	return err == nil
+	return !strings.ContainsFunc(p, unicode.IsControl) &&
+		(err == nil || strings.Contains(p, "%") || strings.Count(p, "*") == 1 && strings.HasSuffix(p, "*"))
 }

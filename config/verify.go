@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/keying"
 )
@@ -141,12 +144,12 @@ func resolveVerify(v *Verify) *VerifyRule {
 	u, _ := ParseURLTemplate(v.URL) // validated
 	rule := &VerifyRule{
 		URL:            u,
-		Method:         strings.ToUpper(first(v.Method, defaultVerifyMethod)),
-		Timeout:        time.Duration(first(v.Timeout, Duration(defaultVerifyTimeout))),
-		After:          time.Duration(first(v.After, Duration(defaultVerifyAfter))),
-		Every:          time.Duration(first(v.Every, Duration(defaultVerifyEvery))),
-		Attempts:       *firstPtr(v.Attempts, ptr(defaultVerifyAttempts)),
-		NotFoundChecks: *firstPtr(v.NotFoundChecks, ptr(defaultVerifyNotFoundChecks)),
+		Method:         strings.ToUpper(cmp.Or(v.Method, defaultVerifyMethod)),
+		Timeout:        time.Duration(cmp.Or(v.Timeout, Duration(defaultVerifyTimeout))),
+		After:          time.Duration(cmp.Or(v.After, Duration(defaultVerifyAfter))),
+		Every:          time.Duration(cmp.Or(v.Every, Duration(defaultVerifyEvery))),
+		Attempts:       orInt(v.Attempts, defaultVerifyAttempts),
+		NotFoundChecks: orInt(v.NotFoundChecks, defaultVerifyNotFoundChecks),
 		FoundStatus:    slices.Clone(firstSlice(v.Found.Status, defaultFoundStatus)),
 		FoundID:        v.Found.ID,
 		NotFoundStatus: slices.Clone(firstSlice(v.NotFound.Status, defaultNotFoundStatus)),
@@ -166,12 +169,13 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	if v == nil {
 		return
 	}
-	f := func(field string) string { return routeField(i, "verify."+field) }
+	route := "routes[" + strconv.Itoa(i) + "]."
+	f := func(field string) string { return route + "verify." + field }
 	switch {
 	case rt.OnUnknownOutcome == OnUnknownRelease:
-		c.add(routeField(i, "verify"), "needs on_unknown_outcome hold or store (the route says release): under release nothing is held to verify")
+		c.add(route+"verify", "needs on_unknown_outcome hold or store (the route says release): under release nothing is held to verify")
 	case rt.OnUnknownOutcome == "" && def.OnUnknownOutcome == OnUnknownRelease:
-		c.add(routeField(i, "verify"), "needs on_unknown_outcome hold or store (the route inherits release from defaults.on_unknown_outcome): under release nothing is held to verify")
+		c.add(route+"verify", "needs on_unknown_outcome hold or store (the route inherits release from defaults.on_unknown_outcome): under release nothing is held to verify")
 	}
 
 	if v.URL == "" {
@@ -179,7 +183,7 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	} else if _, err := ParseURLTemplate(v.URL); err != nil {
 		c.add(f("url"), "%v", err)
 	}
-	if v.Method != "" && !isToken(v.Method) {
+	if v.Method != "" && !httpguts.ValidHeaderFieldName(v.Method) {
 		c.add(f("method"), "%s is not an HTTP method", quote(v.Method))
 	}
 	names := make([]string, 0, len(v.Headers))
@@ -196,7 +200,7 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 		switch {
 		case dup:
 			c.add(field, "is the same header as %s (header names are case-insensitive)", quote(other))
-		case !isToken(name):
+		case !httpguts.ValidHeaderFieldName(name):
 			c.add(field, "%s is not a valid header name", quote(name))
 		case verifyReservedHeaders[canon]:
 			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
@@ -206,12 +210,12 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 			}
 		}
 	}
-	checkDuration(c, f("timeout"), v.Timeout, 0)
+	c.duration(f("timeout"), v.Timeout, 0)
 	if time.Duration(v.Timeout) > maxVerifyTimeout {
 		c.add(f("timeout"), "must be at most %s, got %s: a retry waits for its check", maxVerifyTimeout, v.Timeout)
 	}
-	checkDuration(c, f("after"), v.After, 0)
-	checkDuration(c, f("every"), v.Every, 0)
+	c.duration(f("after"), v.After, 0)
+	c.duration(f("every"), v.Every, 0)
 	if v.Attempts != nil && (*v.Attempts < 0 || *v.Attempts > maxVerifyAttempts) {
 		c.add(f("attempts"), "must be from 0 to %d, got %d", maxVerifyAttempts, *v.Attempts)
 	}
@@ -223,12 +227,12 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	} else if strings.TrimSpace(v.Found.ID) == "" {
 		c.add(f("found.id"), "must not be an empty path")
 	}
-	checkStatuses(c, f("found.status"), v.Found.Status)
-	checkStatuses(c, f("not_found.status"), v.NotFound.Status)
+	c.statuses(f("found.status"), v.Found.Status)
+	c.statuses(f("not_found.status"), v.NotFound.Status)
 	found := firstSlice(v.Found.Status, defaultFoundStatus)
 	for j, s := range v.NotFound.Status {
 		if slices.Contains(found, s) {
-			c.add(f("not_found.status["+strconv.Itoa(j)+"]"), "%d is also a found status: a found status with nothing at found.id already means not found", s)
+			c.add(at(f("not_found.status"), j), "%d is also a found status: a found status with nothing at found.id already means not found", s)
 		}
 	}
 	if v.NotFound.Status == nil && slices.Contains(found, http.StatusNotFound) {
@@ -239,19 +243,27 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	}
 }
 
+// orInt is *p, or def when p is nil.
+func orInt(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
 // verifyReservedHeaders are set by the HTTP client for every check.
 var verifyReservedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
 	"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true, "Proxy-Connection": true,
 }
 
-func checkStatuses(c *errorList, field string, statuses []int) {
+func (c *errorList) statuses(field string, statuses []int) {
 	if statuses != nil && len(statuses) == 0 {
 		c.add(field, "must not be empty (leave it out for the default)")
 	}
 	for j, s := range statuses {
 		if s < 100 || s > 599 {
-			c.add(field+"["+strconv.Itoa(j)+"]", "%d is not an HTTP status (100 to 599)", s)
+			c.add(at(field, j), "%d is not an HTTP status (100 to 599)", s)
 		}
 	}
 }

@@ -124,9 +124,9 @@ func TestVerifyErrors(t *testing.T) {
 `, []string{
 			`r.yaml:6: routes[0].verify.url: "ftp://crm/x?k={key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`,
 			`r.yaml:7: routes[0].verify.method: "G T" is not an HTTP method`,
-			`r.yaml:8: routes[0].verify.headers.host: Host is set by the gateway itself and may not be configured`,
-			`r.yaml:8: routes[0].verify.headers.x-a: placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
-			`r.yaml:8: routes[0].verify.headers.x-b: placeholder {env.1X}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:8: routes[0].verify.headers.Host: Host is set by the gateway itself and may not be configured`,
+			`r.yaml:8: routes[0].verify.headers.X-A: placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:8: routes[0].verify.headers.X-B: placeholder {env.1X}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
 			`r.yaml:9: routes[0].verify.timeout: must be at most 1m0s, got 2m0s: a retry waits for its check`,
 			`r.yaml:10: routes[0].verify.found.status[1]: 700 is not an HTTP status (100 to 599)`,
 			`r.yaml:11: routes[0].verify.not_found.status[0]: 200 is also a found status: a found status with nothing at found.id already means not found`,
@@ -138,7 +138,13 @@ func TestVerifyErrors(t *testing.T) {
 			`r.yaml:8: routes[0].verify.after: must be positive, got 0s (leave the field out to inherit the default)`,
 		}},
 		{"headers differ only in case", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      headers:\n        Authorization: a\n        authorization: b\n", []string{
-			`r.yaml:10: routes[0].verify.headers.authorization: is set twice (first on line 9)`,
+			`r.yaml:10: routes[0].verify.headers.authorization: is the same header as "Authorization" (header names are case-insensitive)`,
+		}},
+		{"headers of the wrong kind", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      headers: [a]\n", []string{
+			`r.yaml:8: routes[0].verify.headers: must be a mapping of names to strings, not a list`,
+		}},
+		{"a header value of the wrong kind", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      headers: { X-N: 5 }\n", []string{
+			`r.yaml:8: routes[0].verify.headers.X-N: must be a string, not 5 (quote it to make it a string)`,
 		}},
 		{"url placeholders", head + "    verify:\n      url: \"http://crm/{nope}\"\n      found: { id: id }\n", []string{
 			`r.yaml:6: routes[0].verify.url: "http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`,

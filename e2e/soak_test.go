@@ -694,7 +694,8 @@ func TestSoak(t *testing.T) {
 		},
 	}
 	for range 2 {
-		gw := startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: soakRules, extra: withSecret("")})
+		gw := startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: soakRules,
+			extra: withSecret("op_timeout 1s")}) // shorter than the 2s lease
 		soakKeepLogs(t, gw)
 		run.gws = append(run.gws, gw)
 	}

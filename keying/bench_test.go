@@ -172,3 +172,19 @@ func BenchmarkKeyIDParallel(b *testing.B) {
 		}
 	})
 }
+
+// benchCheckDepth is the nesting check every body goes through before it is
+// parsed: its cost on the normal path.
+func benchCheckDepth(b *testing.B, size int) {
+	body := benchBody(size)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkDepth(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCheckDepth1KB(b *testing.B)  { benchCheckDepth(b, 1<<10) }
+func BenchmarkCheckDepth64KB(b *testing.B) { benchCheckDepth(b, 64<<10) }

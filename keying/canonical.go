@@ -13,26 +13,23 @@ import (
 
 // ErrMalformedJSON is wrapped by every error about a request body (or a value
 // given to Canonicalize) that is not valid JSON, or that nests deeper than
-// MaxDepth.
+// MaxDepth (ErrTooDeep).
 var ErrMalformedJSON = errors.New("request body is not valid JSON")
 
 // MaxDepth is the deepest nesting of objects and arrays that Canonicalize
 // (and so every body placeholder and Fingerprint) accepts. Deeper documents
-// are rejected with an error wrapping ErrMalformedJSON. The bound keeps the
-// work per request linear in practice: each nesting level re-scans its
-// contents once.
+// are rejected with ErrTooDeep, found in one linear pass before any
+// recursive parser sees them. The bound also keeps the work per request
+// linear in practice: each nesting level re-scans its contents once.
 const MaxDepth = 128
-
-// errTooDeep is returned for documents nested deeper than MaxDepth.
-var errTooDeep = fmt.Errorf("%w: nested deeper than %d levels", ErrMalformedJSON, MaxDepth)
 
 // errInvalid is returned for documents gjson does not accept as valid.
 var errInvalid = fmt.Errorf("%w: syntax error", ErrMalformedJSON)
 
 // Canonicalize appends the canonical form of the JSON value json to dst and
 // returns the extended buffer. json is not retained or modified. When json is
-// not valid JSON (or nests deeper than MaxDepth) it returns dst unchanged and
-// an error wrapping ErrMalformedJSON.
+// not valid JSON it returns dst unchanged and an error wrapping
+// ErrMalformedJSON; when it nests deeper than MaxDepth, ErrTooDeep.
 //
 // The canonical form has no insignificant white space; object members are
 // sorted by the byte order of their unescaped keys; when a key occurs more
@@ -42,6 +39,9 @@ var errInvalid = fmt.Errorf("%w: syntax error", ErrMalformedJSON)
 // 1 differ); true, false and null are unchanged. Array order is kept.
 // The canonical form is itself valid JSON and canonical.
 func Canonicalize(dst, json []byte) ([]byte, error) {
+	if err := checkDepth(json); err != nil {
+		return dst, err
+	}
 	s := bytesToString(json)
 	if !gjson.Valid(s) {
 		return dst, errInvalid
@@ -55,7 +55,8 @@ func Canonicalize(dst, json []byte) ([]byte, error) {
 	return out, nil
 }
 
-// canonicalizeValid is Canonicalize for input already known to be valid.
+// canonicalizeValid is Canonicalize for input already known to be valid
+// (and checked by checkDepth).
 func canonicalizeValid(dst []byte, s string) ([]byte, error) {
 	c := getCanonicalizer()
 	defer putCanonicalizer(c)
@@ -114,7 +115,7 @@ func (c *canonicalizer) value(dst []byte, v gjson.Result, depth int) ([]byte, er
 		return appendString(dst, v.Str), nil
 	case gjson.JSON:
 		if depth >= MaxDepth {
-			return dst, errTooDeep
+			return dst, ErrTooDeep // checkDepth has refused such input already
 		}
 		if v.Raw[0] == '{' {
 			return c.object(dst, v, depth+1)

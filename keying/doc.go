@@ -79,7 +79,11 @@
 //   - numbers exactly as written (1, 1.0 and 1e0 differ);
 //   - true, false, null as they are; array order is kept.
 //
-// Documents nested deeper than [MaxDepth] are rejected as malformed.
+// Documents nested deeper than [MaxDepth] are rejected with [ErrTooDeep],
+// which also matches [ErrMalformedJSON]. The depth is checked first, in one
+// linear pass with constant stack (brackets inside strings do not count),
+// before any recursive parser reads the document; a fingerprint never falls
+// back to the raw bytes of such a body.
 //
 // # Fingerprints
 //

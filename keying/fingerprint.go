@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -124,9 +125,10 @@ var fpPool = sync.Pool{New: func() any { return &fpScratch{h: sha256.New()} }}
 // deleted and, when rule.Body is set, reduced to a canonical object mapping
 // each selected path to its value ({"path":value,...} sorted by path, null
 // when missing); the raw bytes when the body is not JSON and the rule is
-// zero. When the body is not JSON (or nests deeper than MaxDepth) and the
-// rule selects or ignores fields, it returns an error wrapping
-// ErrMalformedJSON.
+// zero. When the body is not JSON and the rule selects or ignores fields,
+// it returns an error wrapping ErrMalformedJSON. A body nesting deeper than
+// MaxDepth is always refused, with ErrTooDeep: its raw bytes are not
+// fingerprinted instead.
 //
 // Ignore paths refer to the original document: they are deleted from the
 // last position to the first, so "items.0" and "items.1" drop the first two
@@ -135,7 +137,7 @@ func Fingerprint(method, operation string, in *Input, rule FingerprintRule) (str
 	doc, err := in.json()
 	raw := false
 	switch {
-	case err != nil && !rule.selectsBody():
+	case err != nil && !rule.selectsBody() && !errors.Is(err, ErrTooDeep):
 		raw, err = true, nil
 	case err != nil:
 		return "", fmt.Errorf("fingerprint: %w", err)

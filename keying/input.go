@@ -76,6 +76,12 @@ func (in *Input) parseJSON() {
 		in.state = bodyEmpty
 		return
 	}
+	// Depth first, in one pass with constant stack: gjson.Valid and the
+	// canonicalizer recurse once per nesting level.
+	if err := checkDepth(in.body); err != nil {
+		in.state, in.jsonErr = bodyInvalid, err
+		return
+	}
 	s := bytesToString(in.body)
 	if !gjson.Valid(s) {
 		in.state, in.jsonErr = bodyInvalid, errInvalid

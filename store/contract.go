@@ -78,11 +78,3 @@ func StoredState(st State) string { return storedState(st) }
 
 // IndexStates are the four record states in listing order.
 func IndexStates() []State { return indexStates[:] }
-
-// CheckAction validates an operator's action as the Redis engine does:
-// it names its actor, and actor and reason are bounded UTF-8 text
-// (ErrInvalidArgument).
-func CheckAction(act Action) error {
-	_, err := encodeAction("check", act)
-	return err
-}

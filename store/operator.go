@@ -56,20 +56,31 @@ type auditEntry struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Validate checks an action before any engine keeps it: an actor is
+// required, both texts are UTF-8, the actor is at most MaxActorLen bytes
+// without control characters, the reason at most MaxReasonLen bytes.
+// Errors wrap ErrInvalidArgument.
+func (act Action) Validate() error {
+	if act.Actor == "" {
+		return fmt.Errorf("%w: the action names no actor", ErrInvalidArgument)
+	}
+	if len(act.Actor) > MaxActorLen || strings.ContainsFunc(act.Actor, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("%w: the actor is longer than %d bytes or has control characters", ErrInvalidArgument, MaxActorLen)
+	}
+	if len(act.Reason) > MaxReasonLen {
+		return fmt.Errorf("%w: the reason is longer than %d bytes", ErrInvalidArgument, MaxReasonLen)
+	}
+	if !utf8.ValidString(act.Actor) || !utf8.ValidString(act.Reason) {
+		return fmt.Errorf("%w: the actor and the reason must be UTF-8 text", ErrInvalidArgument)
+	}
+	return nil
+}
+
 // encodeAction checks act and returns the audit line without its leading
 // `{"at":N,`, as the operator scripts expect it.
 func encodeAction(action string, act Action) (string, error) {
-	if act.Actor == "" {
-		return "", fmt.Errorf("%w: the action names no actor", ErrInvalidArgument)
-	}
-	if len(act.Actor) > MaxActorLen || strings.ContainsFunc(act.Actor, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return "", fmt.Errorf("%w: the actor is longer than %d bytes or has control characters", ErrInvalidArgument, MaxActorLen)
-	}
-	if len(act.Reason) > MaxReasonLen {
-		return "", fmt.Errorf("%w: the reason is longer than %d bytes", ErrInvalidArgument, MaxReasonLen)
-	}
-	if !utf8.ValidString(act.Actor) || !utf8.ValidString(act.Reason) {
-		return "", fmt.Errorf("%w: the actor and the reason must be UTF-8 text", ErrInvalidArgument)
+	if err := act.Validate(); err != nil {
+		return "", err
 	}
 	b, err := json.Marshal(auditEntry{Actor: act.Actor, Action: action, Reason: act.Reason})
 	if err != nil {

@@ -67,7 +67,7 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 		return nil, false, err
 	}
 	if o.Operator != nil {
-		if err := store.CheckAction(*o.Operator); err != nil {
+		if err := o.Operator.Validate(); err != nil {
 			return nil, false, err
 		}
 	}

@@ -625,7 +625,7 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	if !store.ValidID(id) {
 		return nil, store.ErrInvalidID
 	}
-	if err := store.CheckAction(act); err != nil {
+	if err := act.Validate(); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
@@ -651,6 +651,9 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	r.Audit = append(slices.Clip(r.Audit), store.AuditEntry{
 		At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
 	})
+	if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
+		r.Audit = r.Audit[n:] // the newest are kept, as on Redis
+	}
 	e.put(s, r)
 	v, rd := r.view(), r.round
 	e.mu.Unlock()

@@ -1,0 +1,398 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// bodyRecord is the 8-byte record that request seq's body repeats.
+func bodyRecord(seq int) string { return fmt.Sprintf("%07d\n", seq%10_000_000) }
+
+// earlyUpstream answers 401 as soon as it has a request's head, then reads
+// the body (once the gateway's handler for that request returned, when
+// answered has a channel for it), checking that every byte it gets belongs
+// to that request.
+type earlyUpstream struct {
+	answered sync.Map // X-Seq → chan closed when the gateway's handler returned
+	received atomic.Int64
+	done     atomic.Int64 // requests handled
+	complete atomic.Int64 // bodies received whole
+	foreign  atomic.Int64 // bodies with bytes of another request
+	firstBad atomic.Value
+}
+
+func (u *earlyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer u.done.Add(1)
+	seq, _ := strconv.Atoi(r.Header.Get("X-Seq"))
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusUnauthorized)
+	if hs, ok := w.(http3.HTTPStreamer); ok {
+		// HTTP/3: the answer is complete (the stream's sending side is
+		// closed) while the request body is still coming in.
+		_ = hs.HTTPStream().Close()
+	} else {
+		_ = http.NewResponseController(w).Flush()
+	}
+	if ch, ok := u.answered.Load(r.Header.Get("X-Seq")); ok {
+		select {
+		case <-ch.(chan struct{}):
+		case <-time.After(10 * time.Second):
+		}
+	}
+	// Whatever arrives must be this request's own bytes.
+	want := []byte(bodyRecord(seq))
+	got, _ := io.ReadAll(r.Body)
+	for off := 0; off+len(want) <= len(got); off += len(want) {
+		if rec := got[off : off+len(want)]; !bytes.Equal(rec, want) {
+			if u.foreign.Add(1) == 1 {
+				u.firstBad.Store(fmt.Sprintf("request %d got %q at offset %d", seq, rec, off))
+			}
+			break
+		}
+	}
+	u.received.Add(int64(len(got)))
+	if int64(len(got)) == r.ContentLength {
+		u.complete.Add(1)
+	}
+}
+
+// proxyTo is the rest of the chain as reverse_proxy runs it: one round
+// trip through Caddy's own HTTP transport, the answer copied back, and the
+// request body left to the transport, which closes it when it is done.
+func proxyTo(rt http.RoundTripper, target string) caddyhttp.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		out := r.Clone(r.Context())
+		out.RequestURI = ""
+		out.URL.Scheme, out.URL.Host = "", target
+		resp, err := rt.RoundTrip(out)
+		if err != nil {
+			return caddyhttp.Error(http.StatusBadGateway, err)
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, err = io.Copy(w, resp.Body)
+		return err
+	}
+}
+
+// selfSigned is a TLS certificate for 127.0.0.1.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "upstream.test"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestBodyBufferNotReusedWhileSent: an upstream answers 401 before reading
+// a 1 MiB request body and reads it only after the gateway's handler for
+// that request returned, while other requests are being read into pooled
+// buffers. The transport is then still sending the body after the handler
+// returned (Caddy's HTTP/3 transport sends it from a goroutine of its own
+// and does not wait for it), so the buffer behind the body must not go back
+// to the pool before the transport closes the body: no upstream may receive
+// bytes of another request's body, and the race detector must stay quiet.
+// Guarded and unguarded (no key) requests alternate; both forward the
+// pooled body.
+func TestBodyBufferNotReusedWhileSent(t *testing.T) {
+	for _, tc := range []struct {
+		version         string
+		workers, rounds int
+	}{
+		// HTTP/1.1: Go's transport finishes the body (or gives up on it
+		// within 50ms) before it hands over the response, so here the
+		// upstream reads at once: bodies go out whole through the pooled
+		// body.
+		{"1.1", 4, 3},
+		{"3", 6, 3},
+	} {
+		t.Run("HTTP/"+tc.version, func(t *testing.T) {
+			h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+    require_key: false
+    max_body: 4MiB
+`, StoreConfig{KeyPrefix: strings.ReplaceAll(t.Name(), "/", "-") + ":"})
+			up := &earlyUpstream{}
+			transport := &reverseproxy.HTTPTransport{Versions: []string{tc.version}}
+			var target string
+			if tc.version == "3" {
+				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := &http3.Server{Handler: up, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})}
+				go func() { _ = srv.Serve(pc) }()
+				t.Cleanup(func() { _ = srv.Close(); _ = pc.Close() })
+				target = pc.LocalAddr().String()
+				transport.TLS = &reverseproxy.TLSConfig{InsecureSkipVerify: true}
+			} else {
+				srv := httptest.NewServer(up)
+				t.Cleanup(srv.Close)
+				target = strings.TrimPrefix(srv.URL, "http://")
+			}
+			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+			t.Cleanup(cancel)
+			if err := transport.Provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = transport.Cleanup() })
+			next := proxyTo(transport, target)
+
+			gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.version == "3" {
+					ch := make(chan struct{})
+					up.answered.Store(r.Header.Get("X-Seq"), ch)
+					defer close(ch)
+				}
+				r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, &caddyhttp.Server{})
+				if err := h.ServeHTTP(w, r, next); err != nil {
+					w.WriteHeader(http.StatusInternalServerError)
+				}
+			}))
+			t.Cleanup(gateway.Close)
+
+			const size = 1 << 20
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: tc.workers}}
+			var wg sync.WaitGroup
+			errs := make(chan error, tc.workers*tc.rounds)
+			for w := range tc.workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range tc.rounds {
+						seq := w*tc.rounds + i + 1
+						body := bytes.Repeat([]byte(bodyRecord(seq)), size/8)
+						req, _ := http.NewRequest("POST", gateway.URL+"/deals", bytes.NewReader(body))
+						req.Header.Set("X-Seq", strconv.Itoa(seq))
+						if seq%2 == 0 {
+							req.Header.Set("Idempotency-Key", "early-"+strconv.Itoa(seq))
+						}
+						resp, err := client.Do(req)
+						if err != nil {
+							errs <- err
+							continue
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusUnauthorized {
+							errs <- fmt.Errorf("request %d: status %d, want the upstream's 401", seq, resp.StatusCode)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// The upstream handlers finish on their own: wait for the
+			// last bodies (bounded).
+			n := int64(tc.workers * tc.rounds)
+			for deadline := time.Now().Add(20 * time.Second); up.done.Load() < n && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("upstream received %d MiB; %d of %d bodies whole, %d with foreign bytes", up.received.Load()>>20, up.complete.Load(), n, up.foreign.Load())
+			if f := up.foreign.Load(); f > 0 {
+				t.Errorf("%d upstream calls received bytes of another request's body; first: %s", f, up.firstBad.Load())
+			}
+			// A body the transport had not started on when the handler
+			// returned is cut short, as Go's server cuts short its own
+			// request bodies then (and a transport may give up on a slow
+			// one); one it had started on goes out whole.
+			if c := up.complete.Load(); c == 0 {
+				t.Errorf("%d of %d request bodies reached the upstream whole", c, n)
+			}
+		})
+	}
+}
+
+// readRequestBody reads body through readBody as the handler does.
+func readRequestBody(t *testing.T, body string) (*http.Request, requestBody) {
+	t.Helper()
+	r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
+	rb, err := readBody(r, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, rb
+}
+
+// TestRequestBodyGivenBack: the pooled buffer goes back exactly when
+// nothing can read it any more: at ServeHTTP's end for a body never
+// forwarded (or empty, or never touched by the rest of the chain);
+// otherwise once ServeHTTP returned and the body was closed, in either
+// order. Reads after that read nothing, never pooled memory.
+func TestRequestBodyGivenBack(t *testing.T) {
+	const text = "0123456789"
+	readAll := func(t *testing.T, b io.Reader) string {
+		t.Helper()
+		got, err := io.ReadAll(b)
+		if err != nil {
+			t.Fatalf("reading the forwarded body: %v", err)
+		}
+		return string(got)
+	}
+	sent := func(t *testing.T, r *http.Request) *sentBody {
+		t.Helper()
+		sb, ok := r.Body.(*sentBody)
+		if !ok {
+			t.Fatalf("forwarded body is %T", r.Body)
+		}
+		return sb
+	}
+	held := func(sb *sentBody) bool {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		return sb.buf != nil
+	}
+
+	t.Run("never forwarded", func(t *testing.T) {
+		_, rb := readRequestBody(t, text)
+		if string(rb.bytes()) != text {
+			t.Fatalf("read %q", rb.bytes())
+		}
+		rb.release()
+		rb.release()
+		if rb.buf != nil {
+			t.Error("buffer kept after release")
+		}
+	})
+	t.Run("empty body is forwarded as http.NoBody", func(t *testing.T) {
+		r, rb := readRequestBody(t, "")
+		rb.forward(r)
+		if r.Body != http.NoBody || r.ContentLength != 0 || r.Header.Get("Content-Length") != "0" {
+			t.Errorf("body %T, length %d, header %q", r.Body, r.ContentLength, r.Header.Get("Content-Length"))
+		}
+		rb.release()
+		if rb.buf != nil {
+			t.Error("buffer kept after release")
+		}
+	})
+	t.Run("closed before ServeHTTP returns", func(t *testing.T) {
+		r, rb := readRequestBody(t, text)
+		rb.forward(r)
+		if r.ContentLength != int64(len(text)) || r.Header.Get("Content-Length") != "10" || r.GetBody != nil {
+			t.Errorf("length %d, header %q, GetBody set: %v", r.ContentLength, r.Header.Get("Content-Length"), r.GetBody != nil)
+		}
+		sb := sent(t, r)
+		if got := readAll(t, r.Body); got != text {
+			t.Fatalf("forwarded %q", got)
+		}
+		_ = r.Body.Close()
+		_ = r.Body.Close()
+		if !held(sb) {
+			t.Fatal("buffer given back while ServeHTTP still holds it")
+		}
+		rb.release()
+		if held(sb) {
+			t.Error("buffer kept after Close and release")
+		}
+		if n, err := r.Body.Read(make([]byte, 4)); n != 0 || err != io.EOF {
+			t.Errorf("Read after the end = %d, %v; want 0, EOF", n, err)
+		}
+	})
+	t.Run("still being read when ServeHTTP returns", func(t *testing.T) {
+		r, rb := readRequestBody(t, text)
+		rb.forward(r)
+		sb := sent(t, r)
+		p := make([]byte, 3)
+		if n, _ := r.Body.Read(p); string(p[:n]) != "012" {
+			t.Fatalf("first read %q", p[:n])
+		}
+		rb.release()
+		if !held(sb) {
+			t.Fatal("buffer given back while the transport is still reading")
+		}
+		if got := readAll(t, r.Body); got != text[3:] {
+			t.Errorf("rest after ServeHTTP returned: %q", got)
+		}
+		_ = r.Body.Close()
+		if held(sb) {
+			t.Error("buffer kept after Close")
+		}
+	})
+	t.Run("closed half read", func(t *testing.T) {
+		r, rb := readRequestBody(t, text)
+		rb.forward(r)
+		_, _ = r.Body.Read(make([]byte, 3))
+		_ = r.Body.Close()
+		rb.release()
+		if n, err := r.Body.Read(make([]byte, 4)); n != 0 || err != http.ErrBodyReadAfterClose {
+			t.Errorf("Read after Close = %d, %v; want 0, http.ErrBodyReadAfterClose", n, err)
+		}
+	})
+	t.Run("never touched by the rest of the chain", func(t *testing.T) {
+		r, rb := readRequestBody(t, text)
+		rb.forward(r)
+		sb := sent(t, r)
+		rb.release()
+		if held(sb) {
+			t.Fatal("buffer of a body nobody read kept after ServeHTTP returned")
+		}
+		if n, err := r.Body.Read(make([]byte, 4)); n != 0 || err != http.ErrBodyReadAfterClose {
+			t.Errorf("late Read = %d, %v; want 0, http.ErrBodyReadAfterClose", n, err)
+		}
+		_ = r.Body.Close()
+	})
+	t.Run("Read, Close and release at once", func(t *testing.T) {
+		for range 100 {
+			r, rb := readRequestBody(t, text)
+			rb.forward(r)
+			sb := sent(t, r)
+			_, _ = r.Body.Read(make([]byte, 1))
+			var wg sync.WaitGroup
+			wg.Add(3)
+			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, r.Body) }()
+			go func() { defer wg.Done(); _ = r.Body.Close() }()
+			go func() { defer wg.Done(); rb.release() }()
+			wg.Wait()
+			if held(sb) {
+				t.Fatal("buffer kept after Close and release")
+			}
+		}
+	})
+}
