@@ -206,7 +206,7 @@ func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Re
 		return entry, store.Result{}, ""
 	case !v.Found(resp.StatusCode):
 		return entry, store.Result{}, ""
-	case tooDeep(body) || !gjson.ValidBytes(body):
+	case keying.CheckDepth(body) != nil || !gjson.ValidBytes(body):
 		return entry, store.Result{}, "the answer is not JSON"
 	}
 	found := gjson.GetBytes(body, v.FoundID)
@@ -243,32 +243,6 @@ func lookupError(err error) string {
 		return op.Op + ": " + op.Err.Error()
 	}
 	return err.Error()
-}
-
-// tooDeep reports whether a JSON text nests deeper than keying.MaxDepth,
-// in one pass with constant stack, before anything recursive reads it.
-func tooDeep(b []byte) bool {
-	depth, inString := 0, false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		switch {
-		case inString:
-			if c == '\\' {
-				i++
-			} else if c == '"' {
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			if depth++; depth > keying.MaxDepth {
-				return true
-			}
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return false
 }
 
 // verifyHeld runs the inline check of a retry that found its record held

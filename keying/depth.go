@@ -36,6 +36,11 @@ var jsonClass = func() (t [256]uint8) {
 	return t
 }()
 
+// CheckDepth returns ErrTooDeep when b nests arrays and objects deeper
+// than MaxDepth, as checkDepth: for JSON from elsewhere (a verification
+// lookup's answer) before gjson reads it.
+func CheckDepth(b []byte) error { return checkDepth(b) }
+
 // checkDepth returns ErrTooDeep when b nests arrays and objects deeper than
 // MaxDepth, and nil otherwise. It is one pass over b with a counter, in
 // constant stack, and must run before anything recursive (gjson) reads a
