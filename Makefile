@@ -14,15 +14,20 @@ build:
 	$(GO) build -o bin/demo ./examples/demo
 
 # The gateway (Caddyfile.example, embedded store) on :8080 in front of the
-# example CRM on 127.0.0.1:9001. Ctrl-C stops both.
+# example CRM on 127.0.0.1:9001. Ctrl-C stops both. It refuses to start
+# when a port it needs is taken: Caddy listens with SO_REUSEPORT, so a
+# second gateway would bind too and split the traffic with the first.
 run: build
+	@bin/demo -check-ports :8080,127.0.0.1:9001,localhost:2019 -who 'make run'
 	@bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
 	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
 	$(BIN) run --config Caddyfile.example --adapter caddyfile
 
 # One webhook delivered three times (two racing): one deal is created.
+# Through the `make run` gateway when it is running, else through a
+# gateway and a CRM of its own on free ports.
 demo: build
-	@examples/demo/run.sh
+	@bin/demo
 
 vet:
 	$(GO) vet ./...
