@@ -2,13 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/http/httputil"
-	"strconv"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -223,99 +219,26 @@ func (w *worker) roundTrip() (response, error) {
 	return readResponse(w.br)
 }
 
-var errMalformed = errors.New("malformed HTTP response")
-
-// readResponse reads one HTTP/1.1 response and discards its body. It
-// understands what the servers under test send: Content-Length or chunked
-// bodies, and Connection: close. 1xx answers are skipped.
+// readResponse reads one HTTP/1.1 response with http.ReadResponse and
+// discards its body. 1xx answers are skipped.
 func readResponse(br *bufio.Reader) (response, error) {
 	for {
-		var resp response
-		line, err := readLine(br)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return resp, err
+			return response{}, err
 		}
-		// "HTTP/1.1 201 Created"
-		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-			return resp, fmt.Errorf("%w: status line %q", errMalformed, line)
-		}
-		resp.status, err = strconv.Atoi(string(line[9:12]))
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 		if err != nil {
-			return resp, fmt.Errorf("%w: status line %q", errMalformed, line)
+			return response{}, err
 		}
-		length, chunked := int64(-1), false
-		for {
-			line, err = readLine(br)
-			if err != nil {
-				return resp, err
-			}
-			if len(line) == 0 {
-				break
-			}
-			name, value, ok := bytes.Cut(line, []byte(":"))
-			if !ok {
-				return resp, fmt.Errorf("%w: header line %q", errMalformed, line)
-			}
-			value = bytes.TrimSpace(value)
-			switch {
-			case bytes.EqualFold(name, []byte("Content-Length")):
-				if length, err = strconv.ParseInt(string(value), 10, 64); err != nil || length < 0 {
-					return resp, fmt.Errorf("%w: Content-Length %q", errMalformed, value)
-				}
-			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-				chunked = bytes.EqualFold(value, []byte("chunked"))
-			case bytes.EqualFold(name, []byte("Connection")):
-				resp.close = bytes.EqualFold(value, []byte("close"))
-			case bytes.EqualFold(name, []byte("Idempotent-Replayed")):
-				resp.replayed = bytes.Equal(value, []byte("true"))
-			}
-		}
-		if resp.status >= 100 && resp.status < 200 {
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
 			continue
 		}
-		switch {
-		case resp.status == 204 || resp.status == 304:
-		case chunked:
-			if _, err := io.Copy(io.Discard, httputil.NewChunkedReader(br)); err != nil {
-				return resp, err
-			}
-			// Trailers, if any, end with an empty line.
-			for {
-				line, err := readLine(br)
-				if err != nil {
-					return resp, err
-				}
-				if len(line) == 0 {
-					break
-				}
-			}
-		case length >= 0:
-			if _, err := br.Discard(int(length)); err != nil {
-				return resp, err
-			}
-		default:
-			// No length: the body runs until the server closes.
-			if _, err := io.Copy(io.Discard, br); err != nil {
-				return resp, err
-			}
-			resp.close = true
-		}
-		return resp, nil
+		return response{
+			status:   resp.StatusCode,
+			replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+			close:    resp.Close,
+		}, nil
 	}
-}
-
-// readLine returns one CRLF-terminated line without its end. The slice is
-// valid until the next read from br.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, fmt.Errorf("%w: line longer than %d bytes", errMalformed, br.Size())
-		}
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return bytes.TrimRight(line, "\r\n"), nil
 }
