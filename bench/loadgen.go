@@ -5,14 +5,26 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
 
-// A requestFunc appends one raw HTTP/1.1 request to dst. conn is the
-// connection's number and seq the request's number on that connection, so
-// every request of a run can get a key of its own.
-type requestFunc func(dst []byte, conn, seq int) []byte
+// A loader drives one load run.
+type loader interface {
+	run(spec loadSpec) *loadResult
+	describe() string
+}
+
+// goLoader is the benchmark's own closed-loop HTTP/1.1 load generator,
+// used when wrk is not installed (and for the memory phase, which needs
+// an exact number of requests). It runs in this process, next to the
+// upstream.
+type goLoader struct{}
+
+func (goLoader) run(spec loadSpec) *loadResult { return runLoad(spec) }
+
+func (goLoader) describe() string { return "the bench's own Go load generator" }
 
 // response is what the load generator reads of an answer.
 type response struct {
@@ -23,13 +35,19 @@ type response struct {
 
 // loadResult is one load run against one address.
 type loadResult struct {
-	requests  int             // answered within the duration
-	elapsed   time.Duration   // from the first request to the last answer
-	latencies []time.Duration // one per answered request, unsorted
-	statuses  map[int]int
-	replayed  int // answers with Idempotent-Replayed: true
-	errors    int // connection or protocol errors (each ends a connection)
-	firstErr  error
+	requests  int           // answered within the duration
+	elapsed   time.Duration // from the first request to the last answer
+	p50, p99  time.Duration
+	latencies []time.Duration // Go generator: one per answered request
+	statuses  map[int]int     // Go generator: answers by status
+	replayed  int             // Go generator: answers with Idempotent-Replayed: true
+	// coarse: only over399 is known of the answers (wrk), not statuses
+	// and replayed.
+	coarse   bool
+	over399  int           // wrk: answers with a status of 400 or more
+	errors   int           // connection or protocol errors
+	firstErr error         //
+	genCPU   time.Duration // CPU time of a load generator process of its own (-1: none)
 }
 
 // rps is the throughput of the run.
@@ -44,9 +62,11 @@ func (r *loadResult) rps() float64 {
 type loadSpec struct {
 	addr     string        // host:port
 	conns    int           // keep-alive connections, each with one request outstanding
+	threads  int           // wrk: threads
+	cpus     string        // wrk: CPUs to run on (taskset -c), "" for any
 	duration time.Duration // requests are sent until this much time has passed
-	limit    int           // when > 0, stop after this many requests in all
-	request  requestFunc
+	limit    int           // Go generator: when > 0, stop after this many requests in all
+	req      requestSpec
 }
 
 // ioGrace bounds a request that is still outstanding when the duration ends.
@@ -60,7 +80,8 @@ const ioGrace = 10 * time.Second
 func runLoad(spec loadSpec) *loadResult {
 	var (
 		mu     sync.Mutex
-		total  = &loadResult{statuses: map[int]int{}}
+		total  = &loadResult{statuses: map[int]int{}, genCPU: -1}
+		mk     = spec.req.raw()
 		wg     sync.WaitGroup
 		issued = newBudget(spec.limit)
 	)
@@ -70,7 +91,7 @@ func runLoad(spec loadSpec) *loadResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{conn: c, spec: spec, deadline: deadline, budget: issued}
+			w := &worker{conn: c, spec: spec, request: mk, deadline: deadline, budget: issued}
 			w.run()
 			mu.Lock()
 			defer mu.Unlock()
@@ -84,6 +105,8 @@ func runLoad(spec loadSpec) *loadResult {
 		// count the time spent waiting for them either.
 		total.elapsed = spec.duration
 	}
+	slices.Sort(total.latencies)
+	total.p50, total.p99 = percentile(total.latencies, 0.50), percentile(total.latencies, 0.99)
 	return total
 }
 
@@ -126,6 +149,7 @@ func (b *budget) take() bool {
 type worker struct {
 	conn     int
 	spec     loadSpec
+	request  requestFunc
 	deadline time.Time
 	budget   *budget
 	res      loadResult
@@ -153,7 +177,7 @@ func (w *worker) run() {
 				continue
 			}
 		}
-		w.buf = w.spec.request(w.buf[:0], w.conn, seq)
+		w.buf = w.request(w.buf[:0], w.conn, seq)
 		seq++
 		began := time.Now()
 		resp, err := w.roundTrip()
