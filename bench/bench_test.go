@@ -229,7 +229,7 @@ var sinkInt int
 // ends on its own, whatever the machine's speed) and checks the counts.
 func TestRunLoad(t *testing.T) {
 	var served atomic.Int64
-	var keys keySet
+	var keys seenKeys
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		keys.add(r.Header.Get("Idempotency-Key"))
@@ -340,13 +340,13 @@ func TestRequestSpecRaw(t *testing.T) {
 	}
 }
 
-// keySet collects the distinct keys a server saw.
-type keySet struct {
+// seenKeys collects the distinct keys a server saw.
+type seenKeys struct {
 	mu   sync.Mutex
 	keys map[string]bool
 }
 
-func (s *keySet) add(k string) {
+func (s *seenKeys) add(k string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.keys == nil {
@@ -355,14 +355,31 @@ func (s *keySet) add(k string) {
 	s.keys[k] = true
 }
 
-func (s *keySet) reset() {
+func (s *seenKeys) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = nil
 }
 
-func (s *keySet) count() int {
+func (s *seenKeys) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.keys)
+}
+
+func TestKeySetMatchesRequestSpec(t *testing.T) {
+	e := &env{runID: "0a1b2c3d"}
+	for _, v := range allVariants {
+		spec := e.requestSpec(v, "127.0.0.1:1", v.name+"r3")
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(spec.raw()(nil, 7, 12)))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keySet(req.Header.Get("Idempotency-Key")); got != spec.set() {
+			t.Errorf("%s: key %q is in set %q, want %q", v.name, req.Header.Get("Idempotency-Key"), got, spec.set())
+		}
+	}
+	if keySet("nodash") != "" {
+		t.Error("a key without dashes has a set")
+	}
 }

@@ -124,6 +124,10 @@ type env struct {
 	wrkThreads int
 	storeMsg   string
 	pinMsg     string // why the pinned set did not run ("" when it did)
+	// late are the executing runs' call limits, checked at the end;
+	// primed the replay and conflict key sets' calls after priming.
+	late   []callCheck
+	primed map[string]int64
 }
 
 func (e *env) close() {
@@ -220,7 +224,7 @@ func run(o options) error {
 		}
 	}
 
-	rep := buildReport(o, e, vs, rounds, mem, time.Since(began))
+	rep := buildReport(o, e, vs, rounds, mem, time.Since(began), e.lateCalls())
 	rep.idle, rep.ping = idle, ping
 	fmt.Print("\n" + rep.text())
 	if o.out != "" {
@@ -422,6 +426,12 @@ func (e *env) prime() error {
 			}
 		}
 	}
+	defer func() {
+		e.primed = map[string]int64{}
+		for _, set := range []string{"r-" + e.runID, "h-" + e.runID} {
+			e.primed[set] = e.up.callsOf(set)
+		}
+	}()
 	for i := range conflictKeys {
 		key := fmt.Sprintf("h-%s-%d", e.runID, i)
 		if st, err := send(siteRedis, key, true); err != nil || st != 500 {

@@ -11,18 +11,28 @@ import (
 	"time"
 )
 
-// load runs one variant without measuring it. A limit (an exact number of
-// requests) needs the Go generator.
-func (e *env) load(v variant, conns int, d time.Duration, limit int, tag string) *loadResult {
+// spec is the load of one run of v; tag makes its unique keys its own.
+func (e *env) spec(v variant, conns int, d time.Duration, limit int, tag string) loadSpec {
 	addr := e.gatewayOf(v).sites[v.site]
 	spec := loadSpec{addr: addr, conns: conns, threads: e.threads(v), duration: d, limit: limit, req: e.requestSpec(v, addr, v.name+tag)}
 	if v.set == setPinned && e.pinned != nil {
 		spec.cpus = othersCPU
 	}
-	if limit > 0 {
+	return spec
+}
+
+// run drives one load run. A limit (an exact number of requests) needs
+// the Go generator.
+func (e *env) run(spec loadSpec) *loadResult {
+	if spec.limit > 0 {
 		return goLoader{}.run(spec)
 	}
 	return e.loader.run(spec)
+}
+
+// load runs one variant without measuring it.
+func (e *env) load(v variant, conns int, d time.Duration, limit int, tag string) *loadResult {
+	return e.run(e.spec(v, conns, d, limit, tag))
 }
 
 // threads is the number of wrk threads for v: one on the pinned set's
@@ -45,10 +55,12 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 			before = &st
 		}
 	}
-	cpu0, calls0, conns0 := e.cpu(g), e.up.calls.Load(), e.up.conns.Load()
-	res := e.load(v, conns, d, 0, tag)
+	spec := e.spec(v, conns, d, 0, tag)
+	set := spec.req.set()
+	cpu0, calls0, conns0 := e.cpu(g), e.up.callsOf(set), e.up.conns.Load()
+	res := e.run(spec)
 	e.settle()
-	cpu1, calls1, conns1 := e.cpu(g), e.up.calls.Load(), e.up.conns.Load()
+	cpu1, calls1, conns1 := e.cpu(g), e.up.callsOf(set), e.up.conns.Load()
 	var redisWork *commandStats
 	if before != nil && v.store != "embedded" {
 		if st, err := e.redis.commandStats(); err == nil {
@@ -60,6 +72,10 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 		fmt.Printf(" [%s: %d errors, first: %v]", v.name, res.errors, res.firstErr)
 	}
 	bad := badAnswers(v, res) + wrongCalls(v, res, int(calls1-calls0), conns)
+	if v.executes {
+		// Calls that reach the upstream later still count: checked at the end.
+		e.late = append(e.late, callCheck{variant: v.name, set: set, most: int64(res.requests + conns + res.errors)})
+	}
 	st := summarize(res, bad, redisWork)
 	st.upConns = int(conns1 - conns0)
 	if res.requests > 0 {
@@ -80,7 +96,7 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 
 // settle waits until the upstream's call count stops moving (requests
 // the load generator left in flight at its end still reach it), for at
-// most 2s, so that they count in the round that sent them.
+// most 2s, so that their CPU time counts in the round that sent them.
 func (e *env) settle() {
 	deadline := time.Now().Add(2 * time.Second)
 	last := e.up.calls.Load()
@@ -146,6 +162,32 @@ func wrongCalls(v variant, r *loadResult, calls, conns int) int {
 	return 0
 }
 
+// callCheck is a load run's most upstream calls, checked again at the end
+// of the whole run.
+type callCheck struct {
+	variant, set string
+	most         int64
+}
+
+// lateCalls checks, after every phase, that no run's keys reached the
+// upstream more often than its requests allowed, and that no replay or
+// conflict key reached it after priming. It returns what failed.
+func (e *env) lateCalls() []string {
+	e.settle()
+	var fails []string
+	for _, c := range e.late {
+		if n := e.up.callsOf(c.set); n > c.most {
+			fails = append(fails, fmt.Sprintf("%s: %d upstream calls for at most %d requests", c.variant, n, c.most))
+		}
+	}
+	for set, n := range e.primed {
+		if now := e.up.callsOf(set); now != n {
+			fails = append(fails, fmt.Sprintf("keys %s-*: %d upstream calls after priming", set, now-n))
+		}
+	}
+	return fails
+}
+
 // memoryResult is the gateway's resident memory around many distinct keys.
 type memoryResult struct {
 	keys                  int
@@ -163,14 +205,14 @@ func (e *env) memory(o options, v variant) (*memoryResult, error) {
 		return nil, err
 	}
 	fmt.Printf("memory: sending %d distinct keys (at most %v)...\n", o.keys, o.keysMax)
-	calls0 := e.up.calls.Load()
-	res := e.load(v, o.conns, o.keysMax, o.keys, "m")
+	spec := e.spec(v, o.conns, o.keysMax, o.keys, "m")
+	res := e.run(spec)
 	e.settle()
 	after, peak, err := rss(e.gw.pid())
 	if err != nil {
 		return nil, err
 	}
-	bad := badAnswers(v, res) + res.errors + wrongCalls(v, res, int(e.up.calls.Load()-calls0), o.conns)
+	bad := badAnswers(v, res) + res.errors + wrongCalls(v, res, int(e.up.callsOf(spec.req.set())), o.conns)
 	return &memoryResult{keys: res.requests, seconds: res.elapsed.Seconds(), before: before, after: after, peakKB: peak, bad: bad}, nil
 }
 

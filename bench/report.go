@@ -61,9 +61,10 @@ type report struct {
 	failures string // non-empty when answers were wrong: the run is invalid
 }
 
-func buildReport(o options, e *env, vs []variant, rounds map[string][]roundStats, mem *memoryResult, took time.Duration) *report {
+// buildReport summarizes the rounds; fails are failures found elsewhere
+// (late upstream calls).
+func buildReport(o options, e *env, vs []variant, rounds map[string][]roundStats, mem *memoryResult, took time.Duration, fails []string) *report {
 	r := &report{o: o, e: e, rounds: rounds, mem: mem, took: took, sum: map[string]variantSummary{}}
-	var fails []string
 	for _, v := range vs {
 		if len(rounds[v.name]) == 0 {
 			continue

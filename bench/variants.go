@@ -134,6 +134,9 @@ func (e *env) requestSpec(v variant, addr, tag string) requestSpec {
 	return r
 }
 
+// set is the key set of the requests (see keySet).
+func (r requestSpec) set() string { return strings.TrimSuffix(r.prefix, "-") }
+
 // A requestFunc appends one raw HTTP/1.1 request to dst. conn is the
 // connection's number and seq the request's number on that connection, so
 // every request of a run can get a key of its own.

@@ -20,9 +20,10 @@ func TestWrkLoader(t *testing.T) {
 	if err != nil {
 		t.Skip("wrk not installed")
 	}
-	var served, badReq atomic.Int64
-	var keys keySet
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var served, badReq, otherSet atomic.Int64
+	var keys seenKeys
+	var wantSet atomic.Value
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.Method != "POST" || string(body) != requestBody || r.Header.Get("Authorization") != benchAuth ||
 			r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Idempotency-Key") == "" {
@@ -30,14 +31,15 @@ func TestWrkLoader(t *testing.T) {
 		}
 		served.Add(1)
 		keys.add(r.Header.Get("Idempotency-Key"))
+		if keySet(r.Header.Get("Idempotency-Key")) != wantSet.Load() {
+			otherSet.Add(1)
+		}
 		if r.URL.Path == "/conflict" {
 			w.WriteHeader(http.StatusConflict)
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-	}))
-	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	})
 	w := &wrkLoader{bin: bin, dir: t.TempDir()}
 	e := &env{runID: "test"}
 	for _, v := range []variant{
@@ -45,9 +47,16 @@ func TestWrkLoader(t *testing.T) {
 		{name: "replay", path: "/x", keys: "replay", wantStatus: 201},
 		{name: "conflict", path: "/conflict", keys: "conflict", wantStatus: 409},
 	} {
+		// A server of its own for each run: Close waits for the requests
+		// still in flight when wrk stopped.
+		srv := httptest.NewServer(handler)
+		addr := strings.TrimPrefix(srv.URL, "http://")
 		keys.reset()
 		served.Store(0)
-		res := w.run(loadSpec{addr: addr, conns: 4, threads: 2, duration: time.Second, req: e.requestSpec(v, addr, "t")})
+		spec := loadSpec{addr: addr, conns: 4, threads: 2, duration: time.Second, req: e.requestSpec(v, addr, "t")}
+		wantSet.Store(spec.req.set())
+		res := w.run(spec)
+		srv.Close()
 		if res.firstErr != nil || res.requests == 0 || res.elapsed <= 0 || res.p50 <= 0 || res.p99 < res.p50 || res.genCPU < 0 {
 			t.Fatalf("%s: %+v", v.name, res)
 		}
@@ -73,6 +82,9 @@ func TestWrkLoader(t *testing.T) {
 				t.Errorf("conflict keys: %d distinct, want at most %d", n, conflictKeys)
 			}
 		}
+	}
+	if otherSet.Load() != 0 {
+		t.Errorf("%d keys outside their run's key set", otherSet.Load())
 	}
 	if badReq.Load() != 0 {
 		t.Errorf("%d requests without the body or headers", badReq.Load())
