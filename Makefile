@@ -50,11 +50,13 @@ soak: build
 		$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./e2e
 
 # The load benchmark (bench/main.go): plain Caddy reverse_proxy against the
-# gateway's execute, replay, conflict and passthrough paths, one binary, one
-# run, interleaved rounds; prints the table and the ratios and writes
-# bench/results.md. About 2-3 minutes; every phase is bounded in time.
-# `make bench BENCHFLAGS="-rounds 9 -profile bench/tmp"` for more rounds or
-# CPU profiles of the gateway.
+# gateway's execute, replay, conflict and passthrough paths on Redis and
+# on the embedded store, then the same with the gateway pinned to one CPU
+# and everything else on the other; one binary, interleaved rounds, wrk as
+# the load generator when installed. Prints the table and the ratios and
+# writes bench/results.md. About 3-4 minutes; every phase is bounded in
+# time. `make bench BENCHFLAGS="-rounds 9 -profile bench/tmp"` for more
+# rounds or CPU profiles of the gateway; docs/performance.md explains it.
 BENCHFLAGS ?=
 bench: build
 	$(GO) run ./bench -gateway $(BIN) -out bench/results.md $(BENCHFLAGS)
