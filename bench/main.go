@@ -129,6 +129,9 @@ type env struct {
 	// primed the replay and conflict key sets' calls after priming.
 	late   []callCheck
 	primed map[string]int64
+	// loadAvg is the machine's 1-minute load average at the start and
+	// at the end of the run: other work competes for the same CPUs.
+	loadAvg [2]string
 }
 
 func (e *env) close() {
@@ -177,6 +180,7 @@ func run(o options) error {
 	}()
 
 	began := time.Now()
+	e.loadAvg[0] = loadAverage()
 	if err := e.start(o); err != nil {
 		return err
 	}
@@ -225,6 +229,7 @@ func run(o options) error {
 		}
 	}
 
+	e.loadAvg[1] = loadAverage()
 	rep := buildReport(o, e, vs, rounds, mem, time.Since(began), e.lateCalls())
 	rep.idle, rep.ping = idle, ping
 	fmt.Print("\n" + rep.text())

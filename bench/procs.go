@@ -271,3 +271,16 @@ func setAffinity(pid int, list string) error {
 	}
 	return nil
 }
+
+// loadAverage returns the 1-minute load average of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}

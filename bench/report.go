@@ -294,6 +294,7 @@ func (r *report) text() string {
 	if r.e.pinMsg != "" {
 		b.WriteString("pinned set skipped: " + r.e.pinMsg + "\n")
 	}
+	fmt.Fprintf(&b, "load average (1 min) %s at the start, %s at the end\n", r.e.loadAvg[0], r.e.loadAvg[1])
 	if r.failures != "" {
 		b.WriteString("INVALID RUN: " + r.failures + "\n")
 	}
@@ -309,7 +310,7 @@ func (r *report) markdown() string {
 		"[docs/performance.md](../docs/performance.md). In the shared set every process (load generator, upstream, gateway, Redis) " +
 		"shares the same CPUs, so the absolute figures depend on the machine and its load; the ratios are what to compare. " +
 		"In the pinned set the gateway has CPU 0 to itself and everything else runs on CPU 1.\n\n")
-	fmt.Fprintf(&b, "- machine: %s\n", machine())
+	fmt.Fprintf(&b, "- machine: %s; load average (1 min) %s at the start, %s at the end\n", machine(), r.e.loadAvg[0], r.e.loadAvg[1])
 	fmt.Fprintf(&b, "- gateway: Go %s, Caddy %s (bench driver %s)\n", goV, caddyV, runtime.Version())
 	fmt.Fprintf(&b, "- %s\n", r.e.storeMsg)
 	fmt.Fprintf(&b, "- %s\n", r.settings())
