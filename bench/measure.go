@@ -190,10 +190,22 @@ func (e *env) lateCalls() []string {
 
 // memoryResult is the gateway's resident memory around many distinct keys.
 type memoryResult struct {
-	keys                  int
-	seconds               float64
-	before, after, peakKB int64
-	bad                   int
+	keys                   int
+	seconds                float64
+	before, after, peakKB  int64
+	badAnswers, wrongCalls int
+	statuses               map[int]int
+	errors                 int
+	firstErr               error
+}
+
+// failure says what went wrong in the memory phase, "" when nothing did.
+func (m *memoryResult) failure() string {
+	if m.badAnswers == 0 && m.wrongCalls == 0 && m.errors == 0 {
+		return ""
+	}
+	return fmt.Sprintf("memory phase: %d unexpected answers (statuses %v), %d wrong upstream calls, %d errors (first: %v) of %d requests",
+		m.badAnswers, m.statuses, m.wrongCalls, m.errors, m.firstErr, m.keys)
 }
 
 // memory sends o.keys requests with distinct keys through v (the Go
@@ -212,8 +224,10 @@ func (e *env) memory(o options, v variant) (*memoryResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	bad := badAnswers(v, res) + res.errors + wrongCalls(v, res, int(e.up.callsOf(spec.req.set())), o.conns)
-	return &memoryResult{keys: res.requests, seconds: res.elapsed.Seconds(), before: before, after: after, peakKB: peak, bad: bad}, nil
+	m := &memoryResult{keys: res.requests, seconds: res.elapsed.Seconds(), before: before, after: after, peakKB: peak,
+		badAnswers: badAnswers(v, res), statuses: res.statuses, errors: res.errors, firstErr: res.firstErr,
+		wrongCalls: wrongCalls(v, res, int(e.up.callsOf(spec.req.set())), o.conns)}
+	return m, nil
 }
 
 // profiles takes a CPU profile of the gateway under each variant's load,

@@ -78,8 +78,8 @@ func buildReport(o options, e *env, vs []variant, rounds map[string][]roundStats
 			fails = append(fails, fmt.Sprintf("%s: %d unexpected answers or upstream calls, %d errors of %d requests", v.name, s.bad, s.errors, s.requests))
 		}
 	}
-	if mem != nil && mem.bad > 0 {
-		fails = append(fails, fmt.Sprintf("memory phase: %d unexpected answers or errors", mem.bad))
+	if mem != nil && mem.failure() != "" {
+		fails = append(fails, mem.failure())
 	}
 	r.failures = strings.Join(fails, "; ")
 	return r
