@@ -383,3 +383,18 @@ func TestKeySetMatchesRequestSpec(t *testing.T) {
 		t.Error("a key without dashes has a set")
 	}
 }
+
+func TestBusyLine(t *testing.T) {
+	r := &report{e: &env{}, sum: map[string]variantSummary{
+		"pinned-plain": {rps: 5000, cpu: [numProcs]float64{150, 0, 80, 20}},
+		"plain":        {rps: 9000, cpu: [numProcs]float64{100, 0, 80, 20}},
+	}}
+	for _, name := range []string{"plain", "pinned-plain"} {
+		v, _ := findVariant(name)
+		r.vs = append(r.vs, v)
+	}
+	// 150 µs × 5000/s = 75% of one CPU; the shared set is not listed.
+	if got, want := r.busyLine(), "pinned set, the gateway's CPU busy: plain 75%\n"; got != want {
+		t.Errorf("busyLine = %q, want %q", got, want)
+	}
+}

@@ -258,6 +258,25 @@ func (r *report) memoryLine() string {
 		float64(m.before)/1024, float64(m.after)/1024, m.keys, float64(m.after-m.before)/1024, float64(m.peakKB)/1024, float64(m.keys)/m.seconds)
 }
 
+// busyLine reports how busy the pinned gateway's CPU was in each pinned
+// variant (CPU per request × req/s): near 100% the gateway limited the
+// throughput, well below it the other CPU (load generator, upstream,
+// Redis) or other work on the machine did.
+func (r *report) busyLine() string {
+	var parts []string
+	for _, v := range r.vs {
+		s := r.sum[v.name]
+		if v.set != setPinned || s.cpu[procGateway] < 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", strings.TrimPrefix(v.name, "pinned-"), s.cpu[procGateway]*s.rps/1e4))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "pinned set, the gateway's CPU busy: " + strings.Join(parts, ", ") + "\n"
+}
+
 // generatorLine reports what wrk itself cost per request (part of the
 // load µs column), to show that it leaves the CPUs to what is measured.
 func (r *report) generatorLine() string {
@@ -287,6 +306,7 @@ func (r *report) text() string {
 	var b strings.Builder
 	b.WriteString(r.table(false))
 	b.WriteString("\n" + r.ratios())
+	b.WriteString(r.busyLine())
 	b.WriteString(r.generatorLine())
 	b.WriteString(r.idleLine())
 	b.WriteString(r.memoryLine())
@@ -330,6 +350,9 @@ func (r *report) markdown() string {
 		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks).\n\n")
 	b.WriteString("```\n" + r.ratios() + "```\n\n")
 	b.WriteString(r.goals())
+	if l := r.busyLine(); l != "" {
+		b.WriteString("- " + l)
+	}
 	if l := r.generatorLine(); l != "" {
 		b.WriteString("- " + l)
 	}
