@@ -14,15 +14,20 @@ build:
 	$(GO) build -o bin/demo ./examples/demo
 
 # The gateway (Caddyfile.example, embedded store) on :8080 in front of the
-# example CRM on 127.0.0.1:9001. Ctrl-C stops both.
+# example CRM on 127.0.0.1:9001. Ctrl-C stops both. It refuses to start
+# when a port it needs is taken: Caddy listens with SO_REUSEPORT, so a
+# second gateway would bind too and split the traffic with the first.
 run: build
+	@bin/demo -check-ports :8080,127.0.0.1:9001,localhost:2019 -who 'make run'
 	@bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
 	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
 	CRM_URL=http://127.0.0.1:9001 $(BIN) run --config Caddyfile.example --adapter caddyfile
 
 # One webhook delivered three times (two racing): one deal is created.
+# Through the `make run` gateway when it is running, else through a
+# gateway and a CRM of its own on free ports.
 demo: build
-	@examples/demo/run.sh
+	@bin/demo
 
 vet:
 	$(GO) vet ./...
@@ -45,11 +50,13 @@ soak: build
 		$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./e2e
 
 # The load benchmark (bench/main.go): plain Caddy reverse_proxy against the
-# gateway's execute, replay, conflict and passthrough paths, one binary, one
-# run, interleaved rounds; prints the table and the ratios and writes
-# bench/results.md. About 2-3 minutes; every phase is bounded in time.
-# `make bench BENCHFLAGS="-rounds 9 -profile bench/tmp"` for more rounds or
-# CPU profiles of the gateway.
+# gateway's execute, replay, conflict and passthrough paths on Redis and
+# on the embedded store, then the same with the gateway pinned to one CPU
+# and everything else on the other; one binary, interleaved rounds, wrk as
+# the load generator when installed. Prints the table and the ratios and
+# writes bench/results.md. About 3-4 minutes; every phase is bounded in
+# time. `make bench BENCHFLAGS="-rounds 9 -profile bench/tmp"` for more
+# rounds or CPU profiles of the gateway; docs/performance.md explains it.
 BENCHFLAGS ?=
 bench: build
 	$(GO) run ./bench -gateway $(BIN) -out bench/results.md $(BENCHFLAGS)

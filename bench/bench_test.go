@@ -150,28 +150,32 @@ func TestMedian(t *testing.T) {
 
 func TestSummarizeRounds(t *testing.T) {
 	rounds := []roundStats{
-		{rps: 100, p50: 2 * time.Millisecond, p99: 9 * time.Millisecond, requests: 300, redisCPR: 2, scriptUS: 10, cpu: [numProcs]time.Duration{100 * time.Microsecond, 50 * time.Microsecond, -1}},
-		{rps: 300, p50: 1 * time.Millisecond, p99: 5 * time.Millisecond, requests: 900, bad: 1, redisCPR: 2, scriptUS: 20, cpu: [numProcs]time.Duration{200 * time.Microsecond, 70 * time.Microsecond, -1}},
-		{rps: 200, p50: 3 * time.Millisecond, p99: 7 * time.Millisecond, requests: 600, errors: 2, redisCPR: 2, scriptUS: 30, cpu: [numProcs]time.Duration{150 * time.Microsecond, 60 * time.Microsecond, -1}},
+		{rps: 100, p50: 2 * time.Millisecond, p99: 9 * time.Millisecond, requests: 300, cmdsPR: 16, scriptPR: 2, cpu: [numProcs]time.Duration{100 * time.Microsecond, 50 * time.Microsecond, -1, 5 * time.Microsecond}},
+		{rps: 300, p50: 1 * time.Millisecond, p99: 5 * time.Millisecond, requests: 900, bad: 1, cmdsPR: 18, scriptPR: 2, cpu: [numProcs]time.Duration{200 * time.Microsecond, 70 * time.Microsecond, -1, 7 * time.Microsecond}},
+		{rps: 200, p50: 3 * time.Millisecond, p99: 7 * time.Millisecond, requests: 600, errors: 2, cmdsPR: 17, scriptPR: 2, cpu: [numProcs]time.Duration{150 * time.Microsecond, 60 * time.Microsecond, -1, 6 * time.Microsecond}},
 	}
 	s := summarizeRounds(rounds)
-	want := variantSummary{rps: 200, p50: 2, p99: 7, redisCPR: 2, scriptUS: 20, requests: 1800, errors: 2, bad: 1, cpu: [numProcs]float64{150, 60, -1}}
+	want := variantSummary{rps: 200, p50: 2, p99: 7, cmdsPR: 17, scriptPR: 2, requests: 1800, errors: 2, bad: 1, cpu: [numProcs]float64{150, 60, -1, 6}}
 	if s != want {
 		t.Errorf("summarizeRounds = %+v, want %+v", s, want)
 	}
 }
 
-func TestParseScriptStats(t *testing.T) {
+func TestParseCommandStats(t *testing.T) {
+	// Commands a script runs are counted one by one; INFO (the bench's
+	// own reads) is left out.
 	info := "# Commandstats\r\n" +
 		"cmdstat_hset:calls=10,usec=40,usec_per_call=4.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_evalsha:calls=2000,usec=35000,usec_per_call=17.50,rejected_calls=0,failed_calls=3\r\n" +
 		"cmdstat_eval:calls=3,usec=600,usec_per_call=200.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_evalsha_ro:calls=7,usec=7,usec_per_call=1.00\r\n"
-	if got, want := parseScriptStats(info), (scriptStats{calls: 2003, usec: 35600}); got != want {
-		t.Errorf("parseScriptStats = %+v, want %+v", got, want)
+		"cmdstat_evalsha_ro:calls=7,usec=7,usec_per_call=1.00\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=7,usec_per_call=7.00\r\n" +
+		"cmdstat_info:calls=99,usec=7,usec_per_call=1.00\r\n"
+	if got, want := parseCommandStats(info), (commandStats{commands: 10 + 2000 + 3 + 7 + 1, scripts: 2010}); got != want {
+		t.Errorf("parseCommandStats = %+v, want %+v", got, want)
 	}
-	if got := parseScriptStats("# Commandstats\r\n"); got != (scriptStats{}) {
-		t.Errorf("no scripts: %+v", got)
+	if got := parseCommandStats("# Commandstats\r\n"); got != (commandStats{}) {
+		t.Errorf("no commands: %+v", got)
 	}
 }
 
@@ -225,7 +229,7 @@ var sinkInt int
 // ends on its own, whatever the machine's speed) and checks the counts.
 func TestRunLoad(t *testing.T) {
 	var served atomic.Int64
-	var keys keySet
+	var keys seenKeys
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		keys.add(r.Header.Get("Idempotency-Key"))
@@ -245,12 +249,12 @@ func TestRunLoad(t *testing.T) {
 		{name: "replay", path: "/replay", keys: "replay", wantStatus: 201, wantReplayed: true},
 	} {
 		keys.reset()
-		res := runLoad(loadSpec{addr: addr, conns: 4, duration: time.Minute, limit: 200, request: e.requestFor(v, addr, "t")})
+		res := runLoad(loadSpec{addr: addr, conns: 4, duration: time.Minute, limit: 200, req: e.requestSpec(v, addr, "t")})
 		if res.requests != 200 || res.errors != 0 || res.statuses[201] != 200 {
 			t.Fatalf("%s: %d requests, %d errors (%v), statuses %v; want 200 answered 201", v.name, res.requests, res.errors, res.firstErr, res.statuses)
 		}
-		if len(res.latencies) != 200 || res.rps() <= 0 {
-			t.Errorf("%s: %d latencies, %v req/s", v.name, len(res.latencies), res.rps())
+		if len(res.latencies) != 200 || res.rps() <= 0 || res.p50 <= 0 || res.p99 < res.p50 {
+			t.Errorf("%s: %d latencies, %v req/s, p50 %v, p99 %v", v.name, len(res.latencies), res.rps(), res.p50, res.p99)
 		}
 		if bad := badAnswers(v, res); bad != 0 {
 			t.Errorf("%s: %d bad answers", v.name, bad)
@@ -281,7 +285,7 @@ func TestRunLoadStopsWhenRefused(t *testing.T) {
 	v := variant{name: "x", path: "/", keys: "unique", wantStatus: 201}
 	e := &env{runID: "test"}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	res := runLoad(loadSpec{addr: addr, conns: 2, duration: 200 * time.Millisecond, request: e.requestFor(v, addr, "t")})
+	res := runLoad(loadSpec{addr: addr, conns: 2, duration: 200 * time.Millisecond, req: e.requestSpec(v, addr, "t")})
 	if res.requests != 0 || res.errors == 0 || res.firstErr == nil {
 		t.Errorf("refused: %d requests, %d errors, %v", res.requests, res.errors, res.firstErr)
 	}
@@ -296,19 +300,32 @@ func TestSelectVariants(t *testing.T) {
 	if err != nil || len(all) != len(allVariants) {
 		t.Fatalf("default: %d variants, %v", len(all), err)
 	}
-	two, err := selectVariants("plain, execute")
-	if err != nil || len(two) != 2 || two[0].name != "plain" || two[1].name != "execute" {
-		t.Fatalf("plain,execute: %+v, %v", two, err)
+	two, err := selectVariants("plain, embedded-execute")
+	if err != nil || len(two) != 2 || two[0].name != "plain" || two[1].name != "embedded-execute" {
+		t.Fatalf("plain,embedded-execute: %+v, %v", two, err)
+	}
+	// Every set has its plain variant, and every ratio line names variants.
+	for _, set := range []string{setShared, setPinned} {
+		if v, ok := findVariant(plainOf(set)); !ok || v.set != set {
+			t.Errorf("set %s: plain variant %q missing", set, plainOf(set))
+		}
+	}
+	for _, l := range ratioLines {
+		n, okn := findVariant(l.num)
+		d, okd := findVariant(l.den)
+		if !okn || !okd || n.set != d.set {
+			t.Errorf("ratio %s/%s: variants missing or in different sets", l.num, l.den)
+		}
 	}
 	if _, err := selectVariants("plain,nope"); err == nil {
 		t.Error("unknown variant accepted")
 	}
 }
 
-func TestRequestFor(t *testing.T) {
+func TestRequestSpecRaw(t *testing.T) {
 	e := &env{runID: "r1"}
 	v := variant{name: "execute", path: "/v1/deals", keys: "unique"}
-	mk := e.requestFor(v, "127.0.0.1:1", "t")
+	mk := e.requestSpec(v, "127.0.0.1:1", "t").raw()
 	a, b := string(mk(nil, 0, 1)), string(mk(nil, 1, 0))
 	if a == b {
 		t.Error("two requests of a unique-key variant are equal")
@@ -323,13 +340,13 @@ func TestRequestFor(t *testing.T) {
 	}
 }
 
-// keySet collects the distinct keys a server saw.
-type keySet struct {
+// seenKeys collects the distinct keys a server saw.
+type seenKeys struct {
 	mu   sync.Mutex
 	keys map[string]bool
 }
 
-func (s *keySet) add(k string) {
+func (s *seenKeys) add(k string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.keys == nil {
@@ -338,14 +355,46 @@ func (s *keySet) add(k string) {
 	s.keys[k] = true
 }
 
-func (s *keySet) reset() {
+func (s *seenKeys) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = nil
 }
 
-func (s *keySet) count() int {
+func (s *seenKeys) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.keys)
+}
+
+func TestKeySetMatchesRequestSpec(t *testing.T) {
+	e := &env{runID: "0a1b2c3d"}
+	for _, v := range allVariants {
+		spec := e.requestSpec(v, "127.0.0.1:1", v.name+"r3")
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(string(spec.raw()(nil, 7, 12)))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keySet(req.Header.Get("Idempotency-Key")); got != spec.set() {
+			t.Errorf("%s: key %q is in set %q, want %q", v.name, req.Header.Get("Idempotency-Key"), got, spec.set())
+		}
+	}
+	if keySet("nodash") != "" {
+		t.Error("a key without dashes has a set")
+	}
+}
+
+func TestBusyLine(t *testing.T) {
+	r := &report{e: &env{}, sum: map[string]variantSummary{
+		"pinned-plain": {rps: 5000, cpu: [numProcs]float64{150, 0, 80, 20}},
+		"plain":        {rps: 9000, cpu: [numProcs]float64{100, 0, 80, 20}},
+	}}
+	for _, name := range []string{"plain", "pinned-plain"} {
+		v, _ := findVariant(name)
+		r.vs = append(r.vs, v)
+	}
+	// 150 µs × 5000/s = 75% of one CPU; the shared set is not listed.
+	if got, want := r.busyLine(), "pinned set, the gateway's CPU busy: plain 75%\n"; got != want {
+		t.Errorf("busyLine = %q, want %q", got, want)
+	}
 }

@@ -2,21 +2,29 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/http/httputil"
-	"strconv"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 )
 
-// A requestFunc appends one raw HTTP/1.1 request to dst. conn is the
-// connection's number and seq the request's number on that connection, so
-// every request of a run can get a key of its own.
-type requestFunc func(dst []byte, conn, seq int) []byte
+// A loader drives one load run.
+type loader interface {
+	run(spec loadSpec) *loadResult
+	describe() string
+}
+
+// goLoader is the benchmark's own closed-loop HTTP/1.1 load generator,
+// used when wrk is not installed (and for the memory phase, which needs
+// an exact number of requests). It runs in this process, next to the
+// upstream.
+type goLoader struct{}
+
+func (goLoader) run(spec loadSpec) *loadResult { return runLoad(spec) }
+
+func (goLoader) describe() string { return "the bench's own Go load generator" }
 
 // response is what the load generator reads of an answer.
 type response struct {
@@ -27,13 +35,19 @@ type response struct {
 
 // loadResult is one load run against one address.
 type loadResult struct {
-	requests  int             // answered within the duration
-	elapsed   time.Duration   // from the first request to the last answer
-	latencies []time.Duration // one per answered request, unsorted
-	statuses  map[int]int
-	replayed  int // answers with Idempotent-Replayed: true
-	errors    int // connection or protocol errors (each ends a connection)
-	firstErr  error
+	requests  int           // answered within the duration
+	elapsed   time.Duration // from the first request to the last answer
+	p50, p99  time.Duration
+	latencies []time.Duration // Go generator: one per answered request
+	statuses  map[int]int     // Go generator: answers by status
+	replayed  int             // Go generator: answers with Idempotent-Replayed: true
+	// coarse: only over399 is known of the answers (wrk), not statuses
+	// and replayed.
+	coarse   bool
+	over399  int           // wrk: answers with a status of 400 or more
+	errors   int           // connection or protocol errors
+	firstErr error         //
+	genCPU   time.Duration // CPU time of a load generator process of its own (-1: none)
 }
 
 // rps is the throughput of the run.
@@ -48,9 +62,11 @@ func (r *loadResult) rps() float64 {
 type loadSpec struct {
 	addr     string        // host:port
 	conns    int           // keep-alive connections, each with one request outstanding
+	threads  int           // wrk: threads
+	cpus     string        // wrk: CPUs to run on (taskset -c), "" for any
 	duration time.Duration // requests are sent until this much time has passed
-	limit    int           // when > 0, stop after this many requests in all
-	request  requestFunc
+	limit    int           // Go generator: when > 0, stop after this many requests in all
+	req      requestSpec
 }
 
 // ioGrace bounds a request that is still outstanding when the duration ends.
@@ -64,7 +80,8 @@ const ioGrace = 10 * time.Second
 func runLoad(spec loadSpec) *loadResult {
 	var (
 		mu     sync.Mutex
-		total  = &loadResult{statuses: map[int]int{}}
+		total  = &loadResult{statuses: map[int]int{}, genCPU: -1}
+		mk     = spec.req.raw()
 		wg     sync.WaitGroup
 		issued = newBudget(spec.limit)
 	)
@@ -74,7 +91,7 @@ func runLoad(spec loadSpec) *loadResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{conn: c, spec: spec, deadline: deadline, budget: issued}
+			w := &worker{conn: c, spec: spec, request: mk, deadline: deadline, budget: issued}
 			w.run()
 			mu.Lock()
 			defer mu.Unlock()
@@ -88,6 +105,8 @@ func runLoad(spec loadSpec) *loadResult {
 		// count the time spent waiting for them either.
 		total.elapsed = spec.duration
 	}
+	slices.Sort(total.latencies)
+	total.p50, total.p99 = percentile(total.latencies, 0.50), percentile(total.latencies, 0.99)
 	return total
 }
 
@@ -130,6 +149,7 @@ func (b *budget) take() bool {
 type worker struct {
 	conn     int
 	spec     loadSpec
+	request  requestFunc
 	deadline time.Time
 	budget   *budget
 	res      loadResult
@@ -157,7 +177,7 @@ func (w *worker) run() {
 				continue
 			}
 		}
-		w.buf = w.spec.request(w.buf[:0], w.conn, seq)
+		w.buf = w.request(w.buf[:0], w.conn, seq)
 		seq++
 		began := time.Now()
 		resp, err := w.roundTrip()
@@ -223,99 +243,26 @@ func (w *worker) roundTrip() (response, error) {
 	return readResponse(w.br)
 }
 
-var errMalformed = errors.New("malformed HTTP response")
-
-// readResponse reads one HTTP/1.1 response and discards its body. It
-// understands what the servers under test send: Content-Length or chunked
-// bodies, and Connection: close. 1xx answers are skipped.
+// readResponse reads one HTTP/1.1 response with http.ReadResponse and
+// discards its body. 1xx answers are skipped.
 func readResponse(br *bufio.Reader) (response, error) {
 	for {
-		var resp response
-		line, err := readLine(br)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return resp, err
+			return response{}, err
 		}
-		// "HTTP/1.1 201 Created"
-		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-			return resp, fmt.Errorf("%w: status line %q", errMalformed, line)
-		}
-		resp.status, err = strconv.Atoi(string(line[9:12]))
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 		if err != nil {
-			return resp, fmt.Errorf("%w: status line %q", errMalformed, line)
+			return response{}, err
 		}
-		length, chunked := int64(-1), false
-		for {
-			line, err = readLine(br)
-			if err != nil {
-				return resp, err
-			}
-			if len(line) == 0 {
-				break
-			}
-			name, value, ok := bytes.Cut(line, []byte(":"))
-			if !ok {
-				return resp, fmt.Errorf("%w: header line %q", errMalformed, line)
-			}
-			value = bytes.TrimSpace(value)
-			switch {
-			case bytes.EqualFold(name, []byte("Content-Length")):
-				if length, err = strconv.ParseInt(string(value), 10, 64); err != nil || length < 0 {
-					return resp, fmt.Errorf("%w: Content-Length %q", errMalformed, value)
-				}
-			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-				chunked = bytes.EqualFold(value, []byte("chunked"))
-			case bytes.EqualFold(name, []byte("Connection")):
-				resp.close = bytes.EqualFold(value, []byte("close"))
-			case bytes.EqualFold(name, []byte("Idempotent-Replayed")):
-				resp.replayed = bytes.Equal(value, []byte("true"))
-			}
-		}
-		if resp.status >= 100 && resp.status < 200 {
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
 			continue
 		}
-		switch {
-		case resp.status == 204 || resp.status == 304:
-		case chunked:
-			if _, err := io.Copy(io.Discard, httputil.NewChunkedReader(br)); err != nil {
-				return resp, err
-			}
-			// Trailers, if any, end with an empty line.
-			for {
-				line, err := readLine(br)
-				if err != nil {
-					return resp, err
-				}
-				if len(line) == 0 {
-					break
-				}
-			}
-		case length >= 0:
-			if _, err := br.Discard(int(length)); err != nil {
-				return resp, err
-			}
-		default:
-			// No length: the body runs until the server closes.
-			if _, err := io.Copy(io.Discard, br); err != nil {
-				return resp, err
-			}
-			resp.close = true
-		}
-		return resp, nil
+		return response{
+			status:   resp.StatusCode,
+			replayed: resp.Header.Get("Idempotent-Replayed") == "true",
+			close:    resp.Close,
+		}, nil
 	}
-}
-
-// readLine returns one CRLF-terminated line without its end. The slice is
-// valid until the next read from br.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, fmt.Errorf("%w: line longer than %d bytes", errMalformed, br.Size())
-		}
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return bytes.TrimRight(line, "\r\n"), nil
 }

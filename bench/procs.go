@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"debug/buildinfo"
 	"errors"
 	"fmt"
@@ -11,13 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -116,132 +112,6 @@ func waitFor(c *child, timeout time.Duration, ready func() error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// redisServer is a throw-away redis-server on loopback.
-type redisServer struct {
-	*child
-	addr   string
-	client *redis.Client
-}
-
-func startRedis(dir string) (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	rdir := filepath.Join(dir, "redis")
-	if err := os.MkdirAll(rdir, 0o755); err != nil {
-		return nil, err
-	}
-	c, err := startChild("redis", rdir, nil, bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", rdir, "--protected-mode", "yes")
-	if err != nil {
-		return nil, err
-	}
-	r := &redisServer{child: c, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	r.client = redis.NewClient(&redis.Options{Addr: r.addr, DisableIdentity: true})
-	err = waitFor(c, 10*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return r.client.Ping(ctx).Err()
-	})
-	if err != nil {
-		r.stop()
-		return nil, err
-	}
-	return r, nil
-}
-
-func (r *redisServer) stop() {
-	_ = r.client.Close()
-	r.child.stop()
-}
-
-// info returns one field of INFO server (e.g. redis_version).
-func (r *redisServer) info(section, field string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	s, err := r.client.Info(ctx, section).Result()
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(s, "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// roundTripP50 returns the median time of n EVALSHA calls of a script
-// that only returns, sent one after the other: one bare Redis round trip
-// of the kind the gateway makes, on this machine.
-func (r *redisServer) roundTripP50(n int) time.Duration {
-	script := redis.NewScript("return 1")
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		began := time.Now()
-		err := script.Run(ctx, r.client, []string{"bench:rt"}).Err()
-		cancel()
-		if err != nil {
-			return 0
-		}
-		lat = append(lat, time.Since(began))
-	}
-	slices.Sort(lat)
-	return percentile(lat, 0.5)
-}
-
-// scriptStats are the server's counters of EVALSHA and EVAL: every store
-// step is one script, so calls are the gateway's round trips (commands the
-// scripts run inside Redis are not round trips), and usec the time Redis
-// spent executing them.
-type scriptStats struct{ calls, usec int64 }
-
-func (r *redisServer) scriptStats() (scriptStats, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	s, err := r.client.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return scriptStats{}, err
-	}
-	return parseScriptStats(s), nil
-}
-
-// parseScriptStats sums cmdstat_evalsha and cmdstat_eval of INFO
-// commandstats ("cmdstat_evalsha:calls=2,usec=35,usec_per_call=17.50,...").
-func parseScriptStats(info string) scriptStats {
-	var st scriptStats
-	for _, line := range strings.Split(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
-		if !ok {
-			rest, ok = strings.CutPrefix(line, "cmdstat_eval:")
-		}
-		if !ok {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				continue
-			}
-			switch k {
-			case "calls":
-				st.calls += n
-			case "usec":
-				st.usec += n
-			}
-		}
-	}
-	return st
 }
 
 // clockTicks is the unit of utime and stime in /proc/PID/stat (USER_HZ,
@@ -369,4 +239,48 @@ func cpuModel() string {
 		}
 	}
 	return ""
+}
+
+// tasksetPath returns the path of util-linux's taskset, or "" when it is
+// not installed.
+func tasksetPath() string {
+	p, _ := exec.LookPath("taskset")
+	return p
+}
+
+// affinity returns the CPU list a process may run on ("0,1", "0-3").
+func affinity(pid int) (string, error) {
+	out, err := exec.Command("taskset", "-c", "-p", strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("taskset -p %d: %v: %s", pid, err, strings.TrimSpace(string(out)))
+	}
+	// "pid 42's current affinity list: 0,1"
+	_, list, ok := strings.Cut(strings.TrimSpace(string(out)), "list: ")
+	if !ok {
+		return "", fmt.Errorf("taskset -p %d: %q", pid, out)
+	}
+	return list, nil
+}
+
+// setAffinity moves every thread of a process to the CPUs in list (new
+// threads inherit it).
+func setAffinity(pid int, list string) error {
+	out, err := exec.Command("taskset", "-a", "-c", "-p", list, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("taskset -a -p %s %d: %v: %s", list, pid, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// loadAverage returns the 1-minute load average of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }

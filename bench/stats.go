@@ -36,9 +36,9 @@ type roundStats struct {
 	p50, p99 time.Duration
 	requests int
 	errors   int
-	bad      int     // answers with an unexpected status or replay flag
-	redisCPR float64 // Redis commands per request (-1: not measured)
-	scriptUS float64 // µs Redis spent per script call (-1: none)
+	bad      int     // answers with an unexpected status or replay flag, or wrong upstream calls
+	cmdsPR   float64 // Redis commands per request, inner ones included (-1: not measured)
+	scriptPR float64 // Redis script calls per request (-1: not measured)
 	upConns  int     // connections the upstream accepted
 	// cpu is the CPU time per request of each process (-1: not measured).
 	cpu [numProcs]time.Duration
@@ -48,28 +48,26 @@ type roundStats struct {
 const (
 	procGateway = iota
 	procRedis
-	procBench // load generator and upstream
+	procBench // load generator (this process or wrk) and upstream
+	procGen   // of those, the load generator's own process (wrk; -1 for the Go generator)
 	numProcs
 )
 
-func summarize(r *loadResult, bad int, scripts *scriptStats) roundStats {
-	slices.Sort(r.latencies)
+func summarize(r *loadResult, bad int, redisWork *commandStats) roundStats {
 	st := roundStats{
 		rps:      r.rps(),
-		p50:      percentile(r.latencies, 0.50),
-		p99:      percentile(r.latencies, 0.99),
+		p50:      r.p50,
+		p99:      r.p99,
 		requests: r.requests,
 		errors:   r.errors,
 		bad:      bad,
-		redisCPR: -1,
-		scriptUS: -1,
-		cpu:      [numProcs]time.Duration{-1, -1, -1},
+		cmdsPR:   -1,
+		scriptPR: -1,
+		cpu:      [numProcs]time.Duration{-1, -1, -1, -1},
 	}
-	if scripts != nil && r.requests > 0 {
-		st.redisCPR = float64(scripts.calls) / float64(r.requests)
-		if scripts.calls > 0 {
-			st.scriptUS = float64(scripts.usec) / float64(scripts.calls)
-		}
+	if redisWork != nil && r.requests > 0 {
+		st.cmdsPR = float64(redisWork.commands) / float64(r.requests)
+		st.scriptPR = float64(redisWork.scripts) / float64(r.requests)
 	}
 	return st
 }
@@ -77,8 +75,8 @@ func summarize(r *loadResult, bad int, scripts *scriptStats) roundStats {
 // variantSummary is the medians over a variant's rounds.
 type variantSummary struct {
 	rps, p50, p99 float64 // req/s, milliseconds
-	redisCPR      float64 // -1: not measured
-	scriptUS      float64 // -1: not measured
+	cmdsPR        float64 // -1: not measured
+	scriptPR      float64 // -1: not measured
 	requests      int     // over all rounds
 	errors, bad   int
 	cpu           [numProcs]float64 // µs per request (-1: not measured)
@@ -97,11 +95,11 @@ func summarizeRounds(rounds []roundStats) variantSummary {
 		rps = append(rps, r.rps)
 		p50 = append(p50, ms(r.p50))
 		p99 = append(p99, ms(r.p99))
-		if r.redisCPR >= 0 {
-			cpr = append(cpr, r.redisCPR)
+		if r.cmdsPR >= 0 {
+			cpr = append(cpr, r.cmdsPR)
 		}
-		if r.scriptUS >= 0 {
-			sus = append(sus, r.scriptUS)
+		if r.scriptPR >= 0 {
+			sus = append(sus, r.scriptPR)
 		}
 		s.requests += r.requests
 		s.errors += r.errors
@@ -114,12 +112,12 @@ func summarizeRounds(rounds []roundStats) variantSummary {
 			s.cpu[i] = median(cpu[i])
 		}
 	}
-	s.redisCPR, s.scriptUS = -1, -1
+	s.cmdsPR, s.scriptPR = -1, -1
 	if len(cpr) > 0 {
-		s.redisCPR = median(cpr)
+		s.cmdsPR = median(cpr)
 	}
 	if len(sus) > 0 {
-		s.scriptUS = median(sus)
+		s.scriptPR = median(sus)
 	}
 	return s
 }

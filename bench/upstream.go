@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -18,6 +20,37 @@ type upstream struct {
 	addr  string
 	calls atomic.Int64
 	conns atomic.Int64 // connections accepted
+
+	mu    sync.Mutex
+	byKey map[string]int64 // calls by key set (keySet)
+}
+
+// keySet returns the part of an Idempotency-Key that names where it came
+// from: the fixed set of replay or conflict keys ("r-RUNID" of
+// "r-RUNID-12"), or the load run that made it up ("RUNID-executer0" of
+// "RUNID-executer0-3-17": thread or connection, then counter). Counting
+// calls by key set tells which run made a call, however late it reaches
+// the upstream.
+func keySet(key string) string {
+	strip := 2
+	if strings.HasPrefix(key, "r-") || strings.HasPrefix(key, "h-") {
+		strip = 1
+	}
+	for range strip {
+		i := strings.LastIndexByte(key, '-')
+		if i < 0 {
+			return ""
+		}
+		key = key[:i]
+	}
+	return key
+}
+
+// callsOf returns the calls made so far with keys of the given set.
+func (u *upstream) callsOf(set string) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.byKey[set]
 }
 
 // dealPad makes the created deal's JSON about 300 bytes long.
@@ -30,7 +63,7 @@ func startUpstream() (*upstream, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &upstream{addr: ln.Addr().String()}
+	u := &upstream{addr: ln.Addr().String(), byKey: map[string]int64{}}
 	u.srv = &http.Server{
 		Handler:           http.HandlerFunc(u.serve),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -48,6 +81,10 @@ func startUpstream() (*upstream, error) {
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	n := u.calls.Add(1)
+	set := keySet(r.Header.Get("Idempotency-Key"))
+	u.mu.Lock()
+	u.byKey[set]++
+	u.mu.Unlock()
 	if r.Header.Get("X-Bench-Fail") != "" {
 		http.Error(w, "upstream failed", http.StatusInternalServerError)
 		return

@@ -1,4 +1,5 @@
-// Package redistest starts throw-away redis-server processes for tests.
+// Package redistest starts throw-away redis-server processes for tests
+// (Start and its relatives) and for the load benchmark (Launch).
 //
 // Each server listens on a free 127.0.0.1 port, keeps its files in the test's
 // temporary directory, persists nothing (--save "" --appendonly no) and is
@@ -101,26 +102,59 @@ func Start(t testing.TB, extraArgs ...string) *Server {
 	return s
 }
 
+// Launch starts a redis-server like Start, for a program rather than a
+// test (the load benchmark): in dir, which must exist, on a free
+// 127.0.0.1 port (--save "" --appendonly no, plus extraArgs). It returns
+// an error where Start would skip or fail; the caller stops the server
+// with Stop.
+func Launch(dir string, extraArgs ...string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not available: %w", err)
+	}
+	s := &Server{Dir: dir, bin: bin, extra: append([]string(nil), extraArgs...)}
+	if err := s.tryLaunch(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // launch starts s on a free port, retrying on another port when the first
-// was taken meanwhile.
+// was taken meanwhile, and stops it in t.Cleanup.
 func (s *Server) launch(t testing.TB) {
 	t.Helper()
 	t.Cleanup(s.Stop)
+	if err := s.tryLaunch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *Server) tryLaunch() error {
 	var lastErr error
 	for range startTries {
 		port, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: no free port: %v", err)
+			return fmt.Errorf("redistest: no free port: %w", err)
 		}
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if lastErr = s.start(); lastErr == nil {
-			return
+			return nil
 		}
 		// Most likely somebody else took the port between our probe and
 		// redis-server's bind: try another one.
 	}
-	t.Fatalf("redistest: redis-server did not start: %v", lastErr)
+	return fmt.Errorf("redistest: redis-server did not start: %w", lastErr)
+}
+
+// Pid returns the server's process id, 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Stop sends SIGTERM to the server and waits for it to exit (SIGKILL after

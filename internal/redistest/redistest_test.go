@@ -244,3 +244,35 @@ func TestStartTLS(t *testing.T) {
 		t.Fatal("plain-text PING to the TLS port succeeded")
 	}
 }
+
+// TestLaunch: the starter without a test, as the load benchmark uses it.
+func TestLaunch(t *testing.T) {
+	if !Available() {
+		if Required() {
+			t.Fatalf("redis-server not available; %s=1 requires it", RequireEnv)
+		}
+		t.Skip("redis-server not available")
+	}
+	s, err := Launch(t.TempDir(), "--maxmemory", "32mb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	pid := s.Pid()
+	c := s.newClient()
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatalf("INFO: %v", err)
+	}
+	if !strings.Contains(info, fmt.Sprintf("process_id:%d\r\n", pid)) {
+		t.Errorf("Pid() = %d, INFO server says otherwise", pid)
+	}
+	if mm, err := c.ConfigGet(context.Background(), "maxmemory").Result(); err != nil || mm["maxmemory"] != fmt.Sprint(32<<20) {
+		t.Errorf("extra args not applied: %v, %v", mm, err)
+	}
+	s.Stop()
+	if s.Pid() != 0 || s.Running() {
+		t.Error("Pid or Running after Stop")
+	}
+}
