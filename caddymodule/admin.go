@@ -19,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -499,11 +500,11 @@ func (c completeRequest) result(rt *route) (store.Result, error) {
 	}
 	res.Header = http.Header{}
 	for name, values := range c.Headers {
-		if !validHeaderName(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return res, fmt.Errorf("header name %q is not valid", name)
 		}
 		for _, v := range values {
-			if !validHeaderValue(v) {
+			if !httpguts.ValidHeaderFieldValue(v) {
 				return res, fmt.Errorf("header %s: value %q is not valid (control characters)", name, v)
 			}
 		}
@@ -527,33 +528,6 @@ func (c completeRequest) result(rt *route) (store.Result, error) {
 		return res, fmt.Errorf("external_id is longer than %d bytes", adminMaxExternalID)
 	}
 	return res, nil
-}
-
-// validHeaderName reports whether name is an HTTP token (RFC 9110).
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue rejects control characters other than tab.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // complete answers POST /idempotency/records/{id}/complete: the record

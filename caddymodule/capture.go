@@ -3,10 +3,13 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"hash"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // capture passes a guarded response through to the client while keeping a
@@ -16,7 +19,10 @@ import (
 // accepting the upstream's bytes so the call finishes and its result is
 // stored for the client's retry.
 type capture struct {
-	w   http.ResponseWriter
+	// The client's writer: Header, Unwrap (for http.ResponseController)
+	// and Push come from the wrapper; Write, WriteHeader, ReadFrom and
+	// FlushError are capture's own.
+	*caddyhttp.ResponseWriterWrapper
 	max int64
 
 	status    int         // final status; 0 until WriteHeader(>=200)
@@ -65,10 +71,11 @@ func appendBounded(b, p []byte, limit int64) []byte {
 }
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
-	return &capture{w: w, max: max, buf: getBuffer(), digest: sha256.New(), declared: -1}
+	return &capture{
+		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		max:                   max, buf: getBuffer(), digest: sha256.New(), declared: -1,
+	}
 }
-
-func (c *capture) Header() http.Header { return c.w.Header() }
 
 func (c *capture) WriteHeader(status int) {
 	if c.status != 0 {
@@ -76,7 +83,7 @@ func (c *capture) WriteHeader(status int) {
 	}
 	if status >= 200 || status == http.StatusSwitchingProtocols {
 		c.status = status
-		hdr := c.w.Header()
+		hdr := c.ResponseWriter.Header()
 		c.header = storableHeader(hdr)
 		if strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") {
 			c.streaming = true
@@ -84,7 +91,7 @@ func (c *capture) WriteHeader(status int) {
 		c.sizeFor(hdr.Get("Content-Length"))
 	}
 	if c.clientErr == nil {
-		c.w.WriteHeader(status)
+		c.ResponseWriter.WriteHeader(status)
 	}
 }
 
@@ -124,7 +131,7 @@ func (c *capture) Write(p []byte) (int, error) {
 		}
 	}
 	if c.clientErr == nil {
-		if _, err := c.w.Write(p); err != nil {
+		if _, err := c.ResponseWriter.Write(p); err != nil {
 			c.clientErr = err
 		}
 	}
@@ -137,7 +144,7 @@ func (c *capture) FlushError() error {
 	if c.clientErr != nil {
 		return nil
 	}
-	if err := http.NewResponseController(c.w).Flush(); err != nil {
+	if err := http.NewResponseController(c.ResponseWriter).Flush(); err != nil {
 		c.clientErr = err
 	}
 	return nil
@@ -146,8 +153,15 @@ func (c *capture) FlushError() error {
 // Flush implements http.Flusher.
 func (c *capture) Flush() { _ = c.FlushError() }
 
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+// ReadFrom copies through Write, so every byte is digested and bounded
+// (the wrapper's ReadFrom would hand r to the client's writer directly).
+func (c *capture) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{c}, r)
+}
+
+// writerOnly hides every method but Write, so io.Copy cannot take a
+// shortcut around it.
+type writerOnly struct{ io.Writer }
 
 // body returns the captured body; nil when it overflowed.
 func (c *capture) body() []byte {
@@ -172,4 +186,5 @@ func (c *capture) release() {
 var (
 	_ http.ResponseWriter = (*capture)(nil)
 	_ http.Flusher        = (*capture)(nil)
+	_ io.ReaderFrom       = (*capture)(nil)
 )
