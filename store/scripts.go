@@ -1,6 +1,7 @@
 package store
 
 import (
+	"embed"
 	"strconv"
 	"strings"
 
@@ -107,56 +108,57 @@ const (
 	codeConflict = 3 // the record's state does not allow the operation
 )
 
-// luaNow is the prelude of every script: the Redis server's clock in ms.
-const luaNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-`
+// The Lua scripts live in scripts/*.lua. A script is its files joined in
+// order: the preludes (now.lua: the Redis clock; index.lua: the record's
+// state indexes and settle; audit.lua: the operator audit trail), its own
+// file, and the reply (reply.lua: code and record; reply_clock.lua: code,
+// clock and record). $name placeholders in the files stand for the Go
+// constants below, so the scripts and the code that reads their replies
+// share one definition.
+//
+//go:embed scripts/*.lua
+var luaFiles embed.FS
 
-// luaIndex is the prelude of every state-changing script. KEYS[1] is the
-// record, KEYS[2..5] the state indexes of its shard (indexStates order),
-// ARGV[1] the record id (the index member). settle(old, new, ttl) gives the
-// record its lifetime (PEXPIRE ttl ms) and moves it from the old state's
-// index to the new one's, scored with its expiry time; expired members of
-// the index written are trimmed on the way. The caller sets the st field.
-const luaIndex = luaNow + `
-local id = ARGV[1]
-local idx = {in_flight = KEYS[2], completed = KEYS[3], unknown = KEYS[4], released = KEYS[5]}
-local function settle(old, new, ttl)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  if old and old ~= new and idx[old] then
-    redis.call('ZREM', idx[old], id)
-  end
-  redis.call('ZADD', idx[new], now + ttl, id)
-  redis.call('ZREMRANGEBYSCORE', idx[new], '-inf', now)
-end
-`
+// luaConstants replaces the $name placeholders of the script files.
+// Longer names come first where one is a prefix of another.
+var luaConstants = strings.NewReplacer(
+	"$codeExisting", strconv.Itoa(codeExisting),
+	"$codeCreated", strconv.Itoa(codeCreated),
+	"$codeTakeOver", strconv.Itoa(codeTakeOver),
+	"$codeOwned", strconv.Itoa(codeOwned),
+	"$codeLate", strconv.Itoa(codeLate),
+	"$codeDone", strconv.Itoa(codeDone),
+	"$codeNotFound", strconv.Itoa(codeNotFound),
+	"$codeConflict", strconv.Itoa(codeConflict),
+	"$codeCheckRefused", strconv.Itoa(codeCheckRefused),
+	"$codeCheckHeld", strconv.Itoa(codeCheckHeld),
+	"$codeCheckApplied", strconv.Itoa(codeCheckApplied),
+	"$codeCheckReleased", strconv.Itoa(codeCheckReleased),
+	"$MaxAuditEntries", strconv.Itoa(MaxAuditEntries),
+	"$MaxCheckEntries", strconv.Itoa(MaxCheckEntries),
+	"$ReasonVerifiedNotApplied", ReasonVerifiedNotApplied,
+	"$ReasonVerified", ReasonVerified,
+	// Every record field, in fields order (HMGET of the whole record).
+	"$fields", "'"+strings.Join(fields[:], "', '")+"'",
+	// The fields of a result, cleared on release and takeover.
+	"$resultFields", `'ca', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'`,
+	// The verification fields of one claim, cleared when a new claim
+	// takes the record over; the check log stays.
+	"$checkState", `'chc', 'chn', 'chs', 'chf', 'clt', 'clu'`,
+)
 
-// luaFields is the Lua argument list of every record field, in fields order.
-var luaFields = "'" + strings.Join(fields[:], "', '") + "'"
-
-// luaResultFields are the fields of a result (cleared on release/reclaim).
-const luaResultFields = `'ca', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'`
-
-// luaCheckState are the verification fields of one claim (cleared when a
-// new claim takes the record over); the check log stays.
-const luaCheckState = `'chc', 'chn', 'chs', 'chf', 'clt', 'clu'`
-
-// luaReply ends the scripts that answer with a code and the record.
-var luaReply = `
-local r = redis.call('HMGET', KEYS[1], ` + luaFields + `)
-table.insert(r, 1, code)
-return r
-`
-
-// luaClaimReply ends the claim script: the code, the Redis clock the
-// script decided by (ms), and the record.
-var luaClaimReply = `
-local r = redis.call('HMGET', KEYS[1], ` + luaFields + `)
-table.insert(r, 1, now)
-table.insert(r, 1, code)
-return r
-`
+// script assembles one script from its files.
+func script(files ...string) *redis.Script {
+	var b strings.Builder
+	for _, f := range files {
+		src, err := luaFiles.ReadFile("scripts/" + f + ".lua")
+		if err != nil {
+			panic("store: " + err.Error()) // embedded: cannot happen in a built binary
+		}
+		b.Write(src)
+	}
+	return redis.NewScript(luaConstants.Replace(b.String()))
+}
 
 // claimScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
@@ -168,61 +170,11 @@ return r
 // waits for would hold the key until its lease ran out; or {created code,
 // now ms} for a new record, which holds exactly what ARGV says (the caller
 // builds it without reading it back).
-var claimScript = redis.NewScript(luaIndex + `
-local notAfter = tonumber(ARGV[10])
-if notAfter > 0 and now > notAfter then
-  return {` + itoa(codeLate) + `, now}
-end
-local key = KEYS[1]
-local tok = ARGV[2]
-local lease = tonumber(ARGV[7])
-local hold = tonumber(ARGV[8])
-local cur = redis.call('HMGET', key, 'st', 'tok', 'lu', 'fp', 'fpr', 'cha')
-local st = cur[1]
-local code = ` + itoa(codeExisting) + `
-if not st then
-  redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
-    'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
-  if ARGV[11] ~= '' then
-    redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
-  end
-  settle(false, 'in_flight', hold)
-  return {` + itoa(codeCreated) + `, now}
-elseif st == 'in_flight' and cur[2] == tok then
-  code = ` + itoa(codeOwned) + `
-else
-  local expired = st == 'in_flight' and tonumber(cur[3] or '0') <= now
-  local same = cur[4] == ARGV[5] and cur[5] == ARGV[6]
-  redis.call('HINCRBY', key, 'att', 1)
-  if expired and ARGV[9] ~= 'release' then
-    redis.call('HSET', key, 'st', 'unknown', 'rsn', 'lease_expired')
-    if cur[6] then
-      redis.call('HSET', key, 'chn', now + tonumber(cur[6]))
-    end
-    settle(st, 'unknown', hold)
-  elseif same and (expired or st == 'released') then
-    redis.call('HDEL', key, ` + luaResultFields + `, ` + luaCheckState + `)
-    redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'sa', now, 'lu', now + lease)
-    if ARGV[11] ~= '' then
-      redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
-    else
-      redis.call('HDEL', key, 'chk', 'cha')
-    end
-    redis.call('HINCRBY', key, 'exe', 1)
-    settle(st, 'in_flight', hold)
-    code = ` + itoa(codeTakeOver) + `
-  end
-end
-` + luaClaimReply)
+var claimScript = script("now", "index", "claim", "reply_clock")
 
 // renewScript: KEYS = record key. ARGV: 1 id, 2 token, 3 lease ms.
 // Reply 1 when renewed, else 0. The key's lifetime and index entry stay.
-var renewScript = redis.NewScript(luaNow + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[3]))
-return 1
-`)
+var renewScript = script("now", "renew")
 
 // completeScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 status, 4 header, 5 body, 6 body omitted
@@ -230,104 +182,42 @@ return 1
 // 12 fingerprint, 13 fingerprint rule, 14 started at ms. Reply 1 when
 // stored, else 0. A record that is gone (a failover lost the claim) is
 // written anew from ARGV 10-14, with one attempt and one execution.
-var completeScript = redis.NewScript(luaIndex + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if not cur[1] then
-  redis.call('HSET', KEYS[1], 'tok', ARGV[2], 'route', ARGV[10], 'op', ARGV[11],
-    'fp', ARGV[12], 'fpr', ARGV[13], 'sa', ARGV[14], 'lu', ARGV[14], 'att', 1, 'exe', 1)
-elseif cur[2] ~= ARGV[2] then
-  return 0
-end
-redis.call('HDEL', KEYS[1], 'rsn')
-redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[3], 'hd', ARGV[4],
-  'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8])
-settle(cur[1], 'completed', tonumber(ARGV[9]))
-return 1
-`)
+var completeScript = script("now", "index", "complete")
 
 // releaseScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 ttl ms. Reply 1 when released, else 0.
-var releaseScript = redis.NewScript(luaIndex + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[2] ~= ARGV[2] then return 0 end
-redis.call('HDEL', KEYS[1], ` + luaResultFields + `)
-redis.call('HSET', KEYS[1], 'st', 'released')
-settle(cur[1], 'released', tonumber(ARGV[3]))
-return 1
-`)
+var releaseScript = script("now", "index", "release")
 
 // markUnknownScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 token, 3 reason, 4 hold ttl ms. Reply 1 when marked, else
 // 0. A completed record is never demoted. A record that carries a check
 // is due for its first scheduled check its after ms from now.
-var markUnknownScript = redis.NewScript(luaIndex + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'cha')
-if cur[2] ~= ARGV[2] or cur[1] == 'completed' then return 0 end
-redis.call('HSET', KEYS[1], 'st', 'unknown', 'rsn', ARGV[3])
-if cur[3] then
-  redis.call('HSET', KEYS[1], 'chn', now + tonumber(cur[3]))
-end
-settle(cur[1], 'unknown', tonumber(ARGV[4]))
-return 1
-`)
-
-// luaAudit is the prelude of the operator scripts: audit(entry) appends
-// one operator action to the record's audit field, a JSON object per line
-// with the script's clock as "at" (ms) before the caller's fields (entry is
-// the rest of the object, from `"actor":`, already JSON-encoded), and keeps
-// the last MaxAuditEntries lines.
-var luaAudit = luaIndex + `
-local function audit(entry)
-  local line = '{"at":' .. string.format('%d', now) .. ',' .. entry
-  local a = redis.call('HGET', KEYS[1], 'aud')
-  if a then a = a .. '\n' .. line else a = line end
-  local _, n = string.gsub(a, '\n', '')
-  while n >= ` + itoa(MaxAuditEntries) + ` do
-    a = string.sub(a, string.find(a, '\n', 1, true) + 1)
-    n = n - 1
-  end
-  redis.call('HSET', KEYS[1], 'aud', a)
-end
-`
+var markUnknownScript = script("now", "index", "mark_unknown")
 
 // operatorReleaseScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 new token, 3 ttl ms, 4 audit entry. Reply: {code, <fields...>}.
 // Any state but a live in-flight claim becomes released under a new token.
-var operatorReleaseScript = redis.NewScript(luaAudit + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
-local st = cur[1]
-local code = ` + itoa(codeDone) + `
-if not st then
-  code = ` + itoa(codeNotFound) + `
-elseif st == 'in_flight' and tonumber(cur[2] or '0') > now then
-  code = ` + itoa(codeConflict) + `
-else
-  redis.call('HDEL', KEYS[1], ` + luaResultFields + `)
-  redis.call('HSET', KEYS[1], 'st', 'released', 'tok', ARGV[2], 'rsn', 'operator')
-  audit(ARGV[4])
-  settle(st, 'released', tonumber(ARGV[3]))
-end
-` + luaReply)
+var operatorReleaseScript = script("now", "index", "audit", "operator_release", "reply")
 
 // operatorCompleteScript: KEYS = record key and its shard's indexes.
 // ARGV: 1 id, 2 new token, 3 status, 4 header, 5 body, 6 body omitted,
 // 7 digest, 8 external id, 9 ttl ms, 10 audit entry. Reply: {code, <fields...>}.
 // Unknown, released and lease-expired in-flight records become completed.
-var operatorCompleteScript = redis.NewScript(luaAudit + `
-local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
-local st = cur[1]
-local code = ` + itoa(codeDone) + `
-if not st then
-  code = ` + itoa(codeNotFound) + `
-elseif st == 'completed' or (st == 'in_flight' and tonumber(cur[2] or '0') > now) then
-  code = ` + itoa(codeConflict) + `
-else
-  redis.call('HSET', KEYS[1], 'st', 'completed', 'tok', ARGV[2], 'ca', now, 'sc', ARGV[3],
-    'hd', ARGV[4], 'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', 'operator')
-  audit(ARGV[10])
-  settle(st, 'completed', tonumber(ARGV[9]))
-end
-` + luaReply)
+var operatorCompleteScript = script("now", "index", "audit", "operator_complete", "reply")
+
+// beginCheckScript: KEYS = record key. ARGV: 1 id, 2 claim token, 3 check
+// token, 4 lease ms, 5 due ("1": only when the next check is due).
+// Reply: {code, now ms, <fields...>}; code 1 when the lease is the
+// caller's. The record's lifetime and index entry stay.
+var beginCheckScript = script("now", "begin_check", "reply_clock")
+
+// endCheckScript: KEYS = record key and its shard's indexes.
+// ARGV: 1 id, 2 claim token, 3 check token, 4 entry status, 5 verdict,
+// 6 not found checks, 7 every ms, 8 next ms (0: none), 9 ttl ms,
+// 10 result status, 11 result header, 12 result body, 13 result digest,
+// 14 external id, 15 audit entry of an operator's check ("" for none).
+// Reply: {code, now ms, <fields...>}.
+var endCheckScript = script("now", "index", "audit", "end_check", "reply_clock")
 
 var allScripts = []*redis.Script{
 	claimScript, renewScript, completeScript, releaseScript, markUnknownScript,
@@ -335,4 +225,10 @@ var allScripts = []*redis.Script{
 	beginCheckScript, endCheckScript,
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }
+// Codes of the end check script.
+const (
+	codeCheckRefused  = 0 // not under the lease and claim: nothing changed
+	codeCheckHeld     = 1 // recorded; the record stays held
+	codeCheckApplied  = 2 // recorded; completed with the lookup's answer
+	codeCheckReleased = 3 // recorded; released
+)

@@ -1,0 +1,11 @@
+
+local id = ARGV[1]
+local idx = {in_flight = KEYS[2], completed = KEYS[3], unknown = KEYS[4], released = KEYS[5]}
+local function settle(old, new, ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if old and old ~= new and idx[old] then
+    redis.call('ZREM', idx[old], id)
+  end
+  redis.call('ZADD', idx[new], now + ttl, id)
+  redis.call('ZREMRANGEBYSCORE', idx[new], '-inf', now)
+end
