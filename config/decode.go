@@ -20,15 +20,6 @@ type decoder struct {
 	budget int             // values left to decode
 }
 
-// emptyMessages are the string fields where "" would silently mean "not
-// set"; an explicit "" there is a problem.
-var emptyMessages = map[string]string{
-	"operation":          "must not be empty (leave it out to use the route's name)",
-	"external_id":        "must not be empty (leave it out to record no external id)",
-	"on_unknown_outcome": enumMessage("", []string{OnUnknownHold, OnUnknownRelease, OnUnknownStore}),
-	"on_store_error":     enumMessage("", []string{OnStoreErrorFailClosed, OnStoreErrorFailOpen}),
-}
-
 // kinds are the YAML tag and the descriptions (one, a list) of each kind
 // of Go value.
 var kinds = map[reflect.Kind][3]string{reflect.String: {"!!str", "a string", "strings"},
@@ -77,8 +68,6 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string, line int) 
 			msg += " (quote it to make it a string)"
 		}
 		d.fail(line, field, msg)
-	case n.Value == "" && emptyMessages[field[strings.LastIndexByte(field, '.')+1:]] != "":
-		d.fail(line, field, emptyMessages[field[strings.LastIndexByte(field, '.')+1:]])
 	}
 }
 

@@ -9,20 +9,24 @@ import (
 	"github.com/idemgate/idemgate/keying"
 )
 
-// Values of Policy.OnUnknownOutcome: what happens when the gateway cannot
-// know whether the upstream performed the side effect (a 5xx, a timeout or
-// reset after the request was sent, a lease that ran out).
+// OnUnknown is a value of Policy.OnUnknownOutcome: what happens when the
+// gateway cannot know whether the upstream performed the side effect (a
+// 5xx, a timeout or reset after the request was sent, a lease that ran out).
+type OnUnknown string
+
 const (
-	OnUnknownHold    = "hold"    // keep the record as outcome unknown for an operator; retries get 409 (default)
-	OnUnknownRelease = "release" // the next retry executes (for upstreams that honour the forwarded key)
-	OnUnknownStore   = "store"   // store the failure and replay it like any result
+	OnUnknownHold    OnUnknown = "hold"    // keep the record as outcome unknown for an operator; retries get 409 (default)
+	OnUnknownRelease OnUnknown = "release" // the next retry executes (for upstreams that honour the forwarded key)
+	OnUnknownStore   OnUnknown = "store"   // store the failure and replay it like any result
 )
 
-// Values of Policy.OnStoreError: what happens when the record store cannot
-// be reached.
+// OnStoreError is a value of Policy.OnStoreError: what happens when the
+// record store cannot be reached.
+type OnStoreError string
+
 const (
-	OnStoreErrorFailClosed = "fail_closed" // answer 503 without calling the upstream (default)
-	OnStoreErrorFailOpen   = "fail_open"   // forward the request unguarded, and count it
+	OnStoreErrorFailClosed OnStoreError = "fail_closed" // answer 503 without calling the upstream (default)
+	OnStoreErrorFailOpen   OnStoreError = "fail_open"   // forward the request unguarded, and count it
 )
 
 // Built-in defaults, used where neither a route nor the rules' defaults set
@@ -76,9 +80,9 @@ type Policy struct {
 	// the claim is released for the next retry; [] means none. Default [429, 503].
 	RetryStatuses []int `json:"retry_statuses,omitzero"`
 	// OnUnknownOutcome is hold (default), release or store.
-	OnUnknownOutcome string `json:"on_unknown_outcome,omitempty"`
+	OnUnknownOutcome OnUnknown `json:"on_unknown_outcome,omitempty"`
 	// OnStoreError is fail_closed (default) or fail_open.
-	OnStoreError string `json:"on_store_error,omitempty"`
+	OnStoreError OnStoreError `json:"on_store_error,omitempty"`
 	// Confirm: true makes the operator console ask for every action on the
 	// route's records (release, complete) a second time. Default false.
 	Confirm *bool `json:"confirm,omitempty"`
@@ -161,9 +165,9 @@ type Resolved struct {
 	MaxResponse      int64
 	ForwardKeyHeader string // "" when the key is not forwarded
 	RetryStatuses    []int  // nil when retry_statuses is an explicit []
-	OnUnknownOutcome string // one of the OnUnknown constants
-	OnStoreError     string // one of the OnStoreError constants
-	Confirm          bool   // the console asks twice before an action
+	OnUnknownOutcome OnUnknown
+	OnStoreError     OnStoreError
+	Confirm          bool // the console asks twice before an action
 }
 
 // Resolve validates the rules and returns the routes, in order, with every

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"path"
 	"regexp"
 	"slices"
@@ -44,16 +43,16 @@ func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
 
 // ValidateWith is Validate, also checking the rules against l.
 func (r *Rules) ValidateWith(l Limits) error {
-	if errs := r.check(l, true); len(errs) > 0 {
+	if errs := r.check(l, nil); len(errs) > 0 {
 		return errs
 	}
 	return nil
 }
 
-// check checks the rules; fromJSON adds hints for mistakes only JSON
-// allows (bare numbers as durations).
-func (r *Rules) check(l Limits, fromJSON bool) ErrorList {
-	c := &errorList{fromJSON: fromJSON}
+// check checks the rules; written holds the fields set in a YAML file (nil
+// for JSON), where "" is a problem too.
+func (r *Rules) check(l Limits, written map[string]int) ErrorList {
+	c := &errorList{written: written}
 	if r == nil || len(r.Routes) == 0 {
 		c.add("routes", "at least one route is required")
 		if r == nil {
@@ -81,7 +80,9 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 	default:
 		names[rt.Name] = i
 	}
-	if rt.Operation != "" && !validName(rt.Operation) {
+	if rt.Operation == "" && c.isWritten(f+"operation") {
+		c.add(f+"operation", "must not be empty (leave it out to use the route's name)")
+	} else if rt.Operation != "" && !validName(rt.Operation) {
 		c.add(f+"operation", "%s is not a valid operation: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Operation))
 	}
 
@@ -122,6 +123,9 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 			c.add(at(f+"fingerprint.ignore", j), "%s cannot be deleted from a body: ignore paths are plain paths"+
 				" (no queries, wildcards, modifiers or multipaths)", quote(p))
 		}
+	}
+	if rt.ExternalID == "" && c.isWritten(f+"external_id") {
+		c.add(f+"external_id", "must not be empty (leave it out to record no external id)")
 	}
 	c.policy(f, &rt.Policy)
 }
@@ -173,8 +177,8 @@ func (c *errorList) policy(f string, p *Policy) {
 			c.add(at(f+"retry_statuses", j), "%d is a success status; only failures can be retried", s)
 		}
 	}
-	c.enum(f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
-	c.enum(f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
+	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
+	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }
 
 // duration checks a set (non-zero) duration is positive and at least min.
@@ -184,7 +188,7 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 	switch {
 	case d < 0:
 		c.add(field, "must be positive, got %s", d)
-	case d > 0 && time.Duration(d) < min && c.fromJSON && time.Duration(d) < time.Millisecond:
+	case d > 0 && time.Duration(d) < min && c.written == nil && time.Duration(d) < time.Millisecond:
 		c.add(field, "must be at least %s, got %s (a bare number in Caddy's JSON is nanoseconds: write \"%ds\" for seconds)", min, d, int64(d))
 	case d > 0 && time.Duration(d) < min:
 		c.add(field, "must be at least %s, got %s", min, d)
@@ -243,15 +247,15 @@ func (c *errorList) leases(r *Rules, l Limits) {
 
 const outlive = ": a held record must outlive the claim it was made from"
 
-// enum checks a set (non-empty) value is one of values.
-func (c *errorList) enum(field, v string, values ...string) {
-	if v != "" && !slices.Contains(values, v) {
-		c.add(field, "%s", enumMessage(v, values))
+// enum checks a value set (or written in the file) is one of values.
+func enum[T ~string](c *errorList, field string, v T, values ...T) {
+	if (v != "" || c.isWritten(field)) && !slices.Contains(values, v) {
+		names := make([]string, len(values))
+		for i, s := range values {
+			names[i] = string(s)
+		}
+		c.add(field, "%s is not one of %s", quote(string(v)), strings.Join(names, ", "))
 	}
-}
-
-func enumMessage(v string, values []string) string {
-	return fmt.Sprintf("%s is not one of %s", quote(v), strings.Join(values, ", "))
 }
 
 // at returns the field of element j of the list field.
