@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
@@ -139,20 +138,9 @@ func (d *decoder) failedAt(field string) bool {
 // "routes" for "routes[1]", "" for "routes".
 func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
 
-// structFields caches reflect.VisibleFields of each struct type.
-var structFields sync.Map
-
-func fieldsOf(t reflect.Type) []reflect.StructField {
-	f, ok := structFields.Load(t)
-	if !ok {
-		f, _ = structFields.LoadOrStore(t, reflect.VisibleFields(t))
-	}
-	return f.([]reflect.StructField)
-}
-
 // fieldNamed returns the field of struct v whose JSON name is name.
 func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
-	for _, f := range fieldsOf(v.Type()) {
+	for _, f := range reflect.VisibleFields(v.Type()) {
 		if !f.Anonymous && jsonName(f) == name {
 			return v.FieldByIndex(f.Index), true
 		}
@@ -173,7 +161,7 @@ func suggest(name string, t reflect.Type, worth bool) string {
 	if len(name) > 64 || !worth {
 		return ""
 	}
-	for _, f := range fieldsOf(t) {
+	for _, f := range reflect.VisibleFields(t) {
 		k := jsonName(f)
 		if d := levenshtein.ComputeDistance(name, k); k != "" && d < bestDist && d < len(k)/2+1 {
 			best, bestDist = k, d
