@@ -29,8 +29,7 @@ const (
 	OnStoreErrorFailOpen   OnStoreError = "fail_open"   // forward the request unguarded, and count it
 )
 
-// Built-in defaults, used where neither a route nor the rules' defaults set
-// a field.
+// Built-in defaults, for fields that neither a route nor "defaults" set.
 const (
 	defaultTTL         = 24 * time.Hour
 	defaultLockLease   = 30 * time.Second
@@ -63,8 +62,7 @@ type Policy struct {
 	// RequireKey: true answers 400 when no key can be derived; false lets
 	// such requests pass unguarded. Default true.
 	RequireKey *bool `json:"require_key,omitempty"`
-	// MaxBody is the largest request body (larger: 413); at most 64MiB.
-	// Default 1MiB.
+	// MaxBody is the largest request body (larger: 413); at most 64MiB. Default 1MiB.
 	MaxBody Size `json:"max_body,omitempty"`
 	// MaxResponse is the largest response body stored; larger ones are
 	// streamed and stored as status, headers and digest. Default 1MiB.
@@ -72,9 +70,8 @@ type Policy struct {
 	// Scope templates are resolved and hashed into every key, so keys never
 	// collide across clients; [] means none. Default ["{header.Authorization}"].
 	Scope []string `json:"scope,omitzero"`
-	// ForwardKeyHeader carries the derived key upstream; "" forwards none.
-	// Not a header the request needs itself (Authorization, Host, Cookie,
-	// Content-*, Transfer-Encoding) nor hop-by-hop. Default Idempotency-Key.
+	// ForwardKeyHeader carries the derived key upstream ("" forwards none); not a
+	// header the request needs itself, nor hop-by-hop. Default Idempotency-Key.
 	ForwardKeyHeader *string `json:"forward_key_header,omitempty"`
 	// RetryStatuses are upstream statuses (3xx to 5xx) that mean "not done":
 	// the claim is released for the next retry; [] means none. Default [429, 503].
@@ -122,9 +119,8 @@ type Route struct {
 	Operation string `json:"operation,omitempty"`
 	// Match selects the guarded requests.
 	Match Match `json:"match,omitzero"`
-	// Key lists key templates such as "{header.Idempotency-Key}" or
-	// "{body.event.id}:{body.event.type}"; the first whose placeholders all
-	// resolve wins. At least one is required.
+	// Key lists key templates such as "{body.event.id}:{body.event.type}"; the
+	// first whose placeholders all resolve wins. At least one is required.
 	Key []string `json:"key,omitempty"`
 	// Fingerprint selects the payload fields that must match on a retry.
 	Fingerprint Fingerprint `json:"fingerprint,omitzero"`
@@ -170,9 +166,8 @@ type Resolved struct {
 	Confirm          bool // the console asks twice before an action
 }
 
-// Resolve validates the rules and returns the routes, in order, with every
-// policy field filled in. Errors are an ErrorList of field-path problems
-// (see Validate).
+// Resolve validates the rules (see Validate) and returns the routes, in
+// order, with every policy field filled in.
 func (r *Rules) Resolve() ([]Resolved, error) { return r.ResolveWith(Limits{}) }
 
 // ResolveWith is Resolve, also checking the rules against l.
