@@ -201,23 +201,17 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 // A problem is reported once, at the most specific field that causes it.
 func (c *errorList) leases(r *Rules, l Limits) {
 	type setting struct {
-		d     Duration
-		field string // "" for the built-in default
+		d           Duration
+		field, from string // field is "" for the built-in default
 	}
 	or := func(s setting, d Duration, field string) setting {
 		if d != 0 {
-			return setting{d, field}
+			return setting{d, field, "from " + field}
 		}
 		return s
 	}
-	from := func(s setting) string {
-		if s.field == "" {
-			return "the default"
-		}
-		return "from " + s.field
-	}
-	lease := or(setting{Duration(defaultLockLease), ""}, r.Defaults.LockLease, "defaults.lock_lease")
-	hold := or(setting{Duration(defaultHoldTTL), ""}, r.Defaults.HoldTTL, "defaults.hold_ttl")
+	lease := or(setting{Duration(defaultLockLease), "", "the default"}, r.Defaults.LockLease, "defaults.lock_lease")
+	hold := or(setting{Duration(defaultHoldTTL), "", "the default"}, r.Defaults.HoldTTL, "defaults.hold_ttl")
 	for i := -1; i < len(r.Routes); i++ {
 		lease, hold, p := lease, hold, "defaults."
 		if i >= 0 {
@@ -231,9 +225,9 @@ func (c *errorList) leases(r *Rules, l Limits) {
 		case hold.d < lease.d && own(hold) && own(lease):
 			c.add(hold.field, "%s is shorter than lock_lease (%s)"+outlive, hold.d, lease.d)
 		case hold.d < lease.d && own(hold):
-			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, from(lease))
+			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, lease.from)
 		case hold.d < lease.d:
-			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, from(hold))
+			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, hold.from)
 		}
 		switch {
 		case l.OpTimeout == 0 || time.Duration(lease.d) > l.OpTimeout:
