@@ -101,7 +101,7 @@ func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method
 
 // expiredPolicy says what a claim does with a record whose lease ran out:
 // the gateway that held it died mid-call, so the outcome is unknown.
-func expiredPolicy(onUnknown string) string {
+func expiredPolicy(onUnknown config.OnUnknown) string {
 	if onUnknown == config.OnUnknownRelease {
 		return "release"
 	}

@@ -4,7 +4,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
@@ -18,15 +17,6 @@ type decoder struct {
 	lines  map[string]int  // field path → line
 	failed map[string]bool // fields that did not decode
 	budget int             // values left to decode
-}
-
-// emptyMessages are the string fields where "" would silently mean "not
-// set"; an explicit "" there is a problem.
-var emptyMessages = map[string]string{
-	"operation":          "must not be empty (leave it out to use the route's name)",
-	"external_id":        "must not be empty (leave it out to record no external id)",
-	"on_unknown_outcome": enumMessage("", []string{OnUnknownHold, OnUnknownRelease, OnUnknownStore}),
-	"on_store_error":     enumMessage("", []string{OnStoreErrorFailClosed, OnStoreErrorFailOpen}),
 }
 
 // kinds are the YAML tag and the descriptions (one, a list) of each kind
@@ -79,8 +69,6 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string, line int) 
 			msg += " (quote it to make it a string)"
 		}
 		d.fail(line, field, msg)
-	case n.Value == "" && emptyMessages[field[strings.LastIndexByte(field, '.')+1:]] != "":
-		d.fail(line, field, emptyMessages[field[strings.LastIndexByte(field, '.')+1:]])
 	}
 }
 
@@ -174,20 +162,9 @@ func (d *decoder) failedAt(field string) bool {
 // "routes" for "routes[1]", "" for "routes".
 func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
 
-// structFields caches reflect.VisibleFields of each struct type.
-var structFields sync.Map
-
-func fieldsOf(t reflect.Type) []reflect.StructField {
-	f, ok := structFields.Load(t)
-	if !ok {
-		f, _ = structFields.LoadOrStore(t, reflect.VisibleFields(t))
-	}
-	return f.([]reflect.StructField)
-}
-
 // fieldNamed returns the field of struct v whose JSON name is name.
 func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
-	for _, f := range fieldsOf(v.Type()) {
+	for _, f := range reflect.VisibleFields(v.Type()) {
 		if !f.Anonymous && jsonName(f) == name {
 			return v.FieldByIndex(f.Index), true
 		}
@@ -208,7 +185,7 @@ func suggest(name string, t reflect.Type, worth bool) string {
 	if len(name) > 64 || !worth {
 		return ""
 	}
-	for _, f := range fieldsOf(t) {
+	for _, f := range reflect.VisibleFields(t) {
 		k := jsonName(f)
 		if d := levenshtein.ComputeDistance(name, k); k != "" && d < bestDist && d < len(k)/2+1 {
 			best, bestDist = k, d

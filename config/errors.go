@@ -61,9 +61,11 @@ func (l ErrorList) Unwrap() []error {
 
 // errorList collects problems while checking rules.
 type errorList struct {
-	list     ErrorList
-	fromJSON bool // the rules came from JSON or Go, not YAML
+	list    ErrorList
+	written map[string]int // fields set in the YAML file; nil for JSON or Go
 }
+
+func (c *errorList) isWritten(field string) bool { _, ok := c.written[field]; return ok }
 
 func (c *errorList) add(field, format string, args ...any) {
 	c.list = append(c.list, &Error{Field: field, Msg: fmt.Sprintf(format, args...)})

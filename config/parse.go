@@ -88,7 +88,7 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	}
 	// Validate what did decode, so that one run reports every problem,
 	// but not what a field that failed to decode makes wrong.
-	for _, e := range r.check(l, false) {
+	for _, e := range r.check(l, d.lines) {
 		if !d.failedAt(e.Field) {
 			e.Line = d.line(e.Field)
 			d.errs = append(d.errs, e)

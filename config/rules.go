@@ -9,24 +9,27 @@ import (
 	"github.com/idemgate/idemgate/keying"
 )
 
-// Values of Policy.OnUnknownOutcome: what happens when the gateway cannot
-// know whether the upstream performed the side effect (a 5xx, a timeout or
-// reset after the request was sent, a lease that ran out).
+// OnUnknown is a value of Policy.OnUnknownOutcome: what happens when the
+// gateway cannot know whether the upstream performed the side effect (a
+// 5xx, a timeout or reset after the request was sent, a lease that ran out).
+type OnUnknown string
+
 const (
-	OnUnknownHold    = "hold"    // keep the record as outcome unknown for an operator; retries get 409 (default)
-	OnUnknownRelease = "release" // the next retry executes (for upstreams that honour the forwarded key)
-	OnUnknownStore   = "store"   // store the failure and replay it like any result
+	OnUnknownHold    OnUnknown = "hold"    // keep the record as outcome unknown for an operator; retries get 409 (default)
+	OnUnknownRelease OnUnknown = "release" // the next retry executes (for upstreams that honour the forwarded key)
+	OnUnknownStore   OnUnknown = "store"   // store the failure and replay it like any result
 )
 
-// Values of Policy.OnStoreError: what happens when the record store cannot
-// be reached.
+// OnStoreError is a value of Policy.OnStoreError: what happens when the
+// record store cannot be reached.
+type OnStoreError string
+
 const (
-	OnStoreErrorFailClosed = "fail_closed" // answer 503 without calling the upstream (default)
-	OnStoreErrorFailOpen   = "fail_open"   // forward the request unguarded, and count it
+	OnStoreErrorFailClosed OnStoreError = "fail_closed" // answer 503 without calling the upstream (default)
+	OnStoreErrorFailOpen   OnStoreError = "fail_open"   // forward the request unguarded, and count it
 )
 
-// Built-in defaults, used where neither a route nor the rules' defaults set
-// a field.
+// Built-in defaults, for fields that neither a route nor "defaults" set.
 const (
 	defaultTTL         = 24 * time.Hour
 	defaultLockLease   = 30 * time.Second
@@ -59,8 +62,7 @@ type Policy struct {
 	// RequireKey: true answers 400 when no key can be derived; false lets
 	// such requests pass unguarded. Default true.
 	RequireKey *bool `json:"require_key,omitempty"`
-	// MaxBody is the largest request body (larger: 413); at most 64MiB.
-	// Default 1MiB.
+	// MaxBody is the largest request body (larger: 413); at most 64MiB. Default 1MiB.
 	MaxBody Size `json:"max_body,omitempty"`
 	// MaxResponse is the largest response body stored; larger ones are
 	// streamed and stored as status, headers and digest. Default 1MiB.
@@ -68,17 +70,16 @@ type Policy struct {
 	// Scope templates are resolved and hashed into every key, so keys never
 	// collide across clients; [] means none. Default ["{header.Authorization}"].
 	Scope []string `json:"scope,omitzero"`
-	// ForwardKeyHeader carries the derived key upstream; "" forwards none.
-	// Not a header the request needs itself (Authorization, Host, Cookie,
-	// Content-*, Transfer-Encoding) nor hop-by-hop. Default Idempotency-Key.
+	// ForwardKeyHeader carries the derived key upstream ("" forwards none); not a
+	// header the request needs itself, nor hop-by-hop. Default Idempotency-Key.
 	ForwardKeyHeader *string `json:"forward_key_header,omitempty"`
 	// RetryStatuses are upstream statuses (3xx to 5xx) that mean "not done":
 	// the claim is released for the next retry; [] means none. Default [429, 503].
 	RetryStatuses []int `json:"retry_statuses,omitzero"`
 	// OnUnknownOutcome is hold (default), release or store.
-	OnUnknownOutcome string `json:"on_unknown_outcome,omitempty"`
+	OnUnknownOutcome OnUnknown `json:"on_unknown_outcome,omitempty"`
 	// OnStoreError is fail_closed (default) or fail_open.
-	OnStoreError string `json:"on_store_error,omitempty"`
+	OnStoreError OnStoreError `json:"on_store_error,omitempty"`
 	// Confirm: true makes the operator console ask for every action on the
 	// route's records (release, complete) a second time. Default false.
 	Confirm *bool `json:"confirm,omitempty"`
@@ -118,9 +119,8 @@ type Route struct {
 	Operation string `json:"operation,omitempty"`
 	// Match selects the guarded requests.
 	Match Match `json:"match,omitzero"`
-	// Key lists key templates such as "{header.Idempotency-Key}" or
-	// "{body.event.id}:{body.event.type}"; the first whose placeholders all
-	// resolve wins. At least one is required.
+	// Key lists key templates such as "{body.event.id}:{body.event.type}"; the
+	// first whose placeholders all resolve wins. At least one is required.
 	Key []string `json:"key,omitempty"`
 	// Fingerprint selects the payload fields that must match on a retry.
 	Fingerprint Fingerprint `json:"fingerprint,omitzero"`
@@ -164,16 +164,15 @@ type Resolved struct {
 	MaxResponse      int64
 	ForwardKeyHeader string // "" when the key is not forwarded
 	RetryStatuses    []int  // nil when retry_statuses is an explicit []
-	OnUnknownOutcome string // one of the OnUnknown constants
-	OnStoreError     string // one of the OnStoreError constants
-	Confirm          bool   // the console asks twice before an action
+	OnUnknownOutcome OnUnknown
+	OnStoreError     OnStoreError
+	Confirm          bool // the console asks twice before an action
 
 	Verify *VerifyRule // nil when the route has no verify rule
 }
 
-// Resolve validates the rules and returns the routes, in order, with every
-// policy field filled in. Errors are an ErrorList of field-path problems
-// (see Validate).
+// Resolve validates the rules (see Validate) and returns the routes, in
+// order, with every policy field filled in.
 func (r *Rules) Resolve() ([]Resolved, error) { return r.ResolveWith(Limits{}) }
 
 // ResolveWith is Resolve, also checking the rules against l.

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"path"
 	"regexp"
 	"slices"
@@ -44,16 +43,16 @@ func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
 
 // ValidateWith is Validate, also checking the rules against l.
 func (r *Rules) ValidateWith(l Limits) error {
-	if errs := r.check(l, true); len(errs) > 0 {
+	if errs := r.check(l, nil); len(errs) > 0 {
 		return errs
 	}
 	return nil
 }
 
-// check checks the rules; fromJSON adds hints for mistakes only JSON
-// allows (bare numbers as durations).
-func (r *Rules) check(l Limits, fromJSON bool) ErrorList {
-	c := &errorList{fromJSON: fromJSON}
+// check checks the rules; written holds the fields set in a YAML file (nil
+// for JSON), where "" is a problem too.
+func (r *Rules) check(l Limits, written map[string]int) ErrorList {
+	c := &errorList{written: written}
 	if r == nil || len(r.Routes) == 0 {
 		c.add("routes", "at least one route is required")
 		if r == nil {
@@ -82,7 +81,9 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 	default:
 		names[rt.Name] = i
 	}
-	if rt.Operation != "" && !validName(rt.Operation) {
+	if rt.Operation == "" && c.isWritten(f+"operation") {
+		c.add(f+"operation", "must not be empty (leave it out to use the route's name)")
+	} else if rt.Operation != "" && !validName(rt.Operation) {
 		c.add(f+"operation", "%s is not a valid operation: use 1 to 64 of A-Z a-z 0-9 _ . : -", quote(rt.Operation))
 	}
 
@@ -123,6 +124,9 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 			c.add(at(f+"fingerprint.ignore", j), "%s cannot be deleted from a body: ignore paths are plain paths"+
 				" (no queries, wildcards, modifiers or multipaths)", quote(p))
 		}
+	}
+	if rt.ExternalID == "" && c.isWritten(f+"external_id") {
+		c.add(f+"external_id", "must not be empty (leave it out to record no external id)")
 	}
 	c.policy(f, &rt.Policy)
 }
@@ -174,8 +178,8 @@ func (c *errorList) policy(f string, p *Policy) {
 			c.add(at(f+"retry_statuses", j), "%d is a success status; only failures can be retried", s)
 		}
 	}
-	c.enum(f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
-	c.enum(f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
+	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
+	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }
 
 // duration checks a set (non-zero) duration is positive and at least min.
@@ -185,7 +189,7 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 	switch {
 	case d < 0:
 		c.add(field, "must be positive, got %s", d)
-	case d > 0 && time.Duration(d) < min && c.fromJSON && time.Duration(d) < time.Millisecond:
+	case d > 0 && time.Duration(d) < min && c.written == nil && time.Duration(d) < time.Millisecond:
 		c.add(field, "must be at least %s, got %s (a bare number in Caddy's JSON is nanoseconds: write \"%ds\" for seconds)", min, d, int64(d))
 	case d > 0 && time.Duration(d) < min:
 		c.add(field, "must be at least %s, got %s", min, d)
@@ -198,23 +202,17 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 // A problem is reported once, at the most specific field that causes it.
 func (c *errorList) leases(r *Rules, l Limits) {
 	type setting struct {
-		d     Duration
-		field string // "" for the built-in default
+		d           Duration
+		field, from string // field is "" for the built-in default
 	}
 	or := func(s setting, d Duration, field string) setting {
 		if d != 0 {
-			return setting{d, field}
+			return setting{d, field, "from " + field}
 		}
 		return s
 	}
-	from := func(s setting) string {
-		if s.field == "" {
-			return "the default"
-		}
-		return "from " + s.field
-	}
-	lease := or(setting{Duration(defaultLockLease), ""}, r.Defaults.LockLease, "defaults.lock_lease")
-	hold := or(setting{Duration(defaultHoldTTL), ""}, r.Defaults.HoldTTL, "defaults.hold_ttl")
+	lease := or(setting{Duration(defaultLockLease), "", "the default"}, r.Defaults.LockLease, "defaults.lock_lease")
+	hold := or(setting{Duration(defaultHoldTTL), "", "the default"}, r.Defaults.HoldTTL, "defaults.hold_ttl")
 	for i := -1; i < len(r.Routes); i++ {
 		lease, hold, p := lease, hold, "defaults."
 		if i >= 0 {
@@ -228,9 +226,9 @@ func (c *errorList) leases(r *Rules, l Limits) {
 		case hold.d < lease.d && own(hold) && own(lease):
 			c.add(hold.field, "%s is shorter than lock_lease (%s)"+outlive, hold.d, lease.d)
 		case hold.d < lease.d && own(hold):
-			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, from(lease))
+			c.add(hold.field, "%s is shorter than lock_lease (%s, %s)"+outlive, hold.d, lease.d, lease.from)
 		case hold.d < lease.d:
-			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, from(hold))
+			c.add(lease.field, "%s is longer than hold_ttl (%s, %s)"+outlive, lease.d, hold.d, hold.from)
 		}
 		switch {
 		case l.OpTimeout == 0 || time.Duration(lease.d) > l.OpTimeout:
@@ -244,15 +242,15 @@ func (c *errorList) leases(r *Rules, l Limits) {
 
 const outlive = ": a held record must outlive the claim it was made from"
 
-// enum checks a set (non-empty) value is one of values.
-func (c *errorList) enum(field, v string, values ...string) {
-	if v != "" && !slices.Contains(values, v) {
-		c.add(field, "%s", enumMessage(v, values))
+// enum checks a value set (or written in the file) is one of values.
+func enum[T ~string](c *errorList, field string, v T, values ...T) {
+	if (v != "" || c.isWritten(field)) && !slices.Contains(values, v) {
+		names := make([]string, len(values))
+		for i, s := range values {
+			names[i] = string(s)
+		}
+		c.add(field, "%s is not one of %s", quote(string(v)), strings.Join(names, ", "))
 	}
-}
-
-func enumMessage(v string, values []string) string {
-	return fmt.Sprintf("%s is not one of %s", quote(v), strings.Join(values, ", "))
 }
 
 // at returns the field of element j of the list field.
