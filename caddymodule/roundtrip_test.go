@@ -83,12 +83,26 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		request func(i int) int // returns the status
 		want    int             // status
 		perReq  int64           // commands per request
+		// inner are the commands per request that Redis runs, those inside
+		// the scripts included (INFO commandstats counts them all);
+		// fractions are commands run by one request in several.
+		inner map[string]float64
 	}{
-		{"execute", func(i int) int { return c.serve(t, h, "new-"+strconv.Itoa(i)) }, http.StatusCreated, 2},
-		{"replay", func(i int) int { return c.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1},
-		{"conflict (outcome unknown)", func(int) int { return c.serve(t, h, "held") }, http.StatusConflict, 1},
-		{"conflict (in flight)", func(int) int { return c.serve(t, h, "in-flight") }, http.StatusConflict, 1},
-		{"passthrough", func(int) int { return newBenchConn("/v1/notes").serve(t, h, "k") }, http.StatusCreated, 0},
+		{"execute", func(i int) int { return c.serve(t, h, "new-"+strconv.Itoa(i)) }, http.StatusCreated, 2,
+			// claim: HMGET, TIME, HSET, PEXPIRE, ZADD, ZREMRANGEBYSCORE (in flight);
+			// complete: TIME, HMGET, HSET, PEXPIRE, ZREM, ZADD, and one
+			// ZREMRANGEBYSCORE of the completed index in 16.
+			map[string]float64{"evalsha": 2, "hmget": 2, "time": 2, "hset": 2, "pexpire": 2, "zadd": 2, "zrem": 1, "zremrangebyscore": 1.0625}},
+		// A replay reads the record once and counts the attempt: no clock.
+		{"replay", func(i int) int { return c.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1,
+			map[string]float64{"evalsha": 1, "hmget": 1, "hincrby": 1}},
+		{"conflict (outcome unknown)", func(int) int { return c.serve(t, h, "held") }, http.StatusConflict, 1,
+			map[string]float64{"evalsha": 1, "hmget": 1, "hincrby": 1}},
+		// A live claim's lease is judged by the Redis clock.
+		{"conflict (in flight)", func(int) int { return c.serve(t, h, "in-flight") }, http.StatusConflict, 1,
+			map[string]float64{"evalsha": 1, "hmget": 1, "hincrby": 1, "time": 1}},
+		{"passthrough", func(int) int { return newBenchConn("/v1/notes").serve(t, h, "k") }, http.StatusCreated, 0,
+			map[string]float64{}},
 	}
 	for _, st := range steps {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
@@ -98,6 +112,26 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		for i := range n {
 			if got := st.request(i); got != st.want {
 				t.Fatalf("%s: status %d, want %d", st.name, got, st.want)
+			}
+		}
+		all := redistest.CommandStats(t, admin)
+		delete(all, "info")
+		delete(all, "config|resetstat")
+		per := map[string]float64{}
+		for name, calls := range all {
+			per[name] = float64(calls) / n
+		}
+		t.Logf("%s: commands per request, those inside scripts included: %v", st.name, per)
+		for name, want := range st.inner {
+			// The completed index's trim depends on the ids: allow its
+			// share to vary with the sample of n requests.
+			if got := per[name]; got != want && (name != "zremrangebyscore" || got < 1 || got > 1.5) {
+				t.Errorf("%s: %s per request = %v, want %v", st.name, name, got, want)
+			}
+		}
+		for name := range per {
+			if _, ok := st.inner[name]; !ok {
+				t.Errorf("%s: Redis ran %s (%v per request), which this path must not", st.name, name, per[name])
 			}
 		}
 		trips := roundTrips(t, admin)

@@ -135,6 +135,14 @@ var luaConstants = strings.NewReplacer(
 	"$codeCheckApplied", strconv.Itoa(codeCheckApplied),
 	"$codeCheckReleased", strconv.Itoa(codeCheckReleased),
 	"$MaxAuditEntries", strconv.Itoa(MaxAuditEntries),
+	// Lua positions (1-based) of the record fields the claim reads.
+	"$iState", strconv.Itoa(iState + 1),
+	"$iToken", strconv.Itoa(iToken + 1),
+	"$iFingerprintRule", strconv.Itoa(iFingerprintRule + 1),
+	"$iFingerprint", strconv.Itoa(iFingerprint + 1),
+	"$iLeaseUntil", strconv.Itoa(iLeaseUntil + 1),
+	"$iAttempts", strconv.Itoa(iAttempts + 1),
+	"$iCheckAfter", strconv.Itoa(iCheckAfter + 1),
 	"$MaxCheckEntries", strconv.Itoa(MaxCheckEntries),
 	"$ReasonVerifiedNotApplied", ReasonVerifiedNotApplied,
 	"$ReasonVerified", ReasonVerified,
@@ -170,7 +178,7 @@ func script(files ...string) *redis.Script {
 // waits for would hold the key until its lease ran out; or {created code,
 // now ms} for a new record, which holds exactly what ARGV says (the caller
 // builds it without reading it back).
-var claimScript = script("now", "index", "claim", "reply_clock")
+var claimScript = script("now_lazy", "index", "claim", "reply_clock")
 
 // renewScript: KEYS = record key. ARGV: 1 id, 2 token, 3 lease ms.
 // Reply 1 when renewed, else 0. The key's lifetime and index entry stay.

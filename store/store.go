@@ -449,11 +449,16 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		if len(v) < 2 {
 			return ClaimResult{}, errShortReply
 		}
-		now, err = msTime(v[1])
-		if err != nil {
-			return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
+		if redisMs, _ := v[1].(int64); redisMs == 0 {
+			// The script answered from a completed or held record without
+			// reading the clock: the store's estimate stands in for it.
+			now = time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
+		} else {
+			if now, err = msTime(v[1]); err != nil {
+				return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
+			}
+			s.learnClock(sent, time.Now(), now)
 		}
-		s.learnClock(sent, time.Now(), now)
 		if code, _ := v[0].(int64); code != codeLate {
 			break
 		}

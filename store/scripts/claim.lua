@@ -1,16 +1,20 @@
 
-local notAfter = tonumber(ARGV[10])
-if notAfter > 0 and now > notAfter then
-  return {$codeLate, now}
-end
 local key = KEYS[1]
 local tok = ARGV[2]
 local lease = tonumber(ARGV[7])
 local hold = tonumber(ARGV[8])
-local cur = redis.call('HMGET', key, 'st', 'tok', 'lu', 'fp', 'fpr', 'cha')
-local st = cur[1]
-local code = $codeExisting
+local notAfter = tonumber(ARGV[10])
+-- The record, read once: a replay or a conflict answers from it.
+local r = redis.call('HMGET', key, $fields)
+local st = r[$iState]
+-- Only a step that may hand out or move a claim needs the clock, and only
+-- such a step is refused when the caller has given up (a stalled Redis
+-- ran it late): a completed or held record is answered as it is.
+local function late()
+  return clock() > notAfter and notAfter > 0
+end
 if not st then
+  if late() then return {$codeLate, now} end
   redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
     'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
   if ARGV[11] ~= '' then
@@ -18,16 +22,26 @@ if not st then
   end
   settle(false, 'in_flight', hold)
   return {$codeCreated, now}
-elseif st == 'in_flight' and cur[2] == tok then
+end
+if st == 'completed' or st == 'unknown' then
+  redis.call('HINCRBY', key, 'att', 1)
+  r[$iAttempts] = tostring(tonumber(r[$iAttempts] or '0') + 1)
+  table.insert(r, 1, 0) -- no clock was read
+  table.insert(r, 1, $codeExisting)
+  return r
+end
+if late() then return {$codeLate, now} end
+local code = $codeExisting
+if st == 'in_flight' and r[$iToken] == tok then
   code = $codeOwned
 else
-  local expired = st == 'in_flight' and tonumber(cur[3] or '0') <= now
-  local same = cur[4] == ARGV[5] and cur[5] == ARGV[6]
+  local expired = st == 'in_flight' and tonumber(r[$iLeaseUntil] or '0') <= now
+  local same = r[$iFingerprint] == ARGV[5] and r[$iFingerprintRule] == ARGV[6]
   redis.call('HINCRBY', key, 'att', 1)
   if expired and ARGV[9] ~= 'release' then
     redis.call('HSET', key, 'st', 'unknown', 'rsn', 'lease_expired')
-    if cur[6] then
-      redis.call('HSET', key, 'chn', now + tonumber(cur[6]))
+    if r[$iCheckAfter] then
+      redis.call('HSET', key, 'chn', now + tonumber(r[$iCheckAfter]))
     end
     settle(st, 'unknown', hold)
   elseif same and (expired or st == 'released') then
@@ -41,5 +55,12 @@ else
     redis.call('HINCRBY', key, 'exe', 1)
     settle(st, 'in_flight', hold)
     code = $codeTakeOver
+  elseif code == $codeExisting then
+    -- A live claim or a record of another payload: nothing but the
+    -- attempt changed.
+    r[$iAttempts] = tostring(tonumber(r[$iAttempts] or '0') + 1)
+    table.insert(r, 1, now)
+    table.insert(r, 1, code)
+    return r
   end
 end

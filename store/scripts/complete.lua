@@ -6,8 +6,7 @@ if not cur[1] then
 elseif cur[2] ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[1], 'rsn')
 redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[3], 'hd', ARGV[4],
-  'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8])
+  'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', '')
 settle(cur[1], 'completed', tonumber(ARGV[9]))
 return 1
