@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,153 +17,6 @@ import (
 	"testing"
 	"time"
 )
-
-// adminRecord is a record as the operator API shows it.
-type adminRecord struct {
-	ID          string              `json:"id"`
-	Route       string              `json:"route"`
-	Operation   string              `json:"operation"`
-	State       string              `json:"state"`
-	Attempts    int                 `json:"attempts"`
-	Executions  int                 `json:"executions"`
-	StartedAt   time.Time           `json:"started_at"`
-	CompletedAt time.Time           `json:"completed_at"`
-	LeaseUntil  time.Time           `json:"lease_until"`
-	Status      int                 `json:"status"`
-	ExternalID  string              `json:"external_id"`
-	Digest      string              `json:"digest"`
-	Reason      string              `json:"reason"`
-	BodyOmitted bool                `json:"body_omitted"`
-	Headers     map[string][]string `json:"headers"`
-	Body        *string             `json:"body"`
-	BodyBase64  string              `json:"body_base64"`
-}
-
-// adminDo calls the gateway's admin endpoint and returns status and body.
-// POSTs are sent as application/json, the only type the API accepts.
-func adminDo(t testing.TB, gw *gateway, method, path, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, gw.admin+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" || method == http.MethodPost {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q (%d %s)", method, path, ct, resp.StatusCode, b)
-	}
-	return resp.StatusCode, b
-}
-
-// adminJSON expects 200 and decodes the answer into v.
-func adminJSON(t testing.TB, gw *gateway, method, path, body string, v any) {
-	t.Helper()
-	code, b := adminDo(t, gw, method, path, body)
-	if code != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, code, b)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s %s: %v: %s", method, path, err, b)
-	}
-}
-
-// adminError expects an error status and returns the message of Caddy's
-// JSON error body.
-func adminError(t testing.TB, gw *gateway, method, path, body string, status int) string {
-	t.Helper()
-	code, b := adminDo(t, gw, method, path, body)
-	var e struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(b, &e); err != nil || code != status || e.Error == "" {
-		t.Errorf("%s %s %s: %d %s, want %d with an error message", method, path, body, code, b, status)
-	}
-	return e.Error
-}
-
-// adminList walks every page of GET /idempotency/records?query.
-func adminList(t testing.TB, gw *gateway, query string, limit int) []adminRecord {
-	t.Helper()
-	var all []adminRecord
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 1000 {
-			t.Fatal("the listing does not end")
-		}
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if limit > 0 {
-			q.Set("limit", strconv.Itoa(limit))
-		}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Records    []adminRecord `json:"records"`
-			NextCursor *string       `json:"next_cursor"`
-		}
-		adminJSON(t, gw, "GET", "/idempotency/records?"+q.Encode(), "", &page)
-		if page.Records == nil || page.NextCursor == nil {
-			t.Fatalf("listing without records or next_cursor")
-		}
-		if limit > 0 && len(page.Records) > limit {
-			t.Fatalf("page of %d records, limit %d", len(page.Records), limit)
-		}
-		all = append(all, page.Records...)
-		if *page.NextCursor == "" {
-			return all
-		}
-		cursor = *page.NextCursor
-	}
-}
-
-// adminRoutes returns the sorted route names of recs.
-func adminRoutes(recs []adminRecord) []string {
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = r.Route
-	}
-	slices.Sort(out)
-	return out
-}
-
-// adminOnly returns the one record of route.
-func adminOnly(t testing.TB, gw *gateway, route string) adminRecord {
-	t.Helper()
-	recs := adminList(t, gw, "route="+route, 0)
-	if len(recs) != 1 {
-		t.Fatalf("route %s: %d records, want 1", route, len(recs))
-	}
-	return recs[0]
-}
-
-// adminHeldID returns the record id named by the 409 "outcome unknown"
-// answer to a retry of key.
-func adminHeldID(t testing.TB, gw *gateway, path, key string) string {
-	t.Helper()
-	r := send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
-	if r.status != http.StatusConflict {
-		t.Fatalf("retry of held key %s: %d %s, want 409", key, r.status, r.body)
-	}
-	p := r.problem(t)
-	id, _ := p["record_id"].(string)
-	if !strings.HasSuffix(fmt.Sprint(p["type"]), "#outcome-unknown") || len(id) != 32 {
-		t.Fatalf("retry of held key %s: %s, want outcome-unknown with a record id", key, r.body)
-	}
-	return id
-}
 
 // adminSendAsync makes a request in the background (no t calls off the
 // test goroutine) and reports its status.
@@ -192,14 +43,7 @@ func adminSendAsync(method, target, key string) <-chan int {
 
 const adminRules = `
 routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-    external_id: id
-  - name: held
-    match: { path: /status/500 }
-    key: ["{header.Idempotency-Key}"]
-  - name: files
+` + dealsAndHeldRoutes + `  - name: files
     match: { path: /binary }
     key: ["{header.Idempotency-Key}"]
   - name: slow
@@ -390,44 +234,6 @@ func TestAdminAPI(t *testing.T) {
 	}
 }
 
-// adminMetric returns the value of the sample of name whose labels
-// include every one of labels (`route="deals"`), or 0 when there is none.
-func adminMetric(t testing.TB, gw *gateway, name string, labels ...string) float64 {
-	t.Helper()
-	resp, err := client.Get(gw.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", resp.StatusCode)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			match = match && strings.Contains(line, l)
-		}
-		if !match {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		return v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return 0
-}
-
 // TestAdminMetricsSurviveReload scrapes the admin endpoint's /metrics
 // (served by Caddy's admin.api.metrics from the running config's registry;
 // no `metrics` option needed) before and after `idemgate reload` with
@@ -437,10 +243,10 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: reloadRulesBefore})
 	executed := func() float64 {
-		return adminMetric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="executed"`)
+		return metric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="executed"`)
 	}
 	replayed := func() float64 {
-		return adminMetric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="replayed"`)
+		return metric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="replayed"`)
 	}
 	for range 2 {
 		send(t, "POST", gw.url+"/deals", []byte(`{}`), "Idempotency-Key", "m-1")
@@ -448,7 +254,7 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	if e, r := executed(), replayed(); e != 1 || r != 1 {
 		t.Fatalf("before the reload: executed %v, replayed %v; want 1, 1", e, r)
 	}
-	if got := adminMetric(t, gw, "idemgate_upstream_executions_total", `route="deals"`, `result="completed"`); got != 1 {
+	if got := metric(t, gw, "idemgate_upstream_executions_total", `route="deals"`, `result="completed"`); got != 1 {
 		t.Errorf("upstream executions before the reload = %v, want 1", got)
 	}
 
@@ -467,10 +273,10 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	if e, r := executed(), replayed(); e != 2 || r != 2 {
 		t.Errorf("after the reload: executed %v, replayed %v; want 2, 2", e, r)
 	}
-	if got := adminMetric(t, gw, "idemgate_requests_total", `route="refunds"`, `outcome="executed"`); got != 1 {
+	if got := metric(t, gw, "idemgate_requests_total", `route="refunds"`, `outcome="executed"`); got != 1 {
 		t.Errorf("the new route's executions = %v, want 1", got)
 	}
-	if got := adminMetric(t, gw, "idemgate_store_duration_seconds_count", `op="claim"`, `result="ok"`); got < 5 {
+	if got := metric(t, gw, "idemgate_store_duration_seconds_count", `op="claim"`, `result="ok"`); got < 5 {
 		t.Errorf("store latency claim count = %v, want at least 5", got)
 	}
 	// The admin module is made afresh on each load; it still finds the

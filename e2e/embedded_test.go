@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,13 +33,7 @@ routes:
 // it fails the test when the gateway is still running after d.
 func (g *gateway) exitWithin(d time.Duration) error {
 	g.t.Helper()
-	g.cmd = exec.Command(binary, "run", "--config", g.caddyfile, "--adapter", "caddyfile")
-	g.cmd.Dir = g.dir
-	g.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+g.dir, "XDG_CONFIG_HOME="+g.dir, "HOME="+g.dir)
-	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
-	if err := g.cmd.Start(); err != nil {
-		g.t.Fatal(err)
-	}
+	g.run()
 	done := make(chan error, 1)
 	go func() { done <- g.cmd.Wait() }()
 	select {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -126,16 +125,6 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 	return &faultEnv{redis: srv, up: up, gw: gw}
 }
 
-// faultScope is the default scope; fault requests carry no Authorization.
-var faultScope = []keying.Template{keying.MustParseTemplate("{header.Authorization}")}
-
-// faultKeyID is the record id the gateway gives key on a route (the route
-// name is its operation).
-func faultKeyID(route, key string) string {
-	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return e2eKeyID(route, keying.ScopeHash(faultScope, in), key)
-}
-
 // faultPost delivers one request; safe to call from any goroutine.
 func faultPost(url, key, body string) (response, error) {
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
@@ -213,14 +202,9 @@ type faultRecord struct {
 // (GET /idempotency/records/{id} on the admin address).
 func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
 	t.Helper()
-	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
-	if err != nil {
-		t.Fatalf("GET record %s: %v", id, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET record %s: %d %s %v", id, resp.StatusCode, b, err)
+	code, b, _ := adminCall(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET record %s: %d %s", id, code, b)
 	}
 	var rec faultRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
@@ -323,7 +307,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("second delivery: %d replayed=%q %s, want a replay of %s", second.status, second.header.Get("Idempotent-Replayed"), second.body, first.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		rec := faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
+		rec := faultCheckRecord(t, env.gw, recordID("ok", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
 		if rec.ExternalID != "D-9021" {
 			t.Errorf("external id %q, want D-9021", rec.ExternalID)
 		}
@@ -349,7 +333,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("third delivery: %d %s, want a replay", third.status, third.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
+		faultCheckRecord(t, env.gw, recordID("slow", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
 	})
 }
 
@@ -417,7 +401,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		t.Errorf("retry after the race: %d %s, want a replay of %s", r.status, r.body, createdBody)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
+	faultCheckRecord(t, env.gw, recordID("slow", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
 }
 
 // TestFaultUpstreamActsThenDrops: the upstream performs the side effect and
@@ -440,7 +424,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 	} {
 		t.Run(tc.route, func(t *testing.T) {
 			key := "acts-then-" + tc.route
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + "/" + tc.route + "/deals"
 			first, err := faultPost(url, key, `{"amount":1}`)
 			if tc.route == "partial" {
@@ -474,7 +458,7 @@ func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
 	)
 	up := newFaultUpstreamDown(t)
 	env := faultStart(t, faultSetup{up: up})
-	id := faultKeyID("ok", key)
+	id := recordID("ok", "", key)
 	url := env.gw.url + "/ok/deals"
 
 	first := faultDeliver(t, url, key, `{"amount":1}`)
@@ -512,7 +496,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	env := faultStart(t, faultSetup{up: up})
 	body := `{"amount":1}`
 	neverURL, sentURL := env.gw.url+"/ok/deals", env.gw.url+"/reset/deals"
-	neverID, sentID := faultKeyID("ok", "never-sent"), faultKeyID("reset", "sent-no-answer")
+	neverID, sentID := recordID("ok", "", "never-sent"), recordID("reset", "", "sent-no-answer")
 
 	// Never sent: nothing listens on the upstream's port.
 	neverSent := faultDeliver(t, neverURL, "never-sent", body)
@@ -527,7 +511,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
 	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 1, reason: "upstream_error"})
 
-	metrics := faultMetrics(t, env.gw)
+	metrics := metricsText(t, env.gw)
 	for _, line := range []string{
 		`idemgate_upstream_executions_total{result="not_sent",route="ok"} 1`,
 		`idemgate_upstream_executions_total{result="held",route="reset"} 1`,
@@ -549,21 +533,6 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	faultCheckExecutions(t, up, "sent-no-answer", 1)
 	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateCompleted, executions: 2, attempts: 2, status: 201})
 	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
-}
-
-// faultMetrics scrapes the gateway's admin /metrics.
-func faultMetrics(t *testing.T, gw *gateway) string {
-	t.Helper()
-	resp, err := client.Get(gw.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
-	}
-	return string(b)
 }
 
 // TestFaultBadFieldStored: the upstream rejects a bad field with 400. A
@@ -589,11 +558,11 @@ func TestFaultBadFieldStored(t *testing.T) {
 		t.Errorf("retry: %d replayed=%q %s, want a replay of the 400", retry.status, retry.header.Get("Idempotent-Replayed"), retry.body)
 	}
 	fixed := faultDeliver(t, url, key, `{"amount":5}`)
-	if !faultIsProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", faultKeyID("validate", key)) {
+	if !faultIsProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", recordID("validate", "", key)) {
 		t.Errorf("corrected payload under the same key: %d %s, want 422", fixed.status, fixed.body)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.gw, faultKeyID("validate", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
+	faultCheckRecord(t, env.gw, recordID("validate", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
 }
 
 // TestFaultUpstream500: the upstream answers 500, under each
@@ -648,7 +617,7 @@ func TestFaultUpstream500(t *testing.T) {
 		t.Run(tc.policy, func(t *testing.T) {
 			key := "fail-500-" + tc.policy
 			route := "fail_" + tc.policy
-			id := faultKeyID(route, key)
+			id := recordID(route, "", key)
 			url := env.gw.url + "/fail/" + tc.policy
 			first := faultDeliver(t, url, key, `{"amount":1}`)
 			if first.status != http.StatusInternalServerError || !strings.Contains(string(first.body), "database unavailable") {
@@ -677,7 +646,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 	env := faultStart(t, faultSetup{proxy: "transport http {\n\t\t\tresponse_header_timeout 1s\n\t\t}"})
 	open := env.up.gate(key)
 	defer open()
-	id := faultKeyID("slow", key)
+	id := recordID("slow", "", key)
 	url := env.gw.url + "/slow/deals"
 
 	first := faultDeliver(t, url, key, `{"amount":1}`)
@@ -742,7 +711,7 @@ func TestFaultGatewayKilledMidCall(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.policy, func(t *testing.T) {
 			key := "gateway-killed-" + tc.policy
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + tc.path
 			if tc.policy == "release" {
 				env.up.gate(key)() // the takeover's call answers at once
@@ -799,32 +768,18 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		statuses = map[int]int{}
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
 	)
 	outage503 := func() int { mu.Lock(); defer mu.Unlock(); return statuses[http.StatusServiceUnavailable] }
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5000; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := faultPost(url, keys[(i*2+w)%len(keys)], body)
-				mu.Lock()
-				if err != nil {
-					statuses[-1]++
-				} else {
-					statuses[r.status]++
-				}
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
+	stop := background(2, 5000, 5*time.Millisecond, func(w, i int) {
+		r, err := faultPost(url, keys[(i*2+w)%len(keys)], body)
+		mu.Lock()
+		if err != nil {
+			statuses[-1]++
+		} else {
+			statuses[r.status]++
+		}
+		mu.Unlock()
+	})
 
 	time.Sleep(200 * time.Millisecond)
 	env.redis.Stop()
@@ -846,8 +801,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 		return err == nil && r.status == http.StatusCreated
 	})
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	mu.Lock()
 	for status, n := range statuses {
@@ -861,7 +815,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	mu.Unlock()
 
 	for _, key := range keys {
-		id := faultKeyID("ok", key)
+		id := recordID("ok", "", key)
 		final := faultDeliver(t, url, key, body)
 		if faultIsProblem(t, final, http.StatusConflict, "in-flight", "") {
 			final = faultUntilUnknown(t, url, key, body, id)
@@ -892,7 +846,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 			t.Errorf("%s: after the restart %d %s, want the replay of %s", key, r.status, r.body, firstBodies[key])
 		}
 		faultCheckExecutions(t, env.up, key, 1)
-		faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
+		faultCheckRecord(t, env.gw, recordID("ok", "", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
 	}
 }
 
@@ -937,7 +891,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 			env := faultStart(t, faultSetup{redisArgs: tc.extra})
 			open := env.up.gate(key)
 			defer open()
-			id := faultKeyID("slow_long", key)
+			id := recordID("slow_long", "", key)
 			url := env.gw.url + "/slow/long"
 			body := `{"amount":1}`
 
@@ -1005,7 +959,7 @@ func TestFaultCutOffNeverStored(t *testing.T) {
 	} {
 		t.Run(tc.route, func(t *testing.T) {
 			key := "cut-off-" + tc.route
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + tc.path
 			_, _ = faultPost(url, key, `{"amount":1}`)
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
@@ -1031,7 +985,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 	env := faultStart(t, faultSetup{})
 	open := env.up.gate(key)
 	defer open()
-	id := faultKeyID("slow", key)
+	id := recordID("slow", "", key)
 	url := env.gw.url + "/slow/deals"
 	body := `{"amount":1}`
 
@@ -1069,7 +1023,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 func TestFaultRedisHangs(t *testing.T) {
 	const key = "redis-hangs"
 	env := faultStart(t, faultSetup{})
-	id := faultKeyID("ok", key)
+	id := recordID("ok", "", key)
 	url := env.gw.url + "/ok/deals"
 	body := `{"amount":1}`
 	if r := faultDeliver(t, url, "warm-up", body); r.status != http.StatusCreated {
@@ -1135,26 +1089,11 @@ func faultRedisPID(t *testing.T, srv *redistest.Server) int {
 	return 0
 }
 
-// faultAdminPost calls an operator endpoint on the gateway's admin address.
-func faultAdminPost(t *testing.T, gw *gateway, path, body string) (int, []byte) {
-	t.Helper()
-	resp, err := client.Post(gw.admin+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	return resp.StatusCode, b
-}
-
 // faultHeld delivers key to /flaky/deals, whose first call answers 500, and
 // checks that the record is held: 1 business execution, 409 on retry.
 func faultHeld(t *testing.T, env *faultEnv, key string) (id string) {
 	t.Helper()
-	id = faultKeyID("flaky", key)
+	id = recordID("flaky", "", key)
 	url := env.gw.url + "/flaky/deals"
 	if r := faultDeliver(t, url, key, `{"amount":1}`); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s, want the upstream's 500", r.status, r.body)
@@ -1223,7 +1162,7 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
-	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/release", "")
+	status, body := adminPost(t, env.gw, "/idempotency/records/"+id+"/release", "")
 	close(released)
 	if status != http.StatusOK || !strings.Contains(string(body), `"state":"released"`) {
 		t.Errorf("operator release: %d %s, want 200 and the released record", status, body)
@@ -1275,7 +1214,7 @@ func TestFaultOperatorCompleteThenReplay(t *testing.T) {
 	url := env.gw.url + "/flaky/deals"
 
 	verified := `{"id":"D-9021","verified":true}`
-	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/complete",
+	status, body := adminPost(t, env.gw, "/idempotency/records/"+id+"/complete",
 		fmt.Sprintf(`{"status":201,"headers":{"Content-Type":["application/json"],"Location":"/deals/D-9021"},"body":%q,"external_id":"D-9021"}`, verified))
 	if status != http.StatusOK || !strings.Contains(string(body), `"state":"completed"`) {
 		t.Fatalf("operator complete: %d %s, want 200 and the completed record", status, body)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -80,18 +79,9 @@ var behaviourCases = []behaviourCase{
 		before := up.count(path)
 		body := []byte(`{"title":"Acme","amount":4200}`)
 		results := make([]response, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i] = send(t, "POST", gw.url+path, body, "Idempotency-Key", key)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(n, func(i int) {
+			results[i] = send(t, "POST", gw.url+path, body, "Idempotency-Key", key)
+		})
 		if got := up.count(path) - before; got != 1 {
 			t.Fatalf("upstream executions = %d, want 1", got)
 		}

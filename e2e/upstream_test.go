@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,13 +17,13 @@ import (
 // upstream is an API that knows nothing about idempotency: it counts every
 // call it gets, so a test can see how often a side effect ran.
 type upstream struct {
-	srv *httptest.Server
+	fake
+	calls counter // by path
+	gates gates   // by path
 
 	mu      sync.Mutex
-	calls   map[string]int    // by path
 	keys    map[string]string // forwarded Idempotency-Key by path (last seen)
 	lengths map[string]int64  // Content-Length seen, by path
-	gates   map[string]chan struct{}
 }
 
 // bigBody is the deterministic 3 MiB body of /big.
@@ -42,23 +41,14 @@ var binaryBody = []byte{0xff, 0xfe, 0x00, 'o', 'k', 0x80, 0xc3, 0x28, '\n', 0x00
 
 func newUpstream(t testing.TB) *upstream {
 	u := &upstream{
-		calls:   map[string]int{},
 		keys:    map[string]string{},
 		lengths: map[string]int64{},
-		gates:   map[string]chan struct{}{},
 	}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
+	u.fake = startFake(t, u.serve)
 	return u
 }
 
-func (u *upstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
-
-func (u *upstream) count(path string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.calls[path]
-}
+func (u *upstream) count(path string) int { return u.calls.count(path) }
 
 func (u *upstream) seenKey(path string) string {
 	u.mu.Lock()
@@ -67,31 +57,16 @@ func (u *upstream) seenKey(path string) string {
 }
 
 // gate makes calls to path wait until the returned func is called.
-func (u *upstream) gate(path string) (open func()) {
-	ch := make(chan struct{})
-	u.mu.Lock()
-	u.gates[path] = ch
-	u.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
+func (u *upstream) gate(path string) (open func()) { return u.gates.gate(path) }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	n, _ := u.calls.add(r.URL.Path)
 	u.mu.Lock()
-	u.calls[r.URL.Path]++
-	n := u.calls[r.URL.Path]
 	u.keys[r.URL.Path] = r.Header.Get("Idempotency-Key")
 	u.lengths[r.URL.Path] = r.ContentLength
-	gate := u.gates[r.URL.Path]
 	u.mu.Unlock()
-
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-time.After(20 * time.Second):
-		}
-	}
+	u.gates.wait(r.URL.Path, nil, 20*time.Second)
 	sum := sha256.Sum256(body)
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/status/"):

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -81,12 +79,12 @@ routes:
 // "hang" (create, then wait for the key's gate). GET lists the deals of
 // a source key.
 type verifyCRM struct {
-	srv *httptest.Server
+	fake
+	gates gates // "hang" creations by key
 
 	mu      sync.Mutex
 	deals   map[string][]string // by source key
 	created int
-	gates   map[string]chan struct{}
 	auth    map[string]bool // Authorization values seen on lookups
 
 	lookupFails  atomic.Bool                   // every lookup answers 500
@@ -100,20 +98,12 @@ type verifyCRM struct {
 func newVerifyCRM(t *testing.T) *verifyCRM {
 	t.Helper()
 	c := &verifyCRM{
-		deals: map[string][]string{}, gates: map[string]chan struct{}{}, auth: map[string]bool{},
+		deals: map[string][]string{}, auth: map[string]bool{},
 		lookupWaited: make(chan struct{}, 100),
 	}
-	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
+	c.fake = startFake(t, c.serve)
 	t.Cleanup(func() {
-		c.mu.Lock()
-		for _, g := range c.gates {
-			select {
-			case <-g:
-			default:
-				close(g)
-			}
-		}
-		c.mu.Unlock()
+		c.gates.openAll()
 		c.openLookups()
 		c.srv.Close()
 	})
@@ -122,17 +112,8 @@ func newVerifyCRM(t *testing.T) *verifyCRM {
 	return c
 }
 
-func (c *verifyCRM) addr() string { return strings.TrimPrefix(c.srv.URL, "http://") }
-
 // gate makes a "hang" creation for key wait until open.
-func (c *verifyCRM) gate(key string) (open func()) {
-	ch := make(chan struct{})
-	c.mu.Lock()
-	c.gates[key] = ch
-	c.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
+func (c *verifyCRM) gate(key string) (open func()) { return c.gates.gate(key) }
 
 // holdLookups makes lookups wait until openLookups.
 func (c *verifyCRM) holdLookups() {
@@ -172,7 +153,6 @@ func (c *verifyCRM) serve(w http.ResponseWriter, r *http.Request) {
 	c.created++
 	id := fmt.Sprintf("D-%d", 9020+c.created)
 	c.deals[key] = append(c.deals[key], id)
-	gate := c.gates[key]
 	c.mu.Unlock()
 	switch fail {
 	case "reset":
@@ -186,12 +166,7 @@ func (c *verifyCRM) serve(w http.ResponseWriter, r *http.Request) {
 		_ = conn.Close()
 		return
 	case "hang":
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-time.After(20 * time.Second):
-			}
-		}
+		c.gates.wait(key, nil, 20*time.Second)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -285,13 +260,6 @@ func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(verifyRec
 	}
 }
 
-// verifyID is the record id of key on route (the route name is its
-// operation; requests carry no Authorization).
-func verifyID(route, key string) string {
-	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return e2eKeyID(route, keying.ScopeHash(faultScope, in), key)
-}
-
 // verifyPost delivers one request; fail is the X-Test-Fail header ("" for
 // none). Safe from any goroutine; a transport error is status -1.
 func verifyPost(url, key, fail string) response {
@@ -351,7 +319,7 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 			storeArgs := b.store(t)
 			gw := verifyStart(t, crm, storeArgs)
 			key := "evt_184:create_crm_deal"
-			id := verifyID("verified", key)
+			id := recordID("verified", "", key)
 
 			if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
 				t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
@@ -372,7 +340,7 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 			if n := len(crm.dealsOf(key)); n != 1 {
 				t.Errorf("deals after the retry: %d, want 1", n)
 			}
-			if got := adminMetric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
+			if got := metric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
 				t.Errorf("idemgate_verifications_total{verdict=applied} = %v, want 1", got)
 			}
 
@@ -452,7 +420,7 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 			crm := newVerifyCRM(t)
 			gw := verifyStart(t, crm, b.store(t))
 			key := "evt_185:create_crm_deal"
-			id := verifyID("verified", key)
+			id := recordID("verified", "", key)
 
 			if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
 				t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
@@ -516,7 +484,7 @@ func verifyAfterKill(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
 	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_186:create_crm_deal"
-	id := verifyID("verified", key)
+	id := recordID("verified", "", key)
 	defer crm.gate(key)()
 
 	answered := make(chan response, 1)
@@ -559,7 +527,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 	crm.lookupFails.Store(true)
 	gw := verifyStart(t, crm, backends[0].store(t))
 	key := "evt_187:create_crm_deal"
-	id := verifyID("fast_fail", key)
+	id := recordID("fast_fail", "", key)
 	if r := verifyPost(gw.url+"/fast/deals", key, "fail"); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
@@ -589,10 +557,10 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 	if n := len(crm.dealsOf(key)); n != 0 {
 		t.Errorf("deals: %d, want 0", n)
 	}
-	if got := adminMetric(t, gw, "idemgate_verifications_total", `route="fast_fail"`, `verdict="inconclusive"`); got != 5 {
+	if got := metric(t, gw, "idemgate_verifications_total", `route="fast_fail"`, `verdict="inconclusive"`); got != 5 {
 		t.Errorf("inconclusive checks counted %v, want 5 (3 scheduled, the operator's, the retry's)", got)
 	}
-	msg := adminError(t, gw, http.MethodPost, "/idempotency/records/"+verifyID("fast_fail", "no-such-key")+"/verify", "", http.StatusNotFound)
+	msg := adminError(t, gw, http.MethodPost, "/idempotency/records/"+recordID("fast_fail", "", "no-such-key")+"/verify", "", http.StatusNotFound)
 	if !strings.Contains(msg, "not found") {
 		t.Errorf("verify of a missing record: %q", msg)
 	}
@@ -616,7 +584,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
 	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_188:create_crm_deal"
-	id := verifyID("verified", key)
+	id := recordID("verified", "", key)
 	if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
@@ -665,7 +633,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 	// A late check: an operator's verify waits on the lookup while
 	// another operator releases the record.
 	late := "evt_189:create_crm_deal"
-	lateID := verifyID("manual", late)
+	lateID := recordID("manual", "", late)
 	if r := verifyPost(gw.url+"/manual/deals", late, "reset"); r.status != http.StatusBadGateway {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
