@@ -106,18 +106,8 @@ func TestEmbeddedKillRestartReplay(t *testing.T) {
 // attempt is one client request that may get no answer (the gateway was
 // killed under it).
 func attempt(c *http.Client, url, key string) (status int, replayed bool, body []byte, err error) {
-	req, err := http.NewRequest("POST", url, strings.NewReader(`{"n":1}`))
-	if err != nil {
-		return 0, false, nil, err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, false, nil, err
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", body, err
+	r, err := do(c, "POST", url, []byte(`{"n":1}`), "Idempotency-Key", key)
+	return r.status, r.header.Get("Idempotent-Replayed") == "true", r.body, err
 }
 
 // TestEmbeddedKillUnderLoad: 200 keys sent by 16 clients at once, the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -127,22 +126,7 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 
 // faultPost delivers one request; safe to call from any goroutine.
 func faultPost(url, key, body string) (response, error) {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := client.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return do(client, http.MethodPost, url, []byte(body), "Content-Type", "application/json", "Idempotency-Key", key)
 }
 
 // faultSend is faultPost with a transport error reported as status -1 and

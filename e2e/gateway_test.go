@@ -56,15 +56,13 @@ routes:
 // TestGateway runs every row of the HTTP behaviour table against the real
 // binary, once on the embedded store and once on a real redis-server.
 func TestGateway(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			up := newUpstream(t)
-			gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
-			for _, tc := range behaviourCases {
-				t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.ReplaceAll(be.name+"-"+tc.name, " ", "_")) })
-			}
-		})
-	}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		up := newUpstream(t)
+		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
+		for _, tc := range behaviourCases {
+			t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.ReplaceAll(be.name+"-"+tc.name, " ", "_")) })
+		}
+	})
 }
 
 type behaviourCase struct {

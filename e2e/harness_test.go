@@ -90,6 +90,14 @@ const dealsAndHeldRoutes = `  - name: deals
     key: ["{header.Idempotency-Key}"]
 `
 
+// forEachBackend runs fn as a subtest, named for the backend, on every
+// backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, be backend)) {
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) { fn(t, be) })
+	}
+}
+
 // gateway is one running bin/idemgate process.
 type gateway struct {
 	t         testing.TB
@@ -315,12 +323,13 @@ func (r response) problem(t testing.TB) map[string]any {
 
 var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 
-// send makes one request; headers alternate name, value.
-func send(t testing.TB, method, url string, body []byte, headers ...string) response {
-	t.Helper()
+// do makes one request through c; headers alternate name, value. It
+// calls no t, so any goroutine may use it; a read error comes with what
+// was read.
+func do(c *http.Client, method, url string, body []byte, headers ...string) (response, error) {
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	if body == nil {
 		req.Body = http.NoBody
@@ -328,16 +337,24 @@ func send(t testing.TB, method, url string, body []byte, headers ...string) resp
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+// send makes one request from the test goroutine; headers alternate name,
+// value.
+func send(t testing.TB, method, url string, body []byte, headers ...string) response {
+	t.Helper()
+	r, err := do(client, method, url, body, headers...)
 	if err != nil {
-		t.Fatalf("reading response: %v", err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return r
 }
 
 // Record ids.

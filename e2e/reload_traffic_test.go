@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -87,30 +86,22 @@ func rtBody(key string) []byte {
 
 // rtDeliver sends one delivery of key to path.
 func rtDeliver(url, path, key string) rtAnswer {
-	req, err := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(rtBody(key)))
-	if err != nil {
+	r, err := do(rtClient, http.MethodPost, url+path, rtBody(key), "Idempotency-Key", key, "Content-Type", "application/json")
+	if r.status == 0 {
 		return rtAnswer{err: err}
 	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := rtClient.Do(req)
-	if err != nil {
-		return rtAnswer{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	a := rtAnswer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", err: err, body: string(b)}
+	a := rtAnswer{status: r.status, replayed: r.header.Get("Idempotent-Replayed") == "true", err: err, body: string(r.body)}
 	switch {
-	case resp.Header.Get("Content-Type") == "application/problem+json":
+	case r.header.Get("Content-Type") == "application/problem+json":
 		var p struct{ Type string }
-		_ = json.Unmarshal(b, &p)
+		_ = json.Unmarshal(r.body, &p)
 		_, a.kind, _ = strings.Cut(p.Type, "#")
-	case resp.StatusCode == http.StatusCreated:
+	case r.status == http.StatusCreated:
 		var v struct {
 			Key  string
 			Call int
 		}
-		_ = json.Unmarshal(b, &v)
+		_ = json.Unmarshal(r.body, &v)
 		a.key, a.call = v.Key, v.Call
 	}
 	return a

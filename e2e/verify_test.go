@@ -263,22 +263,15 @@ func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(verifyRec
 // verifyPost delivers one request; fail is the X-Test-Fail header ("" for
 // none). Safe from any goroutine; a transport error is status -1.
 func verifyPost(url, key, fail string) response {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"title":"Acme renewal","amount":4200}`))
-	if err != nil {
-		return response{status: -1, body: []byte(err.Error())}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	headers := []string{"Content-Type", "application/json", "Idempotency-Key", key}
 	if fail != "" {
-		req.Header.Set("X-Test-Fail", fail)
+		headers = append(headers, "X-Test-Fail", fail)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
+	r, err := do(client, http.MethodPost, url, []byte(`{"title":"Acme renewal","amount":4200}`), headers...)
+	if err != nil && r.status == 0 {
 		return response{status: -1, body: []byte(err.Error())}
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return r
 }
 
 func verifyStart(t *testing.T, crm *verifyCRM, storeArgs string) *gateway {
@@ -313,97 +306,95 @@ func verifyReplayed(t *testing.T, r response, deal string) {
 // Expected: 1 deal; record completed, reason verified, external id set,
 // one applied check; the retry is a replay (201, the deal found).
 func TestVerifyFindsDealAfterReset(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			crm := newVerifyCRM(t)
-			storeArgs := b.store(t)
-			gw := verifyStart(t, crm, storeArgs)
-			key := "evt_184:create_crm_deal"
-			id := recordID("verified", "", key)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		crm := newVerifyCRM(t)
+		storeArgs := b.store(t)
+		gw := verifyStart(t, crm, storeArgs)
+		key := "evt_184:create_crm_deal"
+		id := recordID("verified", "", key)
 
-			if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
-				t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
-			}
-			rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r verifyRecord) bool { return r.State == store.StateCompleted })
-			deals := crm.dealsOf(key)
-			if len(deals) != 1 {
-				t.Fatalf("deals for the key: %v, want 1", deals)
-			}
-			if rec.Reason != store.ReasonVerified || rec.ExternalID != deals[0] || rec.Status != http.StatusCreated || rec.Executions != 1 {
-				t.Errorf("record: %+v, want completed (verified), external id %s, status 201, executions 1", rec, deals[0])
-			}
-			if v := rec.Verification; v.CheckCount != 1 || len(v.Checks) != 1 || v.Checks[0].Verdict != store.VerdictApplied || v.Checks[0].Status != 200 ||
-				v.Method != http.MethodGet || !strings.HasPrefix(v.URL, "{env.VERIFY_CRM_URL}/crm/deals?source_key=") {
-				t.Errorf("verification: %+v", v)
-			}
-			verifyReplayed(t, verifyPost(gw.url+"/crm/deals", key, ""), deals[0])
-			if n := len(crm.dealsOf(key)); n != 1 {
-				t.Errorf("deals after the retry: %d, want 1", n)
-			}
-			if got := metric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
-				t.Errorf("idemgate_verifications_total{verdict=applied} = %v, want 1", got)
-			}
+		if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
+			t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
+		}
+		rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r verifyRecord) bool { return r.State == store.StateCompleted })
+		deals := crm.dealsOf(key)
+		if len(deals) != 1 {
+			t.Fatalf("deals for the key: %v, want 1", deals)
+		}
+		if rec.Reason != store.ReasonVerified || rec.ExternalID != deals[0] || rec.Status != http.StatusCreated || rec.Executions != 1 {
+			t.Errorf("record: %+v, want completed (verified), external id %s, status 201, executions 1", rec, deals[0])
+		}
+		if v := rec.Verification; v.CheckCount != 1 || len(v.Checks) != 1 || v.Checks[0].Verdict != store.VerdictApplied || v.Checks[0].Status != 200 ||
+			v.Method != http.MethodGet || !strings.HasPrefix(v.URL, "{env.VERIFY_CRM_URL}/crm/deals?source_key=") {
+			t.Errorf("verification: %+v", v)
+		}
+		verifyReplayed(t, verifyPost(gw.url+"/crm/deals", key, ""), deals[0])
+		if n := len(crm.dealsOf(key)); n != 1 {
+			t.Errorf("deals after the retry: %d, want 1", n)
+		}
+		if got := metric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
+			t.Errorf("idemgate_verifications_total{verdict=applied} = %v, want 1", got)
+		}
 
-			// The secret went to the CRM, and nowhere else.
-			crm.mu.Lock()
-			sent := crm.auth["Bearer "+verifyToken]
-			crm.mu.Unlock()
-			if !sent {
-				t.Error("the check did not send the configured Authorization header")
+		// The secret went to the CRM, and nowhere else.
+		crm.mu.Lock()
+		sent := crm.auth["Bearer "+verifyToken]
+		crm.mu.Unlock()
+		if !sent {
+			t.Error("the check did not send the configured Authorization header")
+		}
+		_, view := adminDo(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
+		_, list := adminDo(t, gw, http.MethodGet, "/idempotency/records", "")
+		for what, text := range map[string]string{"log": gw.logs.String(), "record view": string(view), "listing": string(list)} {
+			if strings.Contains(text, verifyToken) {
+				t.Errorf("the secret check header appears in the %s", what)
 			}
-			_, view := adminDo(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
-			_, list := adminDo(t, gw, http.MethodGet, "/idempotency/records", "")
-			for what, text := range map[string]string{"log": gw.logs.String(), "record view": string(view), "listing": string(list)} {
-				if strings.Contains(text, verifyToken) {
-					t.Errorf("the secret check header appears in the %s", what)
+		}
+		// The gateway's own lines never name the key (Caddy's error
+		// log of the 502 shows the request's headers, its own affair).
+		for _, line := range strings.Split(gw.logs.String(), "\n") {
+			if strings.Contains(line, `"logger":"http.handlers.idempotency"`) && strings.Contains(line, key) {
+				t.Errorf("a log line of the gateway names the key: %s", line)
+			}
+		}
+		if storeArgs == "embedded" {
+			sawDeal := false // the walk reads the store's files
+			_ = filepath.WalkDir(filepath.Join(gw.dir, "store"), func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
 				}
-			}
-			// The gateway's own lines never name the key (Caddy's error
-			// log of the 502 shows the request's headers, its own affair).
-			for _, line := range strings.Split(gw.logs.String(), "\n") {
-				if strings.Contains(line, `"logger":"http.handlers.idempotency"`) && strings.Contains(line, key) {
-					t.Errorf("a log line of the gateway names the key: %s", line)
+				b, _ := os.ReadFile(path)
+				if bytes.Contains(b, []byte(verifyToken)) {
+					t.Errorf("the secret check header is stored in %s", path)
 				}
+				sawDeal = sawDeal || bytes.Contains(b, []byte(deals[0]))
+				return nil
+			})
+			if !sawDeal {
+				t.Error("no file of the embedded store holds the verified deal")
 			}
-			if storeArgs == "embedded" {
-				sawDeal := false // the walk reads the store's files
-				_ = filepath.WalkDir(filepath.Join(gw.dir, "store"), func(path string, d fs.DirEntry, err error) error {
-					if err != nil || d.IsDir() {
-						return err
+		}
+		if strings.HasPrefix(storeArgs, "redis://") {
+			addr := strings.TrimSuffix(strings.TrimPrefix(storeArgs, "redis://"), "/0")
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			defer rdb.Close()
+			keys, err := rdb.Keys(context.Background(), "*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if typ, _ := rdb.Type(context.Background(), k).Result(); typ != "hash" {
+					continue
+				}
+				h, _ := rdb.HGetAll(context.Background(), k).Result()
+				for f, v := range h {
+					if strings.Contains(v, verifyToken) {
+						t.Errorf("the secret check header is stored in %s field %s", k, f)
 					}
-					b, _ := os.ReadFile(path)
-					if bytes.Contains(b, []byte(verifyToken)) {
-						t.Errorf("the secret check header is stored in %s", path)
-					}
-					sawDeal = sawDeal || bytes.Contains(b, []byte(deals[0]))
-					return nil
-				})
-				if !sawDeal {
-					t.Error("no file of the embedded store holds the verified deal")
 				}
 			}
-			if strings.HasPrefix(storeArgs, "redis://") {
-				addr := strings.TrimSuffix(strings.TrimPrefix(storeArgs, "redis://"), "/0")
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				defer rdb.Close()
-				keys, err := rdb.Keys(context.Background(), "*").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, k := range keys {
-					if typ, _ := rdb.Type(context.Background(), k).Result(); typ != "hash" {
-						continue
-					}
-					h, _ := rdb.HGetAll(context.Background(), k).Result()
-					for f, v := range h {
-						if strings.Contains(v, verifyToken) {
-							t.Errorf("the secret check header is stored in %s field %s", k, f)
-						}
-					}
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestVerifyReleasesWhenNotFound: the CRM answers 500 without creating
@@ -415,56 +406,54 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 // gets 409 naming the next check; the record ends completed by the
 // second execution, executions 2; the retry after it replays.
 func TestVerifyReleasesWhenNotFound(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			crm := newVerifyCRM(t)
-			gw := verifyStart(t, crm, b.store(t))
-			key := "evt_185:create_crm_deal"
-			id := recordID("verified", "", key)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		crm := newVerifyCRM(t)
+		gw := verifyStart(t, crm, b.store(t))
+		key := "evt_185:create_crm_deal"
+		id := recordID("verified", "", key)
 
-			if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
-				t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
-			}
-			verifyUntil(t, gw, id, "checked once", func(r verifyRecord) bool { return r.Verification.CheckCount >= 1 })
-			r := verifyPost(gw.url+"/crm/deals", key, "")
-			if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
-				t.Fatalf("a retry right after the first not found: %d %s, want 409 outcome unknown", r.status, r.body)
-			}
-			var p struct {
-				NextCheck time.Time `json:"next_check"`
-			}
-			if json.Unmarshal(r.body, &p) != nil || p.NextCheck.IsZero() || r.header.Get("Retry-After") == "" {
-				t.Errorf("the 409 names no next check: %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
-			}
-			rec := verifyGet(t, gw, id)
-			if rec.State != store.StateUnknown || rec.Verification.NotFoundStreak != 1 || rec.Verification.CheckCount != 2 {
-				t.Fatalf("after the early not found: %+v (%+v), want held, streak 1, 2 checks", rec, rec.Verification)
-			}
-			rec = verifyUntil(t, gw, id, "released", func(r verifyRecord) bool { return r.State == store.StateReleased })
-			if rec.Reason != store.ReasonVerifiedNotApplied || rec.Verification.NotFoundStreak != 2 {
-				t.Errorf("released: %+v (%+v)", rec, rec.Verification)
-			}
-			if n := len(crm.dealsOf(key)); n != 0 {
-				t.Fatalf("deals before the retry: %d, want 0", n)
-			}
-			r = verifyPost(gw.url+"/crm/deals", key, "")
-			if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
-				t.Fatalf("retry after the release: %d %s, want the CRM's own 201", r.status, r.body)
-			}
-			again := verifyPost(gw.url+"/crm/deals", key, "")
-			if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(r.body) {
-				t.Errorf("the next retry: %d (replayed %q) %s, want the replay of %s", again.status, again.header.Get("Idempotent-Replayed"), again.body, r.body)
-			}
-			if n := len(crm.dealsOf(key)); n != 1 {
-				t.Errorf("deals: %d, want 1", n)
-			}
-			var done verifyRecord
-			adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &done)
-			if done.State != store.StateCompleted || done.Executions != 2 {
-				t.Errorf("record: %s, executions %d; want completed, 2", done.State, done.Executions)
-			}
-		})
-	}
+		if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
+			t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
+		}
+		verifyUntil(t, gw, id, "checked once", func(r verifyRecord) bool { return r.Verification.CheckCount >= 1 })
+		r := verifyPost(gw.url+"/crm/deals", key, "")
+		if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+			t.Fatalf("a retry right after the first not found: %d %s, want 409 outcome unknown", r.status, r.body)
+		}
+		var p struct {
+			NextCheck time.Time `json:"next_check"`
+		}
+		if json.Unmarshal(r.body, &p) != nil || p.NextCheck.IsZero() || r.header.Get("Retry-After") == "" {
+			t.Errorf("the 409 names no next check: %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
+		}
+		rec := verifyGet(t, gw, id)
+		if rec.State != store.StateUnknown || rec.Verification.NotFoundStreak != 1 || rec.Verification.CheckCount != 2 {
+			t.Fatalf("after the early not found: %+v (%+v), want held, streak 1, 2 checks", rec, rec.Verification)
+		}
+		rec = verifyUntil(t, gw, id, "released", func(r verifyRecord) bool { return r.State == store.StateReleased })
+		if rec.Reason != store.ReasonVerifiedNotApplied || rec.Verification.NotFoundStreak != 2 {
+			t.Errorf("released: %+v (%+v)", rec, rec.Verification)
+		}
+		if n := len(crm.dealsOf(key)); n != 0 {
+			t.Fatalf("deals before the retry: %d, want 0", n)
+		}
+		r = verifyPost(gw.url+"/crm/deals", key, "")
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("retry after the release: %d %s, want the CRM's own 201", r.status, r.body)
+		}
+		again := verifyPost(gw.url+"/crm/deals", key, "")
+		if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(r.body) {
+			t.Errorf("the next retry: %d (replayed %q) %s, want the replay of %s", again.status, again.header.Get("Idempotent-Replayed"), again.body, r.body)
+		}
+		if n := len(crm.dealsOf(key)); n != 1 {
+			t.Errorf("deals: %d, want 1", n)
+		}
+		var done verifyRecord
+		adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &done)
+		if done.State != store.StateCompleted || done.Executions != 2 {
+			t.Errorf("record: %s, executions %d; want completed, 2", done.State, done.Executions)
+		}
+	})
 }
 
 // TestVerifyAfterGatewayKilled: the gateway dies (kill -9) while the CRM,
@@ -475,9 +464,7 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 //
 // Expected: 1 deal; the retry replays it; record completed, verified.
 func TestVerifyAfterGatewayKilled(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { verifyAfterKill(t, b.store(t)) })
-	}
+	forEachBackend(t, func(t *testing.T, b backend) { verifyAfterKill(t, b.store(t)) })
 }
 
 func verifyAfterKill(t *testing.T, storeArgs string) {
@@ -575,9 +562,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 // verified, with one applied check. Second record: released by the
 // operator, and still released after the late check found a deal.
 func TestVerifyRacingRetries(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { verifyRacing(t, b.store(t)) })
-	}
+	forEachBackend(t, func(t *testing.T, b backend) { verifyRacing(t, b.store(t)) })
 }
 
 func verifyRacing(t *testing.T, storeArgs string) {
