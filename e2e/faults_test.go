@@ -168,29 +168,15 @@ type faultWant struct {
 	reason     string // why the outcome is unknown; "": not checked
 }
 
-// faultRecord is a record as the operator API shows it.
-type faultRecord struct {
-	ID         string      `json:"id"`
-	Route      string      `json:"route"`
-	State      store.State `json:"state"`
-	Attempts   int64       `json:"attempts"`
-	Executions int64       `json:"executions"`
-	Status     int         `json:"status"`
-	ExternalID string      `json:"external_id"`
-	Reason     string      `json:"reason"`
-	Headers    http.Header `json:"headers"`
-	Body       *string     `json:"body"`
-}
-
 // faultGetRecord reads record id through the gateway's operator API
 // (GET /idempotency/records/{id} on the admin address).
-func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
+func faultGetRecord(t *testing.T, gw *gateway, id string) *adminRecord {
 	t.Helper()
 	code, b, _ := adminCall(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
 	if code != http.StatusOK {
 		t.Fatalf("GET record %s: %d %s", id, code, b)
 	}
-	var rec faultRecord
+	var rec adminRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatalf("GET record %s: %v: %s", id, err, b)
 	}
@@ -202,7 +188,7 @@ func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
 
 // faultCheckRecord reads record id through the operator API and compares
 // it with want.
-func faultCheckRecord(t *testing.T, gw *gateway, id string, want faultWant) *faultRecord {
+func faultCheckRecord(t *testing.T, gw *gateway, id string, want faultWant) *adminRecord {
 	t.Helper()
 	rec := faultGetRecord(t, gw, id)
 	if rec.State != want.state {
@@ -231,24 +217,6 @@ func faultCheckExecutions(t *testing.T, up *faultUpstream, key string, want int)
 	}
 }
 
-// faultIsProblem reports whether r is a problem of the given type (the
-// anchor of its type URL) for record id ("" = any record).
-func faultIsProblem(t *testing.T, r response, status int, kind, id string) bool {
-	t.Helper()
-	if r.status != status || r.header.Get("Content-Type") != "application/problem+json" {
-		return false
-	}
-	p := r.problem(t)
-	typ, _ := p["type"].(string)
-	if !strings.HasSuffix(typ, "#"+kind) {
-		return false
-	}
-	if id != "" && p["record_id"] != id {
-		t.Errorf("%s problem names record %v, want %s", kind, p["record_id"], id)
-	}
-	return true
-}
-
 // faultUntilUnknown retries until the gateway answers 409 "outcome unknown"
 // for the key: before the dead claim's lease runs out it answers 409 "in
 // flight", which is the only other answer allowed. Bounded to 10 s.
@@ -257,10 +225,10 @@ func faultUntilUnknown(t *testing.T, url, key, body, id string) response {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := faultDeliver(t, url, key, body)
-		if faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+		if isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 			return r
 		}
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") {
 			t.Fatalf("while the lease runs out: %d %s, want 409 in flight or outcome unknown", r.status, r.body)
 		}
 		if time.Now().After(deadline) {
@@ -304,7 +272,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 		first := faultSendAsync(env.gw.url+"/slow/deals", key, body)
 		waitFor(t, func() bool { return env.up.executions(key) == 1 })
 		second := faultDeliver(t, env.gw.url+"/slow/deals", key, body)
-		if !faultIsProblem(t, second, http.StatusConflict, "in-flight", "") || second.header.Get("Retry-After") == "" {
+		if !isProblem(t, second, http.StatusConflict, "in-flight", "") || second.header.Get("Retry-After") == "" {
 			t.Errorf("second delivery while the first runs: %d %s, want 409 in flight with Retry-After", second.status, second.body)
 		}
 		open()
@@ -372,7 +340,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		case r.status == http.StatusCreated:
 			created++
 			createdBody = r.body
-		case faultIsProblem(t, r, http.StatusConflict, "in-flight", ""):
+		case isProblem(t, r, http.StatusConflict, "in-flight", ""):
 			conflicts++
 		default:
 			t.Errorf("unexpected answer %d %s", r.status, r.body)
@@ -419,7 +387,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 				t.Errorf("first delivery: %d %s %v, want 502", first.status, first.body, err)
 			}
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
-			if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
 			}
 			faultCheckExecutions(t, env.up, key, wantExecutions)
@@ -510,7 +478,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 		t.Errorf("retry of the never-sent request: %d %s, want a fresh 201", retry.status, retry.body)
 	}
 	retry = faultDeliver(t, sentURL, "sent-no-answer", body)
-	if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", sentID) {
+	if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", sentID) {
 		t.Errorf("retry of the sent request: %d %s, want 409 outcome unknown", retry.status, retry.body)
 	}
 	faultCheckExecutions(t, up, "never-sent", 1)
@@ -542,7 +510,7 @@ func TestFaultBadFieldStored(t *testing.T) {
 		t.Errorf("retry: %d replayed=%q %s, want a replay of the 400", retry.status, retry.header.Get("Idempotent-Replayed"), retry.body)
 	}
 	fixed := faultDeliver(t, url, key, `{"amount":5}`)
-	if !faultIsProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", recordID("validate", "", key)) {
+	if !isProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", recordID("validate", "", key)) {
 		t.Errorf("corrected payload under the same key: %d %s, want 422", fixed.status, fixed.body)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
@@ -567,7 +535,7 @@ func TestFaultUpstream500(t *testing.T) {
 			wantExecutions: 1,
 			want:           faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_5xx"},
 			retry: func(t *testing.T, first, retry response, id string) {
-				if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+				if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 					t.Errorf("retry: %d %s, want 409 outcome unknown", retry.status, retry.body)
 				}
 			},
@@ -638,7 +606,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 		t.Errorf("first delivery: %d %s, want 504", first.status, first.body)
 	}
 	retry := faultDeliver(t, url, key, `{"amount":1}`)
-	if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+	if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 		t.Errorf("retry: %d %s, want 409 outcome unknown", retry.status, retry.body)
 	}
 	open()
@@ -702,7 +670,7 @@ func TestFaultGatewayKilledMidCall(t *testing.T) {
 				var r response
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 					r = faultDeliver(t, url, key, body)
-					if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
+					if !isProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
 						break
 					}
 				}
@@ -801,7 +769,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	for _, key := range keys {
 		id := recordID("ok", "", key)
 		final := faultDeliver(t, url, key, body)
-		if faultIsProblem(t, final, http.StatusConflict, "in-flight", "") {
+		if isProblem(t, final, http.StatusConflict, "in-flight", "") {
 			final = faultUntilUnknown(t, url, key, body, id)
 		}
 		n := env.up.executions(key)
@@ -817,7 +785,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 			}
 		case store.StateUnknown:
 			// Held: the outage cut between claim and completion.
-			if !faultIsProblem(t, final, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, final, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("%s: held, final delivery %d %s", key, final.status, final.body)
 			}
 			t.Logf("%s: outcome unknown (%s) after %d business executions", key, rec.Reason, n)
@@ -894,7 +862,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 			// The background tries land within a second or two of recovery;
 			// the checks below say what the record became.
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				if faultRecordState(env.gw, id) == store.StateCompleted {
+				if adminRecordState(env.gw, id) == store.StateCompleted {
 					break
 				}
 			}
@@ -913,15 +881,15 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 	}
 }
 
-// faultRecordState is the record's state as the operator API shows it, ""
+// adminRecordState is the record's state as the operator API shows it, ""
 // when it cannot be read (absent, or the store is down).
-func faultRecordState(gw *gateway, id string) store.State {
+func adminRecordState(gw *gateway, id string) store.State {
 	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
 	if err != nil {
 		return ""
 	}
 	defer resp.Body.Close()
-	var rec faultRecord
+	var rec adminRecord
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rec) != nil {
 		return ""
 	}
@@ -947,7 +915,7 @@ func TestFaultCutOffNeverStored(t *testing.T) {
 			url := env.gw.url + tc.path
 			_, _ = faultPost(url, key, `{"amount":1}`)
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
-			if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
 			}
 			faultCheckExecutions(t, env.up, key, 1)
@@ -979,7 +947,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 	retries := 0
 	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
 		r := faultDeliver(t, url, key, body)
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") {
 			t.Fatalf("retry %d while the call runs: %d %s, want 409 in flight", retries+1, r.status, r.body)
 		}
 		retries++
@@ -1039,7 +1007,7 @@ func TestFaultRedisHangs(t *testing.T) {
 	var final response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		final = faultDeliver(t, url, key, body)
-		if !faultIsProblem(t, final, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, final, http.StatusConflict, "in-flight", "") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -1082,7 +1050,7 @@ func faultHeld(t *testing.T, env *faultEnv, key string) (id string) {
 	if r := faultDeliver(t, url, key, `{"amount":1}`); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s, want the upstream's 500", r.status, r.body)
 	}
-	if r := faultDeliver(t, url, key, `{"amount":1}`); !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+	if r := faultDeliver(t, url, key, `{"amount":1}`); !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 		t.Fatalf("retry: %d %s, want 409 outcome unknown", r.status, r.body)
 	}
 	faultCheckExecutions(t, env.up, key, 1)
@@ -1135,7 +1103,7 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 					answers["201 executed"]++
 					executed = append(executed, r)
 				default:
-					answers[fmt.Sprintf("%d %s", r.status, faultProblemKind(r))]++
+					answers[fmt.Sprintf("%d %s", r.status, r.kind())]++
 				}
 				mu.Unlock()
 				if err == nil && r.header.Get("Idempotent-Replayed") == "true" {
@@ -1168,18 +1136,6 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
 	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 2, status: 201})
-}
-
-// faultProblemKind is the anchor of a problem's type URL, or "".
-func faultProblemKind(r response) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(r.body, &p) != nil {
-		return ""
-	}
-	_, kind, _ := strings.Cut(p.Type, "#")
-	return kind
 }
 
 // TestFaultOperatorCompleteThenReplay: an operator who verified in the

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 const behaviourRules = `
@@ -395,17 +394,6 @@ var behaviourCases = []behaviourCase{
 			t.Errorf("upstream executions = %d, want 1", got)
 		}
 	}},
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not reached in 10s")
 }
 
 // TestClientDisconnectDoesNotCancel: a client that hangs up mid-call does

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/store"
 )
 
 // binary is the gateway under test: $IDEMGATE_BIN (make test sets it) or a
@@ -63,6 +66,8 @@ func freePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// Stores and gateways.
 
 // backend is a record store the gateway can use.
 type backend struct {
@@ -294,6 +299,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Requests and answers.
+
 // response is what a client saw.
 type response struct {
 	status int
@@ -319,6 +326,37 @@ func (r response) problem(t testing.TB) map[string]any {
 		t.Errorf("problem status %v, HTTP status %d", p["status"], r.status)
 	}
 	return p
+}
+
+// kind is the fragment of the problem type the body names
+// ("outcome-unknown"), or "" when the body names none.
+func (r response) kind() string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.body, &p) != nil {
+		return ""
+	}
+	_, kind, _ := strings.Cut(p.Type, "#")
+	return kind
+}
+
+// isProblem reports whether r is a problem of the given type (the
+// anchor of its type URL) for record id ("" = any record).
+func isProblem(t testing.TB, r response, status int, kind, id string) bool {
+	t.Helper()
+	if r.status != status || r.header.Get("Content-Type") != "application/problem+json" {
+		return false
+	}
+	p := r.problem(t)
+	typ, _ := p["type"].(string)
+	if !strings.HasSuffix(typ, "#"+kind) {
+		return false
+	}
+	if id != "" && p["record_id"] != id {
+		t.Errorf("%s problem names record %v, want %s", kind, p["record_id"], id)
+	}
+	return true
 }
 
 var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
@@ -393,23 +431,40 @@ func recordID(route, auth, key string) string {
 
 // adminRecord is a record as the operator API shows it.
 type adminRecord struct {
-	ID          string              `json:"id"`
-	Route       string              `json:"route"`
-	Operation   string              `json:"operation"`
-	State       string              `json:"state"`
-	Attempts    int                 `json:"attempts"`
-	Executions  int                 `json:"executions"`
-	StartedAt   time.Time           `json:"started_at"`
-	CompletedAt time.Time           `json:"completed_at"`
-	LeaseUntil  time.Time           `json:"lease_until"`
-	Status      int                 `json:"status"`
-	ExternalID  string              `json:"external_id"`
-	Digest      string              `json:"digest"`
-	Reason      string              `json:"reason"`
-	BodyOmitted bool                `json:"body_omitted"`
-	Headers     map[string][]string `json:"headers"`
-	Body        *string             `json:"body"`
-	BodyBase64  string              `json:"body_base64"`
+	ID          string      `json:"id"`
+	Route       string      `json:"route"`
+	Operation   string      `json:"operation"`
+	State       store.State `json:"state"`
+	Attempts    int64       `json:"attempts"`
+	Executions  int64       `json:"executions"`
+	StartedAt   time.Time   `json:"started_at"`
+	CompletedAt time.Time   `json:"completed_at"`
+	LeaseUntil  time.Time   `json:"lease_until"`
+	Status      int         `json:"status"`
+	ExternalID  string      `json:"external_id"`
+	Digest      string      `json:"digest"`
+	Reason      string      `json:"reason"`
+	BodyOmitted bool        `json:"body_omitted"`
+	Headers     http.Header `json:"headers"`
+	Body        *string     `json:"body"`
+	BodyBase64  string      `json:"body_base64"`
+	Audit       []struct {
+		Actor  string `json:"actor"`
+		Action string `json:"action"`
+		Reason string `json:"reason"`
+	} `json:"audit"`
+	Verification *struct {
+		Method string `json:"method"`
+		URL    string `json:"url"`
+		Checks []struct {
+			At      time.Time `json:"at"`
+			Status  int       `json:"status"`
+			Verdict string    `json:"verdict"`
+		} `json:"checks"`
+		CheckCount     int64     `json:"check_count"`
+		NextCheck      time.Time `json:"next_check"`
+		NotFoundStreak int64     `json:"not_found_streak"`
+	} `json:"verification"`
 }
 
 // adminCall calls the gateway's admin endpoint and returns status and
@@ -595,6 +650,86 @@ func metric(t testing.TB, gw *gateway, name string, labels ...string) float64 {
 
 // Upstreams.
 
+// upstream is an API that knows nothing about idempotency: it counts every
+// call it gets, so a test can see how often a side effect ran.
+type upstream struct {
+	fake
+	calls counter // by path
+	gates gates   // by path
+
+	mu      sync.Mutex
+	keys    map[string]string // forwarded Idempotency-Key by path (last seen)
+	lengths map[string]int64  // Content-Length seen, by path
+}
+
+// bigBody is the deterministic 3 MiB body of /big.
+var bigBody = func() []byte {
+	b := make([]byte, 3<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}()
+
+// binaryBody is not valid UTF-8, served as text.
+var binaryBody = []byte{0xff, 0xfe, 0x00, 'o', 'k', 0x80, 0xc3, 0x28, '\n', 0x00, 0x01}
+
+func newUpstream(t testing.TB) *upstream {
+	u := &upstream{
+		keys:    map[string]string{},
+		lengths: map[string]int64{},
+	}
+	u.fake = startFake(t, u.serve)
+	return u
+}
+
+func (u *upstream) count(path string) int { return u.calls.count(path) }
+
+func (u *upstream) seenKey(path string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.keys[path]
+}
+
+// gate makes calls to path wait until the returned func is called.
+func (u *upstream) gate(path string) (open func()) { return u.gates.gate(path) }
+
+func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	n, _ := u.calls.add(r.URL.Path)
+	u.mu.Lock()
+	u.keys[r.URL.Path] = r.Header.Get("Idempotency-Key")
+	u.lengths[r.URL.Path] = r.ContentLength
+	u.mu.Unlock()
+	u.gates.wait(r.URL.Path, nil, 20*time.Second)
+	sum := sha256.Sum256(body)
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/status/"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/status/"))
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "status %d, call %d\n", code, n)
+	case r.URL.Path == "/binary":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(binaryBody)
+	case r.URL.Path == "/big":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(bigBody)
+	default:
+		id := fmt.Sprintf("D-%d", 9020+n)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/deals/"+id)
+		w.Header().Add("Set-Cookie", "session=abc; Path=/")
+		w.Header().Add("Set-Cookie", "deal="+id+"; Path=/")
+		w.Header().Set("X-Upstream-Call", strconv.Itoa(n))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"call":%d,"body_sha256":%q,"content_length":%d}`, id, n, hex.EncodeToString(sum[:]), r.ContentLength)
+	}
+}
+
 // fake is an upstream on 127.0.0.1 that runs until the test ends.
 type fake struct {
 	srv *httptest.Server
@@ -757,4 +892,15 @@ func pick[T any](mu *sync.Mutex, s *[]T, r *rand.Rand) T {
 		return zero
 	}
 	return (*s)[r.IntN(len(*s))]
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached in 10s")
 }

@@ -93,9 +93,7 @@ func rtDeliver(url, path, key string) rtAnswer {
 	a := rtAnswer{status: r.status, replayed: r.header.Get("Idempotent-Replayed") == "true", err: err, body: string(r.body)}
 	switch {
 	case r.header.Get("Content-Type") == "application/problem+json":
-		var p struct{ Type string }
-		_ = json.Unmarshal(r.body, &p)
-		_, a.kind, _ = strings.Cut(p.Type, "#")
+		a.kind = r.kind()
 	case r.status == http.StatusCreated:
 		var v struct {
 			Key  string

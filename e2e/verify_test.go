@@ -206,37 +206,9 @@ func (c *verifyCRM) lookup(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// verifyRecord is a record as the operator API shows it.
-type verifyRecord struct {
-	ID         string      `json:"id"`
-	State      store.State `json:"state"`
-	Executions int64       `json:"executions"`
-	Status     int         `json:"status"`
-	ExternalID string      `json:"external_id"`
-	Reason     string      `json:"reason"`
-	Body       *string     `json:"body"`
-	Audit      []struct {
-		Actor  string `json:"actor"`
-		Action string `json:"action"`
-		Reason string `json:"reason"`
-	} `json:"audit"`
-	Verification *struct {
-		Method string `json:"method"`
-		URL    string `json:"url"`
-		Checks []struct {
-			At      time.Time `json:"at"`
-			Status  int       `json:"status"`
-			Verdict string    `json:"verdict"`
-		} `json:"checks"`
-		CheckCount     int64     `json:"check_count"`
-		NextCheck      time.Time `json:"next_check"`
-		NotFoundStreak int64     `json:"not_found_streak"`
-	} `json:"verification"`
-}
-
-func verifyGet(t *testing.T, gw *gateway, id string) verifyRecord {
+func verifyGet(t *testing.T, gw *gateway, id string) adminRecord {
 	t.Helper()
-	var rec verifyRecord
+	var rec adminRecord
 	adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &rec)
 	if rec.Verification == nil {
 		t.Fatalf("record %s has no verification: %+v", id, rec)
@@ -245,7 +217,7 @@ func verifyGet(t *testing.T, gw *gateway, id string) verifyRecord {
 }
 
 // verifyUntil polls the record until cond holds, for up to 10 s.
-func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(verifyRecord) bool) verifyRecord {
+func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(adminRecord) bool) adminRecord {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -316,7 +288,7 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 		if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
 			t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
 		}
-		rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r verifyRecord) bool { return r.State == store.StateCompleted })
+		rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r adminRecord) bool { return r.State == store.StateCompleted })
 		deals := crm.dealsOf(key)
 		if len(deals) != 1 {
 			t.Fatalf("deals for the key: %v, want 1", deals)
@@ -415,9 +387,9 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 		if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
 			t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
 		}
-		verifyUntil(t, gw, id, "checked once", func(r verifyRecord) bool { return r.Verification.CheckCount >= 1 })
+		verifyUntil(t, gw, id, "checked once", func(r adminRecord) bool { return r.Verification.CheckCount >= 1 })
 		r := verifyPost(gw.url+"/crm/deals", key, "")
-		if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+		if !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 			t.Fatalf("a retry right after the first not found: %d %s, want 409 outcome unknown", r.status, r.body)
 		}
 		var p struct {
@@ -430,7 +402,7 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 		if rec.State != store.StateUnknown || rec.Verification.NotFoundStreak != 1 || rec.Verification.CheckCount != 2 {
 			t.Fatalf("after the early not found: %+v (%+v), want held, streak 1, 2 checks", rec, rec.Verification)
 		}
-		rec = verifyUntil(t, gw, id, "released", func(r verifyRecord) bool { return r.State == store.StateReleased })
+		rec = verifyUntil(t, gw, id, "released", func(r adminRecord) bool { return r.State == store.StateReleased })
 		if rec.Reason != store.ReasonVerifiedNotApplied || rec.Verification.NotFoundStreak != 2 {
 			t.Errorf("released: %+v (%+v)", rec, rec.Verification)
 		}
@@ -448,7 +420,7 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 		if n := len(crm.dealsOf(key)); n != 1 {
 			t.Errorf("deals: %d, want 1", n)
 		}
-		var done verifyRecord
+		var done adminRecord
 		adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &done)
 		if done.State != store.StateCompleted || done.Executions != 2 {
 			t.Errorf("record: %s, executions %d; want completed, 2", done.State, done.Executions)
@@ -486,7 +458,7 @@ func verifyAfterKill(t *testing.T, storeArgs string) {
 	var r response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		r = verifyPost(gw.url+"/crm/deals", key, "")
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -518,7 +490,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 	if r := verifyPost(gw.url+"/fast/deals", key, "fail"); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
-	rec := verifyUntil(t, gw, id, "checked 3 times", func(r verifyRecord) bool {
+	rec := verifyUntil(t, gw, id, "checked 3 times", func(r adminRecord) bool {
 		return r.Verification.CheckCount == 3 && r.Verification.NextCheck.IsZero()
 	})
 	if rec.State != store.StateUnknown || len(rec.Verification.Checks) != 3 {
@@ -529,7 +501,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 			t.Errorf("check %+v, want inconclusive 500", c)
 		}
 	}
-	var after verifyRecord
+	var after adminRecord
 	adminJSON(t, gw, http.MethodPost, "/idempotency/records/"+id+"/verify", `{"reason":"CRM lookup is back?"}`, &after)
 	if after.State != store.StateUnknown || after.Verification.CheckCount != 4 || len(after.Verification.Checks) != 4 {
 		t.Errorf("after the operator's verify: %+v (%+v)", after, after.Verification)
@@ -538,7 +510,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 		t.Errorf("audit after the operator's verify: %+v", after.Audit)
 	}
 	r := verifyPost(gw.url+"/fast/deals", key, "")
-	if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+	if !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 		t.Errorf("retry: %d %s, want 409 outcome unknown", r.status, r.body)
 	}
 	if n := len(crm.dealsOf(key)); n != 0 {
@@ -588,7 +560,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 		switch {
 		case r.status == http.StatusCreated && r.header.Get("Idempotent-Replayed") == "true" && strings.Contains(string(r.body), deal):
 			replays++
-		case faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id):
+		case isProblem(t, r, http.StatusConflict, "outcome-unknown", id):
 			conflicts++
 		default:
 			t.Errorf("a racing retry got %d %s", r.status, r.body)
@@ -637,7 +609,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 		verified <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
 	<-crm.lookupWaited
-	var released verifyRecord
+	var released adminRecord
 	adminJSON(t, gw, http.MethodPost, "/idempotency/records/"+lateID+"/release", "", &released)
 	crm.openLookups()
 	if got := <-verified; !strings.HasPrefix(got, "409 ") || !strings.Contains(got, "resolved while the check ran") {
