@@ -129,14 +129,7 @@ func heldRecord(t *testing.T, g *consoleGateway, path, key string) string {
 		t.Fatalf("first %s: %d %s, want the upstream's 500", path, r.status, r.body)
 	}
 	r := send(t, "POST", g.url+path, body, "Idempotency-Key", key, "Content-Type", "application/json")
-	if r.status != http.StatusConflict {
-		t.Fatalf("retry of %s: %d %s, want 409 outcome unknown", path, r.status, r.body)
-	}
-	id, _ := r.problem(t)["record_id"].(string)
-	if len(id) != 32 {
-		t.Fatalf("409 names no record: %s", r.body)
-	}
-	return id
+	return heldID(t, r, "retry of "+path)
 }
 
 // browser drives one headless chromium tab through the console.

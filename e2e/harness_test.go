@@ -589,13 +589,22 @@ func adminOnly(t testing.TB, gw *gateway, route string) adminRecord {
 func adminHeldID(t testing.TB, gw *gateway, path, key string) string {
 	t.Helper()
 	r := send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
-	if r.status != http.StatusConflict {
-		t.Fatalf("retry of held key %s: %d %s, want 409", key, r.status, r.body)
-	}
-	p := r.problem(t)
-	id, _ := p["record_id"].(string)
-	if !strings.HasSuffix(fmt.Sprint(p["type"]), "#outcome-unknown") || len(id) != 32 {
+	id := heldID(t, r, "retry of held key "+key)
+	if r.kind() != "outcome-unknown" {
 		t.Fatalf("retry of held key %s: %s, want outcome-unknown with a record id", key, r.body)
+	}
+	return id
+}
+
+// heldID is the record id a 409 answer names; what says which request.
+func heldID(t testing.TB, r response, what string) string {
+	t.Helper()
+	if r.status != http.StatusConflict {
+		t.Fatalf("%s: %d %s, want 409 outcome unknown", what, r.status, r.body)
+	}
+	id, _ := r.problem(t)["record_id"].(string)
+	if len(id) != 32 {
+		t.Fatalf("%s: 409 names no record: %s", what, r.body)
 	}
 	return id
 }
