@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,186 +18,20 @@ import (
 	"time"
 )
 
-// adminRecord is a record as the operator API shows it.
-type adminRecord struct {
-	ID          string              `json:"id"`
-	Route       string              `json:"route"`
-	Operation   string              `json:"operation"`
-	State       string              `json:"state"`
-	Attempts    int                 `json:"attempts"`
-	Executions  int                 `json:"executions"`
-	StartedAt   time.Time           `json:"started_at"`
-	CompletedAt time.Time           `json:"completed_at"`
-	LeaseUntil  time.Time           `json:"lease_until"`
-	Status      int                 `json:"status"`
-	ExternalID  string              `json:"external_id"`
-	Digest      string              `json:"digest"`
-	Reason      string              `json:"reason"`
-	BodyOmitted bool                `json:"body_omitted"`
-	Headers     map[string][]string `json:"headers"`
-	Body        *string             `json:"body"`
-	BodyBase64  string              `json:"body_base64"`
-}
-
-// adminDo calls the gateway's admin endpoint and returns status and body.
-// POSTs are sent as application/json, the only type the API accepts.
-func adminDo(t testing.TB, gw *gateway, method, path, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, gw.admin+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" || method == http.MethodPost {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q (%d %s)", method, path, ct, resp.StatusCode, b)
-	}
-	return resp.StatusCode, b
-}
-
-// adminJSON expects 200 and decodes the answer into v.
-func adminJSON(t testing.TB, gw *gateway, method, path, body string, v any) {
-	t.Helper()
-	code, b := adminDo(t, gw, method, path, body)
-	if code != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, code, b)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s %s: %v: %s", method, path, err, b)
-	}
-}
-
-// adminError expects an error status and returns the message of Caddy's
-// JSON error body.
-func adminError(t testing.TB, gw *gateway, method, path, body string, status int) string {
-	t.Helper()
-	code, b := adminDo(t, gw, method, path, body)
-	var e struct {
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(b, &e); err != nil || code != status || e.Error == "" {
-		t.Errorf("%s %s %s: %d %s, want %d with an error message", method, path, body, code, b, status)
-	}
-	return e.Error
-}
-
-// adminList walks every page of GET /idempotency/records?query.
-func adminList(t testing.TB, gw *gateway, query string, limit int) []adminRecord {
-	t.Helper()
-	var all []adminRecord
-	cursor := ""
-	for pages := 0; ; pages++ {
-		if pages > 1000 {
-			t.Fatal("the listing does not end")
-		}
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if limit > 0 {
-			q.Set("limit", strconv.Itoa(limit))
-		}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Records    []adminRecord `json:"records"`
-			NextCursor *string       `json:"next_cursor"`
-		}
-		adminJSON(t, gw, "GET", "/idempotency/records?"+q.Encode(), "", &page)
-		if page.Records == nil || page.NextCursor == nil {
-			t.Fatalf("listing without records or next_cursor")
-		}
-		if limit > 0 && len(page.Records) > limit {
-			t.Fatalf("page of %d records, limit %d", len(page.Records), limit)
-		}
-		all = append(all, page.Records...)
-		if *page.NextCursor == "" {
-			return all
-		}
-		cursor = *page.NextCursor
-	}
-}
-
-// adminRoutes returns the sorted route names of recs.
-func adminRoutes(recs []adminRecord) []string {
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = r.Route
-	}
-	slices.Sort(out)
-	return out
-}
-
-// adminOnly returns the one record of route.
-func adminOnly(t testing.TB, gw *gateway, route string) adminRecord {
-	t.Helper()
-	recs := adminList(t, gw, "route="+route, 0)
-	if len(recs) != 1 {
-		t.Fatalf("route %s: %d records, want 1", route, len(recs))
-	}
-	return recs[0]
-}
-
-// adminHeldID returns the record id named by the 409 "outcome unknown"
-// answer to a retry of key.
-func adminHeldID(t testing.TB, gw *gateway, path, key string) string {
-	t.Helper()
-	r := send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
-	if r.status != http.StatusConflict {
-		t.Fatalf("retry of held key %s: %d %s, want 409", key, r.status, r.body)
-	}
-	p := r.problem(t)
-	id, _ := p["record_id"].(string)
-	if !strings.HasSuffix(fmt.Sprint(p["type"]), "#outcome-unknown") || len(id) != 32 {
-		t.Fatalf("retry of held key %s: %s, want outcome-unknown with a record id", key, r.body)
-	}
-	return id
-}
-
 // adminSendAsync makes a request in the background (no t calls off the
 // test goroutine) and reports its status.
 func adminSendAsync(method, target, key string) <-chan int {
 	done := make(chan int, 1)
 	go func() {
-		req, err := http.NewRequest(method, target, strings.NewReader(`{}`))
-		if err != nil {
-			done <- 0
-			return
-		}
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := client.Do(req)
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
+		r, _ := do(client, method, target, []byte(`{}`), "Idempotency-Key", key)
+		done <- r.status
 	}()
 	return done
 }
 
 const adminRules = `
 routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-    external_id: id
-  - name: held
-    match: { path: /status/500 }
-    key: ["{header.Idempotency-Key}"]
-  - name: files
+` + dealsAndHeldRoutes + `  - name: files
     match: { path: /binary }
     key: ["{header.Idempotency-Key}"]
   - name: slow
@@ -213,219 +45,179 @@ routes:
 // next retry replays the operator's answer), and its 400/404/405/409
 // answers.
 func TestAdminAPI(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			up := newUpstream(t)
-			gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: adminRules})
-			post := func(path, key string) response {
-				return send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
+	forEachBackend(t, func(t *testing.T, be backend) {
+		up := newUpstream(t)
+		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: adminRules})
+		post := func(path, key string) response {
+			return send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
+		}
+		if r := post("/deals", "adm-d1"); r.status != http.StatusCreated {
+			t.Fatalf("deal: %d %s", r.status, r.body)
+		}
+		for _, key := range []string{"adm-h1", "adm-h2"} {
+			if r := post("/status/500", key); r.status != http.StatusInternalServerError {
+				t.Fatalf("held: %d %s", r.status, r.body)
 			}
-			if r := post("/deals", "adm-d1"); r.status != http.StatusCreated {
-				t.Fatalf("deal: %d %s", r.status, r.body)
+		}
+		if r := post("/binary", "adm-f1"); r.status != http.StatusOK {
+			t.Fatalf("binary: %d %s", r.status, r.body)
+		}
+		open := up.gate("/slow")
+		defer open()
+		slow := adminSendAsync("POST", gw.url+"/slow", "adm-s1")
+		for i := 0; len(adminList(t, gw, "state=in_flight", 0)) == 0; i++ {
+			if i > 500 {
+				t.Fatal("the gated call never showed as in flight")
 			}
-			for _, key := range []string{"adm-h1", "adm-h2"} {
-				if r := post("/status/500", key); r.status != http.StatusInternalServerError {
-					t.Fatalf("held: %d %s", r.status, r.body)
+			time.Sleep(10 * time.Millisecond)
+		}
+
+		t.Run("list", func(t *testing.T) {
+			all := adminList(t, gw, "", 0)
+			if got := adminRoutes(all); !slices.Equal(got, []string{"deals", "files", "held", "held", "slow"}) {
+				t.Fatalf("routes of all records: %v", got)
+			}
+			seen := map[string]int{}
+			for _, r := range adminList(t, gw, "", 2) {
+				seen[r.ID]++
+			}
+			for _, r := range all {
+				if seen[r.ID] != 1 {
+					t.Errorf("paging by 2 showed %s %d times", r.ID, seen[r.ID])
 				}
 			}
-			if r := post("/binary", "adm-f1"); r.status != http.StatusOK {
-				t.Fatalf("binary: %d %s", r.status, r.body)
+			for _, tc := range []struct {
+				query  string
+				routes []string
+			}{
+				{"state=completed", []string{"deals", "files"}},
+				{"state=outcome_unknown", []string{"held", "held"}},
+				{"state=in_flight", []string{"slow"}},
+				{"state=released", []string{}},
+				{"route=held", []string{"held", "held"}},
+				{"route=held&state=completed", []string{}},
+			} {
+				if got := adminRoutes(adminList(t, gw, tc.query, 0)); !slices.Equal(got, tc.routes) {
+					t.Errorf("%s: %v, want %v", tc.query, got, tc.routes)
+				}
 			}
-			open := up.gate("/slow")
-			defer open()
-			slow := adminSendAsync("POST", gw.url+"/slow", "adm-s1")
-			for i := 0; len(adminList(t, gw, "state=in_flight", 0)) == 0; i++ {
-				if i > 500 {
-					t.Fatal("the gated call never showed as in flight")
+			_, raw := adminDo(t, gw, "GET", "/idempotency/records", "")
+			for _, field := range []string{`"body`, `"headers"`} {
+				if strings.Contains(string(raw), field) {
+					t.Errorf("the listing shows %s: %s", field, raw)
 				}
-				time.Sleep(10 * time.Millisecond)
 			}
-
-			t.Run("list", func(t *testing.T) {
-				all := adminList(t, gw, "", 0)
-				if got := adminRoutes(all); !slices.Equal(got, []string{"deals", "files", "held", "held", "slow"}) {
-					t.Fatalf("routes of all records: %v", got)
-				}
-				seen := map[string]int{}
-				for _, r := range adminList(t, gw, "", 2) {
-					seen[r.ID]++
-				}
-				for _, r := range all {
-					if seen[r.ID] != 1 {
-						t.Errorf("paging by 2 showed %s %d times", r.ID, seen[r.ID])
-					}
-				}
-				for _, tc := range []struct {
-					query  string
-					routes []string
-				}{
-					{"state=completed", []string{"deals", "files"}},
-					{"state=outcome_unknown", []string{"held", "held"}},
-					{"state=in_flight", []string{"slow"}},
-					{"state=released", []string{}},
-					{"route=held", []string{"held", "held"}},
-					{"route=held&state=completed", []string{}},
-				} {
-					if got := adminRoutes(adminList(t, gw, tc.query, 0)); !slices.Equal(got, tc.routes) {
-						t.Errorf("%s: %v, want %v", tc.query, got, tc.routes)
-					}
-				}
-				_, raw := adminDo(t, gw, "GET", "/idempotency/records", "")
-				for _, field := range []string{`"body`, `"headers"`} {
-					if strings.Contains(string(raw), field) {
-						t.Errorf("the listing shows %s: %s", field, raw)
-					}
-				}
-			})
-
-			t.Run("get", func(t *testing.T) {
-				var rec adminRecord
-				adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "deals").ID, "", &rec)
-				if rec.State != "completed" || rec.Status != 201 || rec.ExternalID != "D-9021" || rec.Attempts != 1 ||
-					rec.Executions != 1 || rec.Body == nil || !strings.Contains(*rec.Body, `"id":"D-9021"`) ||
-					rec.Headers["Location"][0] != "/deals/D-9021" || len(rec.Headers["Set-Cookie"]) != 2 {
-					t.Errorf("completed record: %+v", rec)
-				}
-				if sum := sha256.Sum256([]byte(*rec.Body)); rec.Digest != hex.EncodeToString(sum[:]) {
-					t.Errorf("digest %s does not match the body", rec.Digest)
-				}
-				rec = adminRecord{}
-				adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "files").ID, "", &rec)
-				if b, err := base64.StdEncoding.DecodeString(rec.BodyBase64); err != nil || !bytes.Equal(b, binaryBody) || rec.Body != nil {
-					t.Errorf("binary record: body %v, body_base64 %q", rec.Body, rec.BodyBase64)
-				}
-				rec = adminRecord{}
-				adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "slow").ID, "", &rec)
-				if rec.State != "in_flight" || !rec.LeaseUntil.After(rec.StartedAt) {
-					t.Errorf("in-flight record: %+v", rec)
-				}
-			})
-
-			t.Run("live in-flight records cannot be resolved", func(t *testing.T) {
-				id := adminOnly(t, gw, "slow").ID
-				adminError(t, gw, "POST", "/idempotency/records/"+id+"/release", "", http.StatusConflict)
-				adminError(t, gw, "POST", "/idempotency/records/"+id+"/complete", `{"status":200}`, http.StatusConflict)
-				open()
-				if code := <-slow; code != http.StatusCreated {
-					t.Errorf("the gated call: %d", code)
-				}
-				if n := up.count("/slow"); n != 1 {
-					t.Errorf("/slow executions = %d, want 1", n)
-				}
-			})
-
-			t.Run("release then the retry executes once more", func(t *testing.T) {
-				id := adminHeldID(t, gw, "/status/500", "adm-h1")
-				before := up.count("/status/500")
-				var rec adminRecord
-				adminJSON(t, gw, "POST", "/idempotency/records/"+id+"/release", "", &rec)
-				if rec.ID != id || rec.State != "released" || rec.Executions != 1 {
-					t.Fatalf("released: %+v", rec)
-				}
-				if r := post("/status/500", "adm-h1"); r.status != http.StatusInternalServerError {
-					t.Errorf("retry after the release: %d %s, want the upstream's 500", r.status, r.body)
-				}
-				// The upstream failed again, so the record is held again.
-				adminHeldID(t, gw, "/status/500", "adm-h1")
-				if n := up.count("/status/500") - before; n != 1 {
-					t.Errorf("executions after the release = %d, want exactly 1", n)
-				}
-				adminJSON(t, gw, "GET", "/idempotency/records/"+id, "", &rec)
-				if rec.State != "outcome_unknown" || rec.Executions != 2 || rec.Attempts != 4 {
-					t.Errorf("record: %+v, want outcome_unknown, executions 2, attempts 4", rec)
-				}
-			})
-
-			t.Run("complete then the retry replays", func(t *testing.T) {
-				id := adminHeldID(t, gw, "/status/500", "adm-h2")
-				before := up.count("/status/500")
-				const body = `{"id":"D-9021","verified":true}`
-				var rec adminRecord
-				adminJSON(t, gw, "POST", "/idempotency/records/"+id+"/complete",
-					`{"status":201,"headers":{"Content-Type":["application/json"]},"body":`+strconv.Quote(body)+`,"external_id":"D-9021"}`, &rec)
-				sum := sha256.Sum256([]byte(body))
-				if rec.State != "completed" || rec.Status != 201 || rec.ExternalID != "D-9021" || rec.Digest != hex.EncodeToString(sum[:]) {
-					t.Fatalf("completed: %+v", rec)
-				}
-				for range 2 {
-					r := post("/status/500", "adm-h2")
-					if r.status != http.StatusCreated || string(r.body) != body || r.header.Get("Idempotent-Replayed") != "true" ||
-						r.header.Get("Content-Type") != "application/json" {
-						t.Errorf("retry after the complete: %d %v %s", r.status, r.header, r.body)
-					}
-				}
-				if n := up.count("/status/500") - before; n != 0 {
-					t.Errorf("executions after the complete = %d, want 0", n)
-				}
-				adminError(t, gw, "POST", "/idempotency/records/"+id+"/complete", `{"status":200}`, http.StatusConflict)
-			})
-
-			t.Run("errors", func(t *testing.T) {
-				const missing = "00000000000000000000000000000000"
-				deal := adminOnly(t, gw, "deals").ID
-				for _, tc := range []struct {
-					method, path, body string
-					status             int
-					msg                string
-				}{
-					{"GET", "/idempotency/records/" + missing, "", 404, "not found"},
-					{"POST", "/idempotency/records/" + missing + "/release", "", 404, "not found"},
-					{"POST", "/idempotency/records/" + missing + "/complete", `{"status":200}`, 404, "not found"},
-					{"GET", "/idempotency/records/xyz", "", 400, "not a record id"},
-					{"GET", "/idempotency/records?state=done", "", 400, "state"},
-					{"GET", "/idempotency/records?limit=5000", "", 400, "limit"},
-					{"GET", "/idempotency/records?cursor=nope", "", 400, "cursor"},
-					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":"201"}`, 400, "request body"},
-					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":201,"body":"a","body_base64":"YQ=="}`, 400, "not both"},
-					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":42}`, 400, "status 42"},
-					{"POST", "/idempotency/records/" + deal + "/complete", `{"status":201,"headers":{"Bad Name":["x"]}}`, 400, "header name"},
-					{"GET", "/idempotency/records/" + deal + "/release", "", 405, "POST"},
-				} {
-					if msg := adminError(t, gw, tc.method, tc.path, tc.body, tc.status); !strings.Contains(msg, tc.msg) {
-						t.Errorf("%s %s: %q, want it to mention %q", tc.method, tc.path, msg, tc.msg)
-					}
-				}
-			})
 		})
-	}
-}
 
-// adminMetric returns the value of the sample of name whose labels
-// include every one of labels (`route="deals"`), or 0 when there is none.
-func adminMetric(t testing.TB, gw *gateway, name string, labels ...string) float64 {
-	t.Helper()
-	resp, err := client.Get(gw.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", resp.StatusCode)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			match = match && strings.Contains(line, l)
-		}
-		if !match {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		return v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return 0
+		t.Run("get", func(t *testing.T) {
+			var rec adminRecord
+			adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "deals").ID, "", &rec)
+			if rec.State != "completed" || rec.Status != 201 || rec.ExternalID != "D-9021" || rec.Attempts != 1 ||
+				rec.Executions != 1 || rec.Body == nil || !strings.Contains(*rec.Body, `"id":"D-9021"`) ||
+				rec.Headers["Location"][0] != "/deals/D-9021" || len(rec.Headers["Set-Cookie"]) != 2 {
+				t.Errorf("completed record: %+v", rec)
+			}
+			if sum := sha256.Sum256([]byte(*rec.Body)); rec.Digest != hex.EncodeToString(sum[:]) {
+				t.Errorf("digest %s does not match the body", rec.Digest)
+			}
+			rec = adminRecord{}
+			adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "files").ID, "", &rec)
+			if b, err := base64.StdEncoding.DecodeString(rec.BodyBase64); err != nil || !bytes.Equal(b, binaryBody) || rec.Body != nil {
+				t.Errorf("binary record: body %v, body_base64 %q", rec.Body, rec.BodyBase64)
+			}
+			rec = adminRecord{}
+			adminJSON(t, gw, "GET", "/idempotency/records/"+adminOnly(t, gw, "slow").ID, "", &rec)
+			if rec.State != "in_flight" || !rec.LeaseUntil.After(rec.StartedAt) {
+				t.Errorf("in-flight record: %+v", rec)
+			}
+		})
+
+		t.Run("live in-flight records cannot be resolved", func(t *testing.T) {
+			id := adminOnly(t, gw, "slow").ID
+			adminError(t, gw, "POST", "/idempotency/records/"+id+"/release", "", http.StatusConflict)
+			adminError(t, gw, "POST", "/idempotency/records/"+id+"/complete", `{"status":200}`, http.StatusConflict)
+			open()
+			if code := <-slow; code != http.StatusCreated {
+				t.Errorf("the gated call: %d", code)
+			}
+			if n := up.count("/slow"); n != 1 {
+				t.Errorf("/slow executions = %d, want 1", n)
+			}
+		})
+
+		t.Run("release then the retry executes once more", func(t *testing.T) {
+			id := adminHeldID(t, gw, "/status/500", "adm-h1")
+			before := up.count("/status/500")
+			var rec adminRecord
+			adminJSON(t, gw, "POST", "/idempotency/records/"+id+"/release", "", &rec)
+			if rec.ID != id || rec.State != "released" || rec.Executions != 1 {
+				t.Fatalf("released: %+v", rec)
+			}
+			if r := post("/status/500", "adm-h1"); r.status != http.StatusInternalServerError {
+				t.Errorf("retry after the release: %d %s, want the upstream's 500", r.status, r.body)
+			}
+			// The upstream failed again, so the record is held again.
+			adminHeldID(t, gw, "/status/500", "adm-h1")
+			if n := up.count("/status/500") - before; n != 1 {
+				t.Errorf("executions after the release = %d, want exactly 1", n)
+			}
+			adminJSON(t, gw, "GET", "/idempotency/records/"+id, "", &rec)
+			if rec.State != "outcome_unknown" || rec.Executions != 2 || rec.Attempts != 4 {
+				t.Errorf("record: %+v, want outcome_unknown, executions 2, attempts 4", rec)
+			}
+		})
+
+		t.Run("complete then the retry replays", func(t *testing.T) {
+			id := adminHeldID(t, gw, "/status/500", "adm-h2")
+			before := up.count("/status/500")
+			const body = `{"id":"D-9021","verified":true}`
+			var rec adminRecord
+			adminJSON(t, gw, "POST", "/idempotency/records/"+id+"/complete",
+				`{"status":201,"headers":{"Content-Type":["application/json"]},"body":`+strconv.Quote(body)+`,"external_id":"D-9021"}`, &rec)
+			sum := sha256.Sum256([]byte(body))
+			if rec.State != "completed" || rec.Status != 201 || rec.ExternalID != "D-9021" || rec.Digest != hex.EncodeToString(sum[:]) {
+				t.Fatalf("completed: %+v", rec)
+			}
+			for range 2 {
+				r := post("/status/500", "adm-h2")
+				if r.status != http.StatusCreated || string(r.body) != body || r.header.Get("Idempotent-Replayed") != "true" ||
+					r.header.Get("Content-Type") != "application/json" {
+					t.Errorf("retry after the complete: %d %v %s", r.status, r.header, r.body)
+				}
+			}
+			if n := up.count("/status/500") - before; n != 0 {
+				t.Errorf("executions after the complete = %d, want 0", n)
+			}
+			adminError(t, gw, "POST", "/idempotency/records/"+id+"/complete", `{"status":200}`, http.StatusConflict)
+		})
+
+		t.Run("errors", func(t *testing.T) {
+			const missing = "00000000000000000000000000000000"
+			deal := adminOnly(t, gw, "deals").ID
+			for _, tc := range []struct {
+				method, path, body string
+				status             int
+				msg                string
+			}{
+				{"GET", "/idempotency/records/" + missing, "", 404, "not found"},
+				{"POST", "/idempotency/records/" + missing + "/release", "", 404, "not found"},
+				{"POST", "/idempotency/records/" + missing + "/complete", `{"status":200}`, 404, "not found"},
+				{"GET", "/idempotency/records/xyz", "", 400, "not a record id"},
+				{"GET", "/idempotency/records?state=done", "", 400, "state"},
+				{"GET", "/idempotency/records?limit=5000", "", 400, "limit"},
+				{"GET", "/idempotency/records?cursor=nope", "", 400, "cursor"},
+				{"POST", "/idempotency/records/" + deal + "/complete", `{"status":"201"}`, 400, "request body"},
+				{"POST", "/idempotency/records/" + deal + "/complete", `{"status":201,"body":"a","body_base64":"YQ=="}`, 400, "not both"},
+				{"POST", "/idempotency/records/" + deal + "/complete", `{"status":42}`, 400, "status 42"},
+				{"POST", "/idempotency/records/" + deal + "/complete", `{"status":201,"headers":{"Bad Name":["x"]}}`, 400, "header name"},
+				{"GET", "/idempotency/records/" + deal + "/release", "", 405, "POST"},
+			} {
+				if msg := adminError(t, gw, tc.method, tc.path, tc.body, tc.status); !strings.Contains(msg, tc.msg) {
+					t.Errorf("%s %s: %q, want it to mention %q", tc.method, tc.path, msg, tc.msg)
+				}
+			}
+		})
+	})
 }
 
 // TestAdminMetricsSurviveReload scrapes the admin endpoint's /metrics
@@ -437,10 +229,10 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: reloadRulesBefore})
 	executed := func() float64 {
-		return adminMetric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="executed"`)
+		return metric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="executed"`)
 	}
 	replayed := func() float64 {
-		return adminMetric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="replayed"`)
+		return metric(t, gw, "idemgate_requests_total", `route="deals"`, `outcome="replayed"`)
 	}
 	for range 2 {
 		send(t, "POST", gw.url+"/deals", []byte(`{}`), "Idempotency-Key", "m-1")
@@ -448,7 +240,7 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	if e, r := executed(), replayed(); e != 1 || r != 1 {
 		t.Fatalf("before the reload: executed %v, replayed %v; want 1, 1", e, r)
 	}
-	if got := adminMetric(t, gw, "idemgate_upstream_executions_total", `route="deals"`, `result="completed"`); got != 1 {
+	if got := metric(t, gw, "idemgate_upstream_executions_total", `route="deals"`, `result="completed"`); got != 1 {
 		t.Errorf("upstream executions before the reload = %v, want 1", got)
 	}
 
@@ -467,10 +259,10 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 	if e, r := executed(), replayed(); e != 2 || r != 2 {
 		t.Errorf("after the reload: executed %v, replayed %v; want 2, 2", e, r)
 	}
-	if got := adminMetric(t, gw, "idemgate_requests_total", `route="refunds"`, `outcome="executed"`); got != 1 {
+	if got := metric(t, gw, "idemgate_requests_total", `route="refunds"`, `outcome="executed"`); got != 1 {
 		t.Errorf("the new route's executions = %v, want 1", got)
 	}
-	if got := adminMetric(t, gw, "idemgate_store_duration_seconds_count", `op="claim"`, `result="ok"`); got < 5 {
+	if got := metric(t, gw, "idemgate_store_duration_seconds_count", `op="claim"`, `result="ok"`); got < 5 {
 		t.Errorf("store latency claim count = %v, want at least 5", got)
 	}
 	// The admin module is made afresh on each load; it still finds the
@@ -488,10 +280,9 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 // request data: the single record view shows the stored response only.
 func TestAdminSecretsNeverShown(t *testing.T) {
 	const secret = "s3cr3t-TOKEN-42"
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			up := newUpstream(t)
-			gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: `
+	forEachBackend(t, func(t *testing.T, be backend) {
+		up := newUpstream(t)
+		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: `
 routes:
   - name: pay
     match: { path: /deals }
@@ -503,56 +294,55 @@ routes:
     match: { path: /status/500 }
     key: ["{header.Idempotency-Key}"]
 `})
-			auth := "Bearer " + secret
-			body := []byte(`{"card":"` + secret + `","amount":1}`)
-			for _, tc := range []struct {
-				path    string
-				body    []byte
-				headers []string
-				status  int
-			}{
-				{"/deals", body, []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 201},
-				{"/deals", body, []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 201},
-				{"/deals", []byte(`{"card":"other-` + secret + `"}`), []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 422},
-				{"/deals", body, []string{"Authorization", auth}, 400},
-				{"/cards", body, []string{"Authorization", auth}, 201},
-				{"/status/500", body, []string{"Idempotency-Key", secret, "Authorization", auth}, 500},
-				{"/status/500", body, []string{"Idempotency-Key", secret, "Authorization", auth}, 409},
-			} {
-				if r := send(t, "POST", gw.url+tc.path, tc.body, tc.headers...); r.status != tc.status {
-					t.Errorf("POST %s: %d %s, want %d", tc.path, r.status, r.body, tc.status)
-				}
+		auth := "Bearer " + secret
+		body := []byte(`{"card":"` + secret + `","amount":1}`)
+		for _, tc := range []struct {
+			path    string
+			body    []byte
+			headers []string
+			status  int
+		}{
+			{"/deals", body, []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 201},
+			{"/deals", body, []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 201},
+			{"/deals", []byte(`{"card":"other-` + secret + `"}`), []string{"Idempotency-Key", "key-" + secret, "Authorization", auth}, 422},
+			{"/deals", body, []string{"Authorization", auth}, 400},
+			{"/cards", body, []string{"Authorization", auth}, 201},
+			{"/status/500", body, []string{"Idempotency-Key", secret, "Authorization", auth}, 500},
+			{"/status/500", body, []string{"Idempotency-Key", secret, "Authorization", auth}, 409},
+		} {
+			if r := send(t, "POST", gw.url+tc.path, tc.body, tc.headers...); r.status != tc.status {
+				t.Errorf("POST %s: %d %s, want %d", tc.path, r.status, r.body, tc.status)
 			}
-			var answers []string
-			code, raw := adminDo(t, gw, "GET", "/idempotency/records", "")
-			answers = append(answers, string(raw))
-			recs := adminList(t, gw, "", 0)
-			if code != http.StatusOK || len(recs) != 3 {
-				t.Fatalf("listing: %d, %d records, want 3: %s", code, len(recs), raw)
-			}
-			for _, rec := range recs {
-				_, b := adminDo(t, gw, "GET", "/idempotency/records/"+rec.ID, "")
+		}
+		var answers []string
+		code, raw := adminDo(t, gw, "GET", "/idempotency/records", "")
+		answers = append(answers, string(raw))
+		recs := adminList(t, gw, "", 0)
+		if code != http.StatusOK || len(recs) != 3 {
+			t.Fatalf("listing: %d, %d records, want 3: %s", code, len(recs), raw)
+		}
+		for _, rec := range recs {
+			_, b := adminDo(t, gw, "GET", "/idempotency/records/"+rec.ID, "")
+			answers = append(answers, string(b))
+			if rec.Route == "held" {
+				_, b = adminDo(t, gw, "POST", "/idempotency/records/"+rec.ID+"/release", "")
 				answers = append(answers, string(b))
-				if rec.Route == "held" {
-					_, b = adminDo(t, gw, "POST", "/idempotency/records/"+rec.ID+"/release", "")
-					answers = append(answers, string(b))
-				}
 			}
-			for _, a := range answers {
-				if strings.Contains(a, secret) {
-					t.Errorf("an admin answer contains the secret: %s", a)
-				}
+		}
+		for _, a := range answers {
+			if strings.Contains(a, secret) {
+				t.Errorf("an admin answer contains the secret: %s", a)
 			}
-			if !strings.Contains(gw.logs.String(), "idempotency decision") {
-				t.Fatal("no decision was logged")
+		}
+		if !strings.Contains(gw.logs.String(), "idempotency decision") {
+			t.Fatal("no decision was logged")
+		}
+		for _, line := range strings.Split(gw.logs.String(), "\n") {
+			if strings.Contains(line, secret) {
+				t.Errorf("a gateway log line contains the secret: %s", line)
 			}
-			for _, line := range strings.Split(gw.logs.String(), "\n") {
-				if strings.Contains(line, secret) {
-					t.Errorf("a gateway log line contains the secret: %s", line)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestAdminCrossSiteAndRedaction runs against the real binary: a

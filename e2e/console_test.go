@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,31 +44,22 @@ routes:
 // it got the request (so the gateway holds the operation) and whose later
 // calls succeed. It counts the calls per key.
 type crm struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]int
+	fake
+	calls counter
 }
 
 func newCRM(t *testing.T) *crm {
-	c := &crm{calls: map[string]int{}}
-	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
-	t.Cleanup(c.srv.Close)
+	c := &crm{}
+	c.fake = startFake(t, c.serve)
 	return c
 }
 
-func (c *crm) count(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.calls[key]
-}
+func (c *crm) count(key string) int { return c.calls.count(key) }
 
 func (c *crm) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	key := r.Header.Get("Idempotency-Key")
-	c.mu.Lock()
-	c.calls[key]++
-	n := c.calls[key]
-	c.mu.Unlock()
+	n, _ := c.calls.add(key)
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.URL.Path == "/invoices":
@@ -118,32 +107,8 @@ func startConsoleGateway(t *testing.T, upstream, user, password string) *console
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	port, consolePort, adminPort := freePort(t), freePort(t), freePort(t)
-	g := &gateway{
-		t:         t,
-		dir:       dir,
-		url:       fmt.Sprintf("http://127.0.0.1:%d", port),
-		admin:     fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		logs:      new(syncBuffer),
-		caddyfile: filepath.Join(dir, "Caddyfile"),
-	}
-	if err := os.WriteFile(filepath.Join(dir, "routes.yaml"), []byte(consoleRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	caddyfile := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-}
-
-:%d {
-	idempotency {
-		rules routes.yaml
-		store embedded
-	}
-	reverse_proxy %s
-}
-
+	consolePort := freePort(t)
+	g := startGateway(t, gatewayConfig{store: "embedded", upstream: upstream, rules: consoleRules, sites: fmt.Sprintf(`
 :%d {
 	handle_path /ops/* {
 		basic_auth {
@@ -151,13 +116,7 @@ func startConsoleGateway(t *testing.T, upstream, user, password string) *console
 		}
 		idempotency_console
 	}
-}
-`, adminPort, port, upstream, consolePort, user, hash)
-	if err := os.WriteFile(g.caddyfile, []byte(caddyfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g.start()
-	t.Cleanup(g.stop)
+}`, consolePort, user, hash)})
 	return &consoleGateway{gateway: g, console: fmt.Sprintf("http://127.0.0.1:%d/ops/", consolePort)}
 }
 
@@ -170,14 +129,7 @@ func heldRecord(t *testing.T, g *consoleGateway, path, key string) string {
 		t.Fatalf("first %s: %d %s, want the upstream's 500", path, r.status, r.body)
 	}
 	r := send(t, "POST", g.url+path, body, "Idempotency-Key", key, "Content-Type", "application/json")
-	if r.status != http.StatusConflict {
-		t.Fatalf("retry of %s: %d %s, want 409 outcome unknown", path, r.status, r.body)
-	}
-	id, _ := r.problem(t)["record_id"].(string)
-	if len(id) != 32 {
-		t.Fatalf("409 names no record: %s", r.body)
-	}
-	return id
+	return heldID(t, r, "retry of "+path)
 }
 
 // browser drives one headless chromium tab through the console.
@@ -274,7 +226,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	exe := chromium(t)
 	const user, password = "alice", "correct horse battery staple"
 	up := newCRM(t)
-	g := startConsoleGateway(t, strings.TrimPrefix(up.srv.URL, "http://"), user, password)
+	g := startConsoleGateway(t, up.addr(), user, password)
 
 	dealA := heldRecord(t, g, "/crm/deals", "evt_184:create_crm_deal")
 	dealB := heldRecord(t, g, "/crm/deals", "evt_185:create_crm_deal")
@@ -452,9 +404,9 @@ func TestConsoleInBrowser(t *testing.T) {
 func recordState(t *testing.T, g *consoleGateway, id string) string {
 	t.Helper()
 	var v struct{ State string }
-	r := send(t, "GET", g.admin+"/idempotency/records/"+id, nil)
-	if err := json.Unmarshal(r.body, &v); err != nil {
-		t.Fatalf("admin API: %v %s", err, r.body)
+	_, b, _ := adminCall(t, g.gateway, http.MethodGet, "/idempotency/records/"+id, "")
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("admin API: %v %s", err, b)
 	}
 	return v.State
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,13 +33,7 @@ routes:
 // it fails the test when the gateway is still running after d.
 func (g *gateway) exitWithin(d time.Duration) error {
 	g.t.Helper()
-	g.cmd = exec.Command(binary, "run", "--config", g.caddyfile, "--adapter", "caddyfile")
-	g.cmd.Dir = g.dir
-	g.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+g.dir, "XDG_CONFIG_HOME="+g.dir, "HOME="+g.dir)
-	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
-	if err := g.cmd.Start(); err != nil {
-		g.t.Fatal(err)
-	}
+	g.run()
 	done := make(chan error, 1)
 	go func() { done <- g.cmd.Wait() }()
 	select {
@@ -113,18 +106,8 @@ func TestEmbeddedKillRestartReplay(t *testing.T) {
 // attempt is one client request that may get no answer (the gateway was
 // killed under it).
 func attempt(c *http.Client, url, key string) (status int, replayed bool, body []byte, err error) {
-	req, err := http.NewRequest("POST", url, strings.NewReader(`{"n":1}`))
-	if err != nil {
-		return 0, false, nil, err
-	}
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, false, nil, err
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", body, err
+	r, err := do(c, "POST", url, []byte(`{"n":1}`), "Idempotency-Key", key)
+	return r.status, r.header.Get("Idempotent-Replayed") == "true", r.body, err
 }
 
 // TestEmbeddedKillUnderLoad: 200 keys sent by 16 clients at once, the

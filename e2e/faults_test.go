@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -126,34 +124,9 @@ func faultStart(t *testing.T, s faultSetup) *faultEnv {
 	return &faultEnv{redis: srv, up: up, gw: gw}
 }
 
-// faultScope is the default scope; fault requests carry no Authorization.
-var faultScope = []keying.Template{keying.MustParseTemplate("{header.Authorization}")}
-
-// faultKeyID is the record id the gateway gives key on a route (the route
-// name is its operation).
-func faultKeyID(route, key string) string {
-	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return e2eKeyID(route, keying.ScopeHash(faultScope, in), key)
-}
-
 // faultPost delivers one request; safe to call from any goroutine.
 func faultPost(url, key, body string) (response, error) {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := client.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, err
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return do(client, http.MethodPost, url, []byte(body), "Content-Type", "application/json", "Idempotency-Key", key)
 }
 
 // faultSend is faultPost with a transport error reported as status -1 and
@@ -195,34 +168,15 @@ type faultWant struct {
 	reason     string // why the outcome is unknown; "": not checked
 }
 
-// faultRecord is a record as the operator API shows it.
-type faultRecord struct {
-	ID         string      `json:"id"`
-	Route      string      `json:"route"`
-	State      store.State `json:"state"`
-	Attempts   int64       `json:"attempts"`
-	Executions int64       `json:"executions"`
-	Status     int         `json:"status"`
-	ExternalID string      `json:"external_id"`
-	Reason     string      `json:"reason"`
-	Headers    http.Header `json:"headers"`
-	Body       *string     `json:"body"`
-}
-
 // faultGetRecord reads record id through the gateway's operator API
 // (GET /idempotency/records/{id} on the admin address).
-func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
+func faultGetRecord(t *testing.T, gw *gateway, id string) *adminRecord {
 	t.Helper()
-	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
-	if err != nil {
-		t.Fatalf("GET record %s: %v", id, err)
+	code, b, _ := adminCall(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET record %s: %d %s", id, code, b)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET record %s: %d %s %v", id, resp.StatusCode, b, err)
-	}
-	var rec faultRecord
+	var rec adminRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		t.Fatalf("GET record %s: %v: %s", id, err, b)
 	}
@@ -234,7 +188,7 @@ func faultGetRecord(t *testing.T, gw *gateway, id string) *faultRecord {
 
 // faultCheckRecord reads record id through the operator API and compares
 // it with want.
-func faultCheckRecord(t *testing.T, gw *gateway, id string, want faultWant) *faultRecord {
+func faultCheckRecord(t *testing.T, gw *gateway, id string, want faultWant) *adminRecord {
 	t.Helper()
 	rec := faultGetRecord(t, gw, id)
 	if rec.State != want.state {
@@ -263,24 +217,6 @@ func faultCheckExecutions(t *testing.T, up *faultUpstream, key string, want int)
 	}
 }
 
-// faultIsProblem reports whether r is a problem of the given type (the
-// anchor of its type URL) for record id ("" = any record).
-func faultIsProblem(t *testing.T, r response, status int, kind, id string) bool {
-	t.Helper()
-	if r.status != status || r.header.Get("Content-Type") != "application/problem+json" {
-		return false
-	}
-	p := r.problem(t)
-	typ, _ := p["type"].(string)
-	if !strings.HasSuffix(typ, "#"+kind) {
-		return false
-	}
-	if id != "" && p["record_id"] != id {
-		t.Errorf("%s problem names record %v, want %s", kind, p["record_id"], id)
-	}
-	return true
-}
-
 // faultUntilUnknown retries until the gateway answers 409 "outcome unknown"
 // for the key: before the dead claim's lease runs out it answers 409 "in
 // flight", which is the only other answer allowed. Bounded to 10 s.
@@ -289,10 +225,10 @@ func faultUntilUnknown(t *testing.T, url, key, body, id string) response {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := faultDeliver(t, url, key, body)
-		if faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+		if isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 			return r
 		}
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") {
 			t.Fatalf("while the lease runs out: %d %s, want 409 in flight or outcome unknown", r.status, r.body)
 		}
 		if time.Now().After(deadline) {
@@ -323,7 +259,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("second delivery: %d replayed=%q %s, want a replay of %s", second.status, second.header.Get("Idempotent-Replayed"), second.body, first.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		rec := faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
+		rec := faultCheckRecord(t, env.gw, recordID("ok", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 2, status: 201})
 		if rec.ExternalID != "D-9021" {
 			t.Errorf("external id %q, want D-9021", rec.ExternalID)
 		}
@@ -336,7 +272,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 		first := faultSendAsync(env.gw.url+"/slow/deals", key, body)
 		waitFor(t, func() bool { return env.up.executions(key) == 1 })
 		second := faultDeliver(t, env.gw.url+"/slow/deals", key, body)
-		if !faultIsProblem(t, second, http.StatusConflict, "in-flight", "") || second.header.Get("Retry-After") == "" {
+		if !isProblem(t, second, http.StatusConflict, "in-flight", "") || second.header.Get("Retry-After") == "" {
 			t.Errorf("second delivery while the first runs: %d %s, want 409 in flight with Retry-After", second.status, second.body)
 		}
 		open()
@@ -349,7 +285,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 			t.Errorf("third delivery: %d %s, want a replay", third.status, third.body)
 		}
 		faultCheckExecutions(t, env.up, key, wantExecutions)
-		faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
+		faultCheckRecord(t, env.gw, recordID("slow", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 201})
 	})
 }
 
@@ -404,7 +340,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		case r.status == http.StatusCreated:
 			created++
 			createdBody = r.body
-		case faultIsProblem(t, r, http.StatusConflict, "in-flight", ""):
+		case isProblem(t, r, http.StatusConflict, "in-flight", ""):
 			conflicts++
 		default:
 			t.Errorf("unexpected answer %d %s", r.status, r.body)
@@ -417,7 +353,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 		t.Errorf("retry after the race: %d %s, want a replay of %s", r.status, r.body, createdBody)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.gw, faultKeyID("slow", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
+	faultCheckRecord(t, env.gw, recordID("slow", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: n + 1, status: 201})
 }
 
 // TestFaultUpstreamActsThenDrops: the upstream performs the side effect and
@@ -440,7 +376,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 	} {
 		t.Run(tc.route, func(t *testing.T) {
 			key := "acts-then-" + tc.route
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + "/" + tc.route + "/deals"
 			first, err := faultPost(url, key, `{"amount":1}`)
 			if tc.route == "partial" {
@@ -451,7 +387,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 				t.Errorf("first delivery: %d %s %v, want 502", first.status, first.body, err)
 			}
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
-			if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
 			}
 			faultCheckExecutions(t, env.up, key, wantExecutions)
@@ -474,7 +410,7 @@ func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
 	)
 	up := newFaultUpstreamDown(t)
 	env := faultStart(t, faultSetup{up: up})
-	id := faultKeyID("ok", key)
+	id := recordID("ok", "", key)
 	url := env.gw.url + "/ok/deals"
 
 	first := faultDeliver(t, url, key, `{"amount":1}`)
@@ -512,7 +448,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	env := faultStart(t, faultSetup{up: up})
 	body := `{"amount":1}`
 	neverURL, sentURL := env.gw.url+"/ok/deals", env.gw.url+"/reset/deals"
-	neverID, sentID := faultKeyID("ok", "never-sent"), faultKeyID("reset", "sent-no-answer")
+	neverID, sentID := recordID("ok", "", "never-sent"), recordID("reset", "", "sent-no-answer")
 
 	// Never sent: nothing listens on the upstream's port.
 	neverSent := faultDeliver(t, neverURL, "never-sent", body)
@@ -527,7 +463,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateReleased, executions: 1, attempts: 1})
 	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 1, reason: "upstream_error"})
 
-	metrics := faultMetrics(t, env.gw)
+	metrics := metricsText(t, env.gw)
 	for _, line := range []string{
 		`idemgate_upstream_executions_total{result="not_sent",route="ok"} 1`,
 		`idemgate_upstream_executions_total{result="held",route="reset"} 1`,
@@ -542,28 +478,13 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 		t.Errorf("retry of the never-sent request: %d %s, want a fresh 201", retry.status, retry.body)
 	}
 	retry = faultDeliver(t, sentURL, "sent-no-answer", body)
-	if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", sentID) {
+	if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", sentID) {
 		t.Errorf("retry of the sent request: %d %s, want 409 outcome unknown", retry.status, retry.body)
 	}
 	faultCheckExecutions(t, up, "never-sent", 1)
 	faultCheckExecutions(t, up, "sent-no-answer", 1)
 	faultCheckRecord(t, env.gw, neverID, faultWant{state: store.StateCompleted, executions: 2, attempts: 2, status: 201})
 	faultCheckRecord(t, env.gw, sentID, faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_error"})
-}
-
-// faultMetrics scrapes the gateway's admin /metrics.
-func faultMetrics(t *testing.T, gw *gateway) string {
-	t.Helper()
-	resp, err := client.Get(gw.admin + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
-	}
-	return string(b)
 }
 
 // TestFaultBadFieldStored: the upstream rejects a bad field with 400. A
@@ -589,11 +510,11 @@ func TestFaultBadFieldStored(t *testing.T) {
 		t.Errorf("retry: %d replayed=%q %s, want a replay of the 400", retry.status, retry.header.Get("Idempotent-Replayed"), retry.body)
 	}
 	fixed := faultDeliver(t, url, key, `{"amount":5}`)
-	if !faultIsProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", faultKeyID("validate", key)) {
+	if !isProblem(t, fixed, http.StatusUnprocessableEntity, "key-reused", recordID("validate", "", key)) {
 		t.Errorf("corrected payload under the same key: %d %s, want 422", fixed.status, fixed.body)
 	}
 	faultCheckExecutions(t, env.up, key, wantExecutions)
-	faultCheckRecord(t, env.gw, faultKeyID("validate", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
+	faultCheckRecord(t, env.gw, recordID("validate", "", key), faultWant{state: store.StateCompleted, executions: 1, attempts: 3, status: 400})
 }
 
 // TestFaultUpstream500: the upstream answers 500, under each
@@ -614,7 +535,7 @@ func TestFaultUpstream500(t *testing.T) {
 			wantExecutions: 1,
 			want:           faultWant{state: store.StateUnknown, executions: 1, attempts: 2, reason: "upstream_5xx"},
 			retry: func(t *testing.T, first, retry response, id string) {
-				if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+				if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 					t.Errorf("retry: %d %s, want 409 outcome unknown", retry.status, retry.body)
 				}
 			},
@@ -648,7 +569,7 @@ func TestFaultUpstream500(t *testing.T) {
 		t.Run(tc.policy, func(t *testing.T) {
 			key := "fail-500-" + tc.policy
 			route := "fail_" + tc.policy
-			id := faultKeyID(route, key)
+			id := recordID(route, "", key)
 			url := env.gw.url + "/fail/" + tc.policy
 			first := faultDeliver(t, url, key, `{"amount":1}`)
 			if first.status != http.StatusInternalServerError || !strings.Contains(string(first.body), "database unavailable") {
@@ -677,7 +598,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 	env := faultStart(t, faultSetup{proxy: "transport http {\n\t\t\tresponse_header_timeout 1s\n\t\t}"})
 	open := env.up.gate(key)
 	defer open()
-	id := faultKeyID("slow", key)
+	id := recordID("slow", "", key)
 	url := env.gw.url + "/slow/deals"
 
 	first := faultDeliver(t, url, key, `{"amount":1}`)
@@ -685,7 +606,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 		t.Errorf("first delivery: %d %s, want 504", first.status, first.body)
 	}
 	retry := faultDeliver(t, url, key, `{"amount":1}`)
-	if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+	if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 		t.Errorf("retry: %d %s, want 409 outcome unknown", retry.status, retry.body)
 	}
 	open()
@@ -742,14 +663,14 @@ func TestFaultGatewayKilledMidCall(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.policy, func(t *testing.T) {
 			key := "gateway-killed-" + tc.policy
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + tc.path
 			if tc.policy == "release" {
 				env.up.gate(key)() // the takeover's call answers at once
 				var r response
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 					r = faultDeliver(t, url, key, body)
-					if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
+					if !isProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
 						break
 					}
 				}
@@ -799,32 +720,18 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		statuses = map[int]int{}
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
 	)
 	outage503 := func() int { mu.Lock(); defer mu.Unlock(); return statuses[http.StatusServiceUnavailable] }
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5000; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r, err := faultPost(url, keys[(i*2+w)%len(keys)], body)
-				mu.Lock()
-				if err != nil {
-					statuses[-1]++
-				} else {
-					statuses[r.status]++
-				}
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
+	stop := background(2, 5000, 5*time.Millisecond, func(w, i int) {
+		r, err := faultPost(url, keys[(i*2+w)%len(keys)], body)
+		mu.Lock()
+		if err != nil {
+			statuses[-1]++
+		} else {
+			statuses[r.status]++
+		}
+		mu.Unlock()
+	})
 
 	time.Sleep(200 * time.Millisecond)
 	env.redis.Stop()
@@ -846,8 +753,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 		return err == nil && r.status == http.StatusCreated
 	})
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	mu.Lock()
 	for status, n := range statuses {
@@ -861,9 +767,9 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 	mu.Unlock()
 
 	for _, key := range keys {
-		id := faultKeyID("ok", key)
+		id := recordID("ok", "", key)
 		final := faultDeliver(t, url, key, body)
-		if faultIsProblem(t, final, http.StatusConflict, "in-flight", "") {
+		if isProblem(t, final, http.StatusConflict, "in-flight", "") {
 			final = faultUntilUnknown(t, url, key, body, id)
 		}
 		n := env.up.executions(key)
@@ -879,7 +785,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 			}
 		case store.StateUnknown:
 			// Held: the outage cut between claim and completion.
-			if !faultIsProblem(t, final, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, final, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("%s: held, final delivery %d %s", key, final.status, final.body)
 			}
 			t.Logf("%s: outcome unknown (%s) after %d business executions", key, rec.Reason, n)
@@ -892,7 +798,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 			t.Errorf("%s: after the restart %d %s, want the replay of %s", key, r.status, r.body, firstBodies[key])
 		}
 		faultCheckExecutions(t, env.up, key, 1)
-		faultCheckRecord(t, env.gw, faultKeyID("ok", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
+		faultCheckRecord(t, env.gw, recordID("ok", "", key), faultWant{state: store.StateCompleted, executions: 1, status: 201})
 	}
 }
 
@@ -937,7 +843,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 			env := faultStart(t, faultSetup{redisArgs: tc.extra})
 			open := env.up.gate(key)
 			defer open()
-			id := faultKeyID("slow_long", key)
+			id := recordID("slow_long", "", key)
 			url := env.gw.url + "/slow/long"
 			body := `{"amount":1}`
 
@@ -956,7 +862,7 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 			// The background tries land within a second or two of recovery;
 			// the checks below say what the record became.
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-				if faultRecordState(env.gw, id) == store.StateCompleted {
+				if adminRecordState(env.gw, id) == store.StateCompleted {
 					break
 				}
 			}
@@ -975,15 +881,15 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 	}
 }
 
-// faultRecordState is the record's state as the operator API shows it, ""
+// adminRecordState is the record's state as the operator API shows it, ""
 // when it cannot be read (absent, or the store is down).
-func faultRecordState(gw *gateway, id string) store.State {
+func adminRecordState(gw *gateway, id string) store.State {
 	resp, err := client.Get(gw.admin + "/idempotency/records/" + id)
 	if err != nil {
 		return ""
 	}
 	defer resp.Body.Close()
-	var rec faultRecord
+	var rec adminRecord
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rec) != nil {
 		return ""
 	}
@@ -1005,11 +911,11 @@ func TestFaultCutOffNeverStored(t *testing.T) {
 	} {
 		t.Run(tc.route, func(t *testing.T) {
 			key := "cut-off-" + tc.route
-			id := faultKeyID(tc.route, key)
+			id := recordID(tc.route, "", key)
 			url := env.gw.url + tc.path
 			_, _ = faultPost(url, key, `{"amount":1}`)
 			retry := faultDeliver(t, url, key, `{"amount":1}`)
-			if !faultIsProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
+			if !isProblem(t, retry, http.StatusConflict, "outcome-unknown", id) {
 				t.Errorf("retry: %d %s, want 409 outcome unknown for record %s", retry.status, retry.body, id)
 			}
 			faultCheckExecutions(t, env.up, key, 1)
@@ -1031,7 +937,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 	env := faultStart(t, faultSetup{})
 	open := env.up.gate(key)
 	defer open()
-	id := faultKeyID("slow", key)
+	id := recordID("slow", "", key)
 	url := env.gw.url + "/slow/deals"
 	body := `{"amount":1}`
 
@@ -1041,7 +947,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 	retries := 0
 	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); time.Sleep(200 * time.Millisecond) {
 		r := faultDeliver(t, url, key, body)
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") {
 			t.Fatalf("retry %d while the call runs: %d %s, want 409 in flight", retries+1, r.status, r.body)
 		}
 		retries++
@@ -1069,7 +975,7 @@ func TestFaultSlowCallKeepsLease(t *testing.T) {
 func TestFaultRedisHangs(t *testing.T) {
 	const key = "redis-hangs"
 	env := faultStart(t, faultSetup{})
-	id := faultKeyID("ok", key)
+	id := recordID("ok", "", key)
 	url := env.gw.url + "/ok/deals"
 	body := `{"amount":1}`
 	if r := faultDeliver(t, url, "warm-up", body); r.status != http.StatusCreated {
@@ -1101,7 +1007,7 @@ func TestFaultRedisHangs(t *testing.T) {
 	var final response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		final = faultDeliver(t, url, key, body)
-		if !faultIsProblem(t, final, http.StatusConflict, "in-flight", "") {
+		if !isProblem(t, final, http.StatusConflict, "in-flight", "") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -1135,31 +1041,16 @@ func faultRedisPID(t *testing.T, srv *redistest.Server) int {
 	return 0
 }
 
-// faultAdminPost calls an operator endpoint on the gateway's admin address.
-func faultAdminPost(t *testing.T, gw *gateway, path, body string) (int, []byte) {
-	t.Helper()
-	resp, err := client.Post(gw.admin+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	return resp.StatusCode, b
-}
-
 // faultHeld delivers key to /flaky/deals, whose first call answers 500, and
 // checks that the record is held: 1 business execution, 409 on retry.
 func faultHeld(t *testing.T, env *faultEnv, key string) (id string) {
 	t.Helper()
-	id = faultKeyID("flaky", key)
+	id = recordID("flaky", "", key)
 	url := env.gw.url + "/flaky/deals"
 	if r := faultDeliver(t, url, key, `{"amount":1}`); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s, want the upstream's 500", r.status, r.body)
 	}
-	if r := faultDeliver(t, url, key, `{"amount":1}`); !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+	if r := faultDeliver(t, url, key, `{"amount":1}`); !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 		t.Fatalf("retry: %d %s, want 409 outcome unknown", r.status, r.body)
 	}
 	faultCheckExecutions(t, env.up, key, 1)
@@ -1212,7 +1103,7 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 					answers["201 executed"]++
 					executed = append(executed, r)
 				default:
-					answers[fmt.Sprintf("%d %s", r.status, faultProblemKind(r))]++
+					answers[fmt.Sprintf("%d %s", r.status, r.kind())]++
 				}
 				mu.Unlock()
 				if err == nil && r.header.Get("Idempotent-Replayed") == "true" {
@@ -1223,7 +1114,7 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
-	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/release", "")
+	status, body := adminPost(t, env.gw, "/idempotency/records/"+id+"/release", "")
 	close(released)
 	if status != http.StatusOK || !strings.Contains(string(body), `"state":"released"`) {
 		t.Errorf("operator release: %d %s, want 200 and the released record", status, body)
@@ -1247,18 +1138,6 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 2, status: 201})
 }
 
-// faultProblemKind is the anchor of a problem's type URL, or "".
-func faultProblemKind(r response) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(r.body, &p) != nil {
-		return ""
-	}
-	_, kind, _ := strings.Cut(p.Type, "#")
-	return kind
-}
-
 // TestFaultOperatorCompleteThenReplay: an operator who verified in the
 // business system what the held call did records that outcome through the
 // admin API; retries replay it and the upstream is not called again.
@@ -1275,7 +1154,7 @@ func TestFaultOperatorCompleteThenReplay(t *testing.T) {
 	url := env.gw.url + "/flaky/deals"
 
 	verified := `{"id":"D-9021","verified":true}`
-	status, body := faultAdminPost(t, env.gw, "/idempotency/records/"+id+"/complete",
+	status, body := adminPost(t, env.gw, "/idempotency/records/"+id+"/complete",
 		fmt.Sprintf(`{"status":201,"headers":{"Content-Type":["application/json"],"Location":"/deals/D-9021"},"body":%q,"external_id":"D-9021"}`, verified))
 	if status != http.StatusOK || !strings.Contains(string(body), `"state":"completed"`) {
 		t.Fatalf("operator complete: %d %s, want 200 and the completed record", status, body)

@@ -33,11 +33,11 @@ import (
 type faultUpstream struct {
 	addr string // 127.0.0.1:port, fixed for the upstream's lifetime
 
-	mu    sync.Mutex
-	srv   *http.Server
-	calls map[string]int
-	total int
-	gates map[string]chan struct{}
+	calls counter // by Idempotency-Key
+	gates gates   // by Idempotency-Key
+
+	mu  sync.Mutex
+	srv *http.Server
 }
 
 // newFaultUpstream starts a fault upstream on a free port.
@@ -53,9 +53,7 @@ func newFaultUpstream(t testing.TB) *faultUpstream {
 func newFaultUpstreamDown(t testing.TB) *faultUpstream {
 	t.Helper()
 	u := &faultUpstream{
-		addr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		calls: map[string]int{},
-		gates: map[string]chan struct{}{},
+		addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 	}
 	t.Cleanup(u.close)
 	return u
@@ -90,43 +88,21 @@ func (u *faultUpstream) close() {
 	u.mu.Lock()
 	srv := u.srv
 	u.srv = nil
-	for _, ch := range u.gates {
-		select {
-		case <-ch:
-		default:
-			close(ch)
-		}
-	}
-	u.gates = map[string]chan struct{}{}
 	u.mu.Unlock()
+	u.gates.openAll()
 	if srv != nil {
 		_ = srv.Close()
 	}
 }
 
 // executions is how often the upstream acted for key.
-func (u *faultUpstream) executions(key string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.calls[key]
-}
+func (u *faultUpstream) executions(key string) int { return u.calls.count(key) }
 
 // totalExecutions counts the upstream's calls for every key.
-func (u *faultUpstream) totalExecutions() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.total
-}
+func (u *faultUpstream) totalExecutions() int { return u.calls.sum() }
 
 // gate makes calls for key wait (after they acted) until open is called.
-func (u *faultUpstream) gate(key string) (open func()) {
-	ch := make(chan struct{})
-	u.mu.Lock()
-	u.gates[key] = ch
-	u.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
+func (u *faultUpstream) gate(key string) (open func()) { return u.gates.gate(key) }
 
 func (u *faultUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
@@ -134,23 +110,12 @@ func (u *faultUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		return // the request never fully arrived: no side effect
 	}
 	key := r.Header.Get("Idempotency-Key")
-	u.mu.Lock()
-	u.calls[key]++
-	u.total++
-	n := u.calls[key]
-	gate := u.gates[key]
-	u.mu.Unlock()
+	n, _ := u.calls.add(key)
 
 	kind, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	switch kind {
 	case "slow":
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-r.Context().Done():
-			case <-time.After(10 * time.Second):
-			}
-		}
+		u.gates.wait(key, r.Context().Done(), 10*time.Second)
 		faultCreated(w, key, n)
 	case "drop", "reset":
 		conn, _, err := http.NewResponseController(w).Hijack()

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/idemgate/idemgate/internal/redistest"
@@ -22,18 +21,9 @@ func TestFleetSharesOneRedis(t *testing.T) {
 	const n = 50
 	body := []byte(`{"title":"fleet"}`)
 	results := make([]response, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i] = send(t, "POST", fleet[i%len(fleet)].url+"/deals", body, "Idempotency-Key", "fleet-1")
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(n, func(i int) {
+		results[i] = send(t, "POST", fleet[i%len(fleet)].url+"/deals", body, "Idempotency-Key", "fleet-1")
+	})
 	if got := up.count("/deals"); got != 1 {
 		t.Fatalf("upstream executions = %d across %d instances, want 1", got, len(fleet))
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 )
 
 const behaviourRules = `
@@ -57,15 +55,13 @@ routes:
 // TestGateway runs every row of the HTTP behaviour table against the real
 // binary, once on the embedded store and once on a real redis-server.
 func TestGateway(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			up := newUpstream(t)
-			gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
-			for _, tc := range behaviourCases {
-				t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.ReplaceAll(be.name+"-"+tc.name, " ", "_")) })
-			}
-		})
-	}
+	forEachBackend(t, func(t *testing.T, be backend) {
+		up := newUpstream(t)
+		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
+		for _, tc := range behaviourCases {
+			t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.ReplaceAll(be.name+"-"+tc.name, " ", "_")) })
+		}
+	})
 }
 
 type behaviourCase struct {
@@ -80,18 +76,9 @@ var behaviourCases = []behaviourCase{
 		before := up.count(path)
 		body := []byte(`{"title":"Acme","amount":4200}`)
 		results := make([]response, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i] = send(t, "POST", gw.url+path, body, "Idempotency-Key", key)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		together(n, func(i int) {
+			results[i] = send(t, "POST", gw.url+path, body, "Idempotency-Key", key)
+		})
 		if got := up.count(path) - before; got != 1 {
 			t.Fatalf("upstream executions = %d, want 1", got)
 		}
@@ -407,17 +394,6 @@ var behaviourCases = []behaviourCase{
 			t.Errorf("upstream executions = %d, want 1", got)
 		}
 	}},
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not reached in 10s")
 }
 
 // TestClientDisconnectDoesNotCancel: a client that hangs up mid-call does

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -37,40 +34,22 @@ const (
 // rtUpstream is the business API behind the gateway: it counts executions
 // per forwarded Idempotency-Key and can hold a key's call at a gate.
 type rtUpstream struct {
-	srv *httptest.Server
-
-	mu      sync.Mutex
-	total   int
-	calls   map[string]int
-	gates   map[string]chan struct{}
-	arrived map[string]chan struct{}
+	fake
+	calls counter
+	gates gates
 }
 
 func rtNewUpstream(t testing.TB) *rtUpstream {
-	u := &rtUpstream{calls: map[string]int{}, gates: map[string]chan struct{}{}, arrived: map[string]chan struct{}{}}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
+	u := &rtUpstream{}
+	u.fake = startFake(t, u.serve)
 	return u
 }
-
-func (u *rtUpstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
 
 func (u *rtUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	key := r.Header.Get("Idempotency-Key")
-	u.mu.Lock()
-	u.total++
-	u.calls[key]++
-	n, total := u.calls[key], u.total
-	gate, arrived := u.gates[key], u.arrived[key]
-	u.mu.Unlock()
-	if gate != nil {
-		close(arrived)
-		select {
-		case <-gate:
-		case <-time.After(20 * time.Second):
-		}
-	} else {
+	n, total := u.calls.add(key)
+	if !u.gates.wait(key, nil, 20*time.Second) {
 		// A few milliseconds of work, so that reloads find calls running.
 		time.Sleep(time.Duration(total%8) * time.Millisecond)
 	}
@@ -82,19 +61,10 @@ func (u *rtUpstream) serve(w http.ResponseWriter, r *http.Request) {
 // gate holds the next call for key until open is called; arrived closes
 // when that call has reached the upstream.
 func (u *rtUpstream) gate(key string) (arrived <-chan struct{}, open func()) {
-	g, a := make(chan struct{}), make(chan struct{})
-	u.mu.Lock()
-	u.gates[key], u.arrived[key] = g, a
-	u.mu.Unlock()
-	var once sync.Once
-	return a, func() { once.Do(func() { close(g) }) }
+	return u.gates.hold(key)
 }
 
-func (u *rtUpstream) executions(key string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.calls[key]
-}
+func (u *rtUpstream) executions(key string) int { return u.calls.count(key) }
 
 // rtAnswer is what a client saw for one delivery.
 type rtAnswer struct {
@@ -116,30 +86,20 @@ func rtBody(key string) []byte {
 
 // rtDeliver sends one delivery of key to path.
 func rtDeliver(url, path, key string) rtAnswer {
-	req, err := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(rtBody(key)))
-	if err != nil {
+	r, err := do(rtClient, http.MethodPost, url+path, rtBody(key), "Idempotency-Key", key, "Content-Type", "application/json")
+	if r.status == 0 {
 		return rtAnswer{err: err}
 	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := rtClient.Do(req)
-	if err != nil {
-		return rtAnswer{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	a := rtAnswer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", err: err, body: string(b)}
+	a := rtAnswer{status: r.status, replayed: r.header.Get("Idempotent-Replayed") == "true", err: err, body: string(r.body)}
 	switch {
-	case resp.Header.Get("Content-Type") == "application/problem+json":
-		var p struct{ Type string }
-		_ = json.Unmarshal(b, &p)
-		_, a.kind, _ = strings.Cut(p.Type, "#")
-	case resp.StatusCode == http.StatusCreated:
+	case r.header.Get("Content-Type") == "application/problem+json":
+		a.kind = r.kind()
+	case r.status == http.StatusCreated:
 		var v struct {
 			Key  string
 			Call int
 		}
-		_ = json.Unmarshal(b, &v)
+		_ = json.Unmarshal(r.body, &v)
 		a.key, a.call = v.Key, v.Call
 	}
 	return a
@@ -199,14 +159,7 @@ func (tr *rtTraffic) newKey(worker, i int) *rtKey {
 	return k
 }
 
-func (tr *rtTraffic) oldKey(r *rand.Rand) *rtKey {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if len(tr.keys) == 0 {
-		return nil
-	}
-	return tr.keys[r.IntN(len(tr.keys))]
-}
+func (tr *rtTraffic) oldKey(r *rand.Rand) *rtKey { return pick(&tr.mu, &tr.keys, r) }
 
 // deliver sends key once and checks the answer: 201 from the key's one
 // execution (first or replayed), or 409 while that execution runs.
@@ -295,23 +248,10 @@ routes:
 `, ttl, extra, version, version)
 }
 
-// rtScope is the default scope; the traffic sends no Authorization.
-var rtScope = []keying.Template{keying.MustParseTemplate("{header.Authorization}")}
-
-func rtRecordID(route, key string) string {
-	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return e2eKeyID(route, keying.ScopeHash(rtScope, in), key)
-}
-
 // rtConfig is the gateway's running config, as its admin API shows it.
 func rtConfig(t *testing.T, gw *gateway) string {
 	t.Helper()
-	resp, err := http.Get(gw.admin + "/config/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	_, b, _ := adminCall(t, gw, http.MethodGet, "/config/", "")
 	return string(b)
 }
 
@@ -348,7 +288,7 @@ func rtCheckHeld(t *testing.T, st *store.Store, key string, a rtAnswer) *store.R
 	if a.err != nil || a.status != http.StatusCreated || a.replayed || a.call != 1 {
 		t.Errorf("delivery held across a reload: %d replayed=%t call=%d %s %v, want 201 from call 1", a.status, a.replayed, a.call, a.body, a.err)
 	}
-	rec, err := st.Get(context.Background(), rtRecordID("orders", key))
+	rec, err := st.Get(context.Background(), recordID("orders", "", key))
 	if err != nil || rec == nil {
 		t.Fatalf("record of %s (held across a reload): %v %v", key, rec, err)
 	}
@@ -541,7 +481,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 			unanswered++
 			continue
 		}
-		id := rtRecordID("orders", k.name)
+		id := recordID("orders", "", k.name)
 		rec, err := st.Get(ctx, id)
 		if err != nil || rec == nil {
 			t.Errorf("record of %s: %v %v", k.name, rec, err)
@@ -673,10 +613,10 @@ func TestReloadUnderTrafficNewStore(t *testing.T) {
 		t.Errorf("first delivery after the store reload: %d replayed=%t %s", a.status, a.replayed, a.body)
 	}
 	ctx := context.Background()
-	if rec, err := newStore.Get(ctx, rtRecordID("orders", "rt-after")); err != nil || rec == nil || rec.State != store.StateCompleted {
+	if rec, err := newStore.Get(ctx, recordID("orders", "", "rt-after")); err != nil || rec == nil || rec.State != store.StateCompleted {
 		t.Errorf("record under the new prefix: %+v %v", rec, err)
 	}
-	if rec, err := oldStore.Get(ctx, rtRecordID("orders", "rt-after")); err != nil || rec != nil {
+	if rec, err := oldStore.Get(ctx, recordID("orders", "", "rt-after")); err != nil || rec != nil {
 		t.Errorf("record under the old prefix: %+v %v, want none", rec, err)
 	}
 

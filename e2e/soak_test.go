@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -102,9 +101,6 @@ var soakPolicies = []soakPolicy{
 	{"store", "soak_store", "/store"},
 }
 
-// soakScope is the routes' (default) scope.
-var soakScope = []keying.Template{keying.MustParseTemplate("{header.Authorization}")}
-
 // soakKey is one logical operation and everything its clients saw.
 type soakKey struct {
 	name    string
@@ -170,8 +166,7 @@ func (s *soakRun) newKey(r *rand.Rand, worker, n int) *soakKey {
 		payload: soakBody(name, amount, "original"),
 		changed: soakBody(name, amount+1, "changed"),
 	}
-	in := keying.NewInput(http.MethodPost, http.Header{"Authorization": {k.auth}}, "", k.payload)
-	k.id = e2eKeyID(p.route, keying.ScopeHash(soakScope, in), name)
+	k.id = recordID(p.route, k.auth, name)
 	s.mu.Lock()
 	s.keys = append(s.keys, k)
 	s.mu.Unlock()
@@ -184,14 +179,7 @@ func soakBody(key string, amount int, variant string) []byte {
 }
 
 // oldKey returns a random key from an earlier scenario, or nil.
-func (s *soakRun) oldKey(r *rand.Rand) *soakKey {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.retired) == 0 {
-		return nil
-	}
-	return s.retired[r.IntN(len(s.retired))]
-}
+func (s *soakRun) oldKey(r *rand.Rand) *soakKey { return pick(&s.mu, &s.retired, r) }
 
 func (s *soakRun) retire(k *soakKey) {
 	s.mu.Lock()

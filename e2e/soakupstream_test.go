@@ -6,9 +6,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,7 +79,7 @@ type soakPayload struct {
 // every call it got and what it did, which is the ground truth the soak
 // checks the gateway's records against.
 type soakUpstream struct {
-	srv  *httptest.Server
+	fake
 	seed uint64
 	slow time.Duration
 
@@ -92,12 +90,9 @@ type soakUpstream struct {
 
 func newSoakUpstream(t testing.TB, seed uint64, slow time.Duration) *soakUpstream {
 	u := &soakUpstream{seed: seed, slow: slow, calls: map[string][]soakCall{}}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
+	u.fake = startFake(t, u.serve)
 	return u
 }
-
-func (u *soakUpstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
 
 // callsOf returns a copy of the calls made for key.
 func (u *soakUpstream) callsOf(key string) []soakCall {

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -30,31 +26,20 @@ const topoRules = `
 defaults:
   ttl: 1h
 routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-    external_id: id
-  - name: held
-    match: { path: /status/500 }
-    key: ["{header.Idempotency-Key}"]
-`
+` + dealsAndHeldRoutes
 
 // topoUpstream counts executions per forwarded Idempotency-Key.
 type topoUpstream struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	calls map[string]int
+	fake
+	calls counter
 }
 
 func newTopoUpstream(t testing.TB) *topoUpstream {
-	u := &topoUpstream{calls: map[string]int{}}
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u := &topoUpstream{}
+	u.fake = startFake(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		key := r.Header.Get("Idempotency-Key")
-		u.mu.Lock()
-		u.calls[key]++
-		n := u.calls[key]
-		u.mu.Unlock()
+		n, _ := u.calls.add(key)
 		if code, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok {
 			c, _ := strconv.Atoi(code)
 			w.WriteHeader(c)
@@ -63,26 +48,11 @@ func newTopoUpstream(t testing.TB) *topoUpstream {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":"D-%s-%d"}`, key, n)
-	}))
-	t.Cleanup(u.srv.Close)
+	})
 	return u
 }
 
-func (u *topoUpstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
-
-func (u *topoUpstream) count(key string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.calls[key]
-}
-
-// topoRecordID is the record id the gateway gives key on route deals (the
-// default scope, no Authorization header).
-func topoRecordID(key string) string {
-	in := keying.NewInput("POST", http.Header{}, "", nil)
-	scope := keying.ScopeHash([]keying.Template{keying.MustParseTemplate("{header.Authorization}")}, in)
-	return e2eKeyID("deals", scope, key)
-}
+func (u *topoUpstream) count(key string) int { return u.calls.count(key) }
 
 // topoNoCrossSlot fails when the gateway ever logged a CROSSSLOT error.
 func topoNoCrossSlot(t *testing.T, gws ...*gateway) {
@@ -152,7 +122,7 @@ func topoFlow(t *testing.T, gw *gateway, up *topoUpstream, prefix string, n int)
 		}
 	}
 	for i := range n {
-		if id := topoRecordID(fmt.Sprintf("%s-%d", prefix, i)); !ids[id] {
+		if id := recordID("deals", "", fmt.Sprintf("%s-%d", prefix, i)); !ids[id] {
 			t.Fatalf("record %s of key %s-%d not listed", id, prefix, i)
 		}
 	}
@@ -218,7 +188,7 @@ func TestTopologySentinel(t *testing.T) {
 	ctx := context.Background()
 	rs := store.New(replica.Client(t), "", 0)
 	for i := range n {
-		id := topoRecordID(fmt.Sprintf("se-%d", i))
+		id := recordID("deals", "", fmt.Sprintf("se-%d", i))
 		if rec, err := rs.Get(ctx, id); err != nil || rec == nil || rec.State != store.StateCompleted {
 			t.Fatalf("replica's copy of %s: %+v, %v; want completed", id, rec, err)
 		}
@@ -251,9 +221,8 @@ func TestTopologyTLSAuth(t *testing.T) {
 	topoFlow(t, gw, up, "tls", 4)
 
 	validate := func(password string) (string, error) {
-		cmd := exec.Command(binary, "validate", "--config", gw.caddyfile, "--adapter", "caddyfile")
-		cmd.Dir = gw.dir
-		cmd.Env = append(os.Environ(), "HOME="+gw.dir, "XDG_DATA_HOME="+gw.dir, "XDG_CONFIG_HOME="+gw.dir, "TOPO_REDIS_PASS="+password)
+		cmd := gw.command("validate", "--config", gw.caddyfile, "--adapter", "caddyfile")
+		cmd.Env = append(cmd.Env, "TOPO_REDIS_PASS="+password)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -318,39 +287,20 @@ func TestTopologySentinelFailover(t *testing.T) {
 		deliveries []topoDelivery
 		killed     atomic.Bool
 		okAfter    atomic.Int64
-		stop       = make(chan struct{})
-		wg         sync.WaitGroup
 	)
 	httpc := &http.Client{Timeout: 10 * time.Second}
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 100000; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				d := topoDelivery{key: fmt.Sprintf("fo-%d-%d", w, i), gw: (w + i) % 2}
-				req, _ := http.NewRequest("POST", gws[d.gw].url+"/deals", strings.NewReader(`{"title":"failover"}`))
-				req.Header.Set("Idempotency-Key", d.key)
-				if resp, err := httpc.Do(req); err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					d.status = resp.StatusCode
-				}
-				d.at = time.Now()
-				mu.Lock()
-				deliveries = append(deliveries, d)
-				mu.Unlock()
-				if killed.Load() && d.status == http.StatusCreated {
-					okAfter.Add(1)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
+	stop := background(workers, 100000, 5*time.Millisecond, func(w, i int) {
+		d := topoDelivery{key: fmt.Sprintf("fo-%d-%d", w, i), gw: (w + i) % 2}
+		r, _ := do(httpc, "POST", gws[d.gw].url+"/deals", []byte(`{"title":"failover"}`), "Idempotency-Key", d.key)
+		d.status = r.status // 0 when the request got no answer
+		d.at = time.Now()
+		mu.Lock()
+		deliveries = append(deliveries, d)
+		mu.Unlock()
+		if killed.Load() && d.status == http.StatusCreated {
+			okAfter.Add(1)
+		}
+	})
 	time.Sleep(time.Second)
 	killedAt := time.Now()
 	master.Kill()
@@ -363,8 +313,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if !recovered {
 		t.Fatalf("no recovery within 30s of killing the master: %d successes since, sentinel says master port %d (replica %d)",
 			okAfter.Load(), sentinels[0].MasterPort(t, "idem"), replica.Port)
@@ -407,7 +356,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 	var acked, unacked, replayed, conflicts, lost, reexecuted int
 	lostByGW := [2]int{}
 	for _, d := range deliveries {
-		rec, err := newMaster.Get(ctx, topoRecordID(d.key))
+		rec, err := newMaster.Get(ctx, recordID("deals", "", d.key))
 		if err != nil {
 			t.Fatalf("reading %s on the new master: %v", d.key, err)
 		}
@@ -434,7 +383,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 			if up.count(d.key) > 1 {
 				reexecuted++
 			}
-			if d.gw == 1 && !strings.Contains(shortLogged, topoRecordID(d.key)) {
+			if d.gw == 1 && !strings.Contains(shortLogged, recordID("deals", "", d.key)) {
 				t.Errorf("%s was acknowledged through the wait_replicas gateway, lost in the failover, and never reported short", d.key)
 			}
 		case rec.State == store.StateCompleted:
@@ -468,12 +417,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 	if r := send(t, "POST", gws[1].url+"/deals", []byte(`{}`), "Idempotency-Key", key); r.status != http.StatusCreated {
 		t.Fatalf("wait_replicas gateway without a replica: %d %s", r.status, r.body)
 	}
-	var metrics []byte
-	if resp, err := http.Get(gws[1].admin + "/metrics"); err == nil {
-		metrics, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}
-	if !bytes.Contains(metrics, []byte(`idemgate_store_wait_short_total{op="claim"}`)) {
+	if !strings.Contains(metricsText(t, gws[1]), `idemgate_store_wait_short_total{op="claim"}`) {
 		t.Errorf("no idemgate_store_wait_short_total for claims in the metrics")
 	}
 	topoNoCrossSlot(t, gws...)

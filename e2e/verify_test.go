@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -81,12 +79,12 @@ routes:
 // "hang" (create, then wait for the key's gate). GET lists the deals of
 // a source key.
 type verifyCRM struct {
-	srv *httptest.Server
+	fake
+	gates gates // "hang" creations by key
 
 	mu      sync.Mutex
 	deals   map[string][]string // by source key
 	created int
-	gates   map[string]chan struct{}
 	auth    map[string]bool // Authorization values seen on lookups
 
 	lookupFails  atomic.Bool                   // every lookup answers 500
@@ -100,20 +98,12 @@ type verifyCRM struct {
 func newVerifyCRM(t *testing.T) *verifyCRM {
 	t.Helper()
 	c := &verifyCRM{
-		deals: map[string][]string{}, gates: map[string]chan struct{}{}, auth: map[string]bool{},
+		deals: map[string][]string{}, auth: map[string]bool{},
 		lookupWaited: make(chan struct{}, 100),
 	}
-	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
+	c.fake = startFake(t, c.serve)
 	t.Cleanup(func() {
-		c.mu.Lock()
-		for _, g := range c.gates {
-			select {
-			case <-g:
-			default:
-				close(g)
-			}
-		}
-		c.mu.Unlock()
+		c.gates.openAll()
 		c.openLookups()
 		c.srv.Close()
 	})
@@ -122,17 +112,8 @@ func newVerifyCRM(t *testing.T) *verifyCRM {
 	return c
 }
 
-func (c *verifyCRM) addr() string { return strings.TrimPrefix(c.srv.URL, "http://") }
-
 // gate makes a "hang" creation for key wait until open.
-func (c *verifyCRM) gate(key string) (open func()) {
-	ch := make(chan struct{})
-	c.mu.Lock()
-	c.gates[key] = ch
-	c.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
+func (c *verifyCRM) gate(key string) (open func()) { return c.gates.gate(key) }
 
 // holdLookups makes lookups wait until openLookups.
 func (c *verifyCRM) holdLookups() {
@@ -172,7 +153,6 @@ func (c *verifyCRM) serve(w http.ResponseWriter, r *http.Request) {
 	c.created++
 	id := fmt.Sprintf("D-%d", 9020+c.created)
 	c.deals[key] = append(c.deals[key], id)
-	gate := c.gates[key]
 	c.mu.Unlock()
 	switch fail {
 	case "reset":
@@ -186,12 +166,7 @@ func (c *verifyCRM) serve(w http.ResponseWriter, r *http.Request) {
 		_ = conn.Close()
 		return
 	case "hang":
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-time.After(20 * time.Second):
-			}
-		}
+		c.gates.wait(key, nil, 20*time.Second)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
@@ -231,37 +206,9 @@ func (c *verifyCRM) lookup(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// verifyRecord is a record as the operator API shows it.
-type verifyRecord struct {
-	ID         string      `json:"id"`
-	State      store.State `json:"state"`
-	Executions int64       `json:"executions"`
-	Status     int         `json:"status"`
-	ExternalID string      `json:"external_id"`
-	Reason     string      `json:"reason"`
-	Body       *string     `json:"body"`
-	Audit      []struct {
-		Actor  string `json:"actor"`
-		Action string `json:"action"`
-		Reason string `json:"reason"`
-	} `json:"audit"`
-	Verification *struct {
-		Method string `json:"method"`
-		URL    string `json:"url"`
-		Checks []struct {
-			At      time.Time `json:"at"`
-			Status  int       `json:"status"`
-			Verdict string    `json:"verdict"`
-		} `json:"checks"`
-		CheckCount     int64     `json:"check_count"`
-		NextCheck      time.Time `json:"next_check"`
-		NotFoundStreak int64     `json:"not_found_streak"`
-	} `json:"verification"`
-}
-
-func verifyGet(t *testing.T, gw *gateway, id string) verifyRecord {
+func verifyGet(t *testing.T, gw *gateway, id string) adminRecord {
 	t.Helper()
-	var rec verifyRecord
+	var rec adminRecord
 	adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &rec)
 	if rec.Verification == nil {
 		t.Fatalf("record %s has no verification: %+v", id, rec)
@@ -270,7 +217,7 @@ func verifyGet(t *testing.T, gw *gateway, id string) verifyRecord {
 }
 
 // verifyUntil polls the record until cond holds, for up to 10 s.
-func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(verifyRecord) bool) verifyRecord {
+func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(adminRecord) bool) adminRecord {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -285,32 +232,18 @@ func verifyUntil(t *testing.T, gw *gateway, id, what string, cond func(verifyRec
 	}
 }
 
-// verifyID is the record id of key on route (the route name is its
-// operation; requests carry no Authorization).
-func verifyID(route, key string) string {
-	in := keying.NewInput(http.MethodPost, http.Header{}, "", nil)
-	return e2eKeyID(route, keying.ScopeHash(faultScope, in), key)
-}
-
 // verifyPost delivers one request; fail is the X-Test-Fail header ("" for
 // none). Safe from any goroutine; a transport error is status -1.
 func verifyPost(url, key, fail string) response {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"title":"Acme renewal","amount":4200}`))
-	if err != nil {
-		return response{status: -1, body: []byte(err.Error())}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	headers := []string{"Content-Type", "application/json", "Idempotency-Key", key}
 	if fail != "" {
-		req.Header.Set("X-Test-Fail", fail)
+		headers = append(headers, "X-Test-Fail", fail)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
+	r, err := do(client, http.MethodPost, url, []byte(`{"title":"Acme renewal","amount":4200}`), headers...)
+	if err != nil && r.status == 0 {
 		return response{status: -1, body: []byte(err.Error())}
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return r
 }
 
 func verifyStart(t *testing.T, crm *verifyCRM, storeArgs string) *gateway {
@@ -345,97 +278,95 @@ func verifyReplayed(t *testing.T, r response, deal string) {
 // Expected: 1 deal; record completed, reason verified, external id set,
 // one applied check; the retry is a replay (201, the deal found).
 func TestVerifyFindsDealAfterReset(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			crm := newVerifyCRM(t)
-			storeArgs := b.store(t)
-			gw := verifyStart(t, crm, storeArgs)
-			key := "evt_184:create_crm_deal"
-			id := verifyID("verified", key)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		crm := newVerifyCRM(t)
+		storeArgs := b.store(t)
+		gw := verifyStart(t, crm, storeArgs)
+		key := "evt_184:create_crm_deal"
+		id := recordID("verified", "", key)
 
-			if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
-				t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
-			}
-			rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r verifyRecord) bool { return r.State == store.StateCompleted })
-			deals := crm.dealsOf(key)
-			if len(deals) != 1 {
-				t.Fatalf("deals for the key: %v, want 1", deals)
-			}
-			if rec.Reason != store.ReasonVerified || rec.ExternalID != deals[0] || rec.Status != http.StatusCreated || rec.Executions != 1 {
-				t.Errorf("record: %+v, want completed (verified), external id %s, status 201, executions 1", rec, deals[0])
-			}
-			if v := rec.Verification; v.CheckCount != 1 || len(v.Checks) != 1 || v.Checks[0].Verdict != store.VerdictApplied || v.Checks[0].Status != 200 ||
-				v.Method != http.MethodGet || !strings.HasPrefix(v.URL, "{env.VERIFY_CRM_URL}/crm/deals?source_key=") {
-				t.Errorf("verification: %+v", v)
-			}
-			verifyReplayed(t, verifyPost(gw.url+"/crm/deals", key, ""), deals[0])
-			if n := len(crm.dealsOf(key)); n != 1 {
-				t.Errorf("deals after the retry: %d, want 1", n)
-			}
-			if got := adminMetric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
-				t.Errorf("idemgate_verifications_total{verdict=applied} = %v, want 1", got)
-			}
+		if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
+			t.Fatalf("first delivery: %d %s, want 502 (the CRM reset the connection)", r.status, r.body)
+		}
+		rec := verifyUntil(t, gw, id, "completed by the scheduled check", func(r adminRecord) bool { return r.State == store.StateCompleted })
+		deals := crm.dealsOf(key)
+		if len(deals) != 1 {
+			t.Fatalf("deals for the key: %v, want 1", deals)
+		}
+		if rec.Reason != store.ReasonVerified || rec.ExternalID != deals[0] || rec.Status != http.StatusCreated || rec.Executions != 1 {
+			t.Errorf("record: %+v, want completed (verified), external id %s, status 201, executions 1", rec, deals[0])
+		}
+		if v := rec.Verification; v.CheckCount != 1 || len(v.Checks) != 1 || v.Checks[0].Verdict != store.VerdictApplied || v.Checks[0].Status != 200 ||
+			v.Method != http.MethodGet || !strings.HasPrefix(v.URL, "{env.VERIFY_CRM_URL}/crm/deals?source_key=") {
+			t.Errorf("verification: %+v", v)
+		}
+		verifyReplayed(t, verifyPost(gw.url+"/crm/deals", key, ""), deals[0])
+		if n := len(crm.dealsOf(key)); n != 1 {
+			t.Errorf("deals after the retry: %d, want 1", n)
+		}
+		if got := metric(t, gw, "idemgate_verifications_total", `route="verified"`, `verdict="applied"`); got != 1 {
+			t.Errorf("idemgate_verifications_total{verdict=applied} = %v, want 1", got)
+		}
 
-			// The secret went to the CRM, and nowhere else.
-			crm.mu.Lock()
-			sent := crm.auth["Bearer "+verifyToken]
-			crm.mu.Unlock()
-			if !sent {
-				t.Error("the check did not send the configured Authorization header")
+		// The secret went to the CRM, and nowhere else.
+		crm.mu.Lock()
+		sent := crm.auth["Bearer "+verifyToken]
+		crm.mu.Unlock()
+		if !sent {
+			t.Error("the check did not send the configured Authorization header")
+		}
+		_, view := adminDo(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
+		_, list := adminDo(t, gw, http.MethodGet, "/idempotency/records", "")
+		for what, text := range map[string]string{"log": gw.logs.String(), "record view": string(view), "listing": string(list)} {
+			if strings.Contains(text, verifyToken) {
+				t.Errorf("the secret check header appears in the %s", what)
 			}
-			_, view := adminDo(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
-			_, list := adminDo(t, gw, http.MethodGet, "/idempotency/records", "")
-			for what, text := range map[string]string{"log": gw.logs.String(), "record view": string(view), "listing": string(list)} {
-				if strings.Contains(text, verifyToken) {
-					t.Errorf("the secret check header appears in the %s", what)
+		}
+		// The gateway's own lines never name the key (Caddy's error
+		// log of the 502 shows the request's headers, its own affair).
+		for _, line := range strings.Split(gw.logs.String(), "\n") {
+			if strings.Contains(line, `"logger":"http.handlers.idempotency"`) && strings.Contains(line, key) {
+				t.Errorf("a log line of the gateway names the key: %s", line)
+			}
+		}
+		if storeArgs == "embedded" {
+			sawDeal := false // the walk reads the store's files
+			_ = filepath.WalkDir(filepath.Join(gw.dir, "store"), func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
 				}
-			}
-			// The gateway's own lines never name the key (Caddy's error
-			// log of the 502 shows the request's headers, its own affair).
-			for _, line := range strings.Split(gw.logs.String(), "\n") {
-				if strings.Contains(line, `"logger":"http.handlers.idempotency"`) && strings.Contains(line, key) {
-					t.Errorf("a log line of the gateway names the key: %s", line)
+				b, _ := os.ReadFile(path)
+				if bytes.Contains(b, []byte(verifyToken)) {
+					t.Errorf("the secret check header is stored in %s", path)
 				}
+				sawDeal = sawDeal || bytes.Contains(b, []byte(deals[0]))
+				return nil
+			})
+			if !sawDeal {
+				t.Error("no file of the embedded store holds the verified deal")
 			}
-			if storeArgs == "embedded" {
-				sawDeal := false // the walk reads the store's files
-				_ = filepath.WalkDir(filepath.Join(gw.dir, "store"), func(path string, d fs.DirEntry, err error) error {
-					if err != nil || d.IsDir() {
-						return err
+		}
+		if strings.HasPrefix(storeArgs, "redis://") {
+			addr := strings.TrimSuffix(strings.TrimPrefix(storeArgs, "redis://"), "/0")
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			defer rdb.Close()
+			keys, err := rdb.Keys(context.Background(), "*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				if typ, _ := rdb.Type(context.Background(), k).Result(); typ != "hash" {
+					continue
+				}
+				h, _ := rdb.HGetAll(context.Background(), k).Result()
+				for f, v := range h {
+					if strings.Contains(v, verifyToken) {
+						t.Errorf("the secret check header is stored in %s field %s", k, f)
 					}
-					b, _ := os.ReadFile(path)
-					if bytes.Contains(b, []byte(verifyToken)) {
-						t.Errorf("the secret check header is stored in %s", path)
-					}
-					sawDeal = sawDeal || bytes.Contains(b, []byte(deals[0]))
-					return nil
-				})
-				if !sawDeal {
-					t.Error("no file of the embedded store holds the verified deal")
 				}
 			}
-			if strings.HasPrefix(storeArgs, "redis://") {
-				addr := strings.TrimSuffix(strings.TrimPrefix(storeArgs, "redis://"), "/0")
-				rdb := redis.NewClient(&redis.Options{Addr: addr})
-				defer rdb.Close()
-				keys, err := rdb.Keys(context.Background(), "*").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, k := range keys {
-					if typ, _ := rdb.Type(context.Background(), k).Result(); typ != "hash" {
-						continue
-					}
-					h, _ := rdb.HGetAll(context.Background(), k).Result()
-					for f, v := range h {
-						if strings.Contains(v, verifyToken) {
-							t.Errorf("the secret check header is stored in %s field %s", k, f)
-						}
-					}
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestVerifyReleasesWhenNotFound: the CRM answers 500 without creating
@@ -447,56 +378,54 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 // gets 409 naming the next check; the record ends completed by the
 // second execution, executions 2; the retry after it replays.
 func TestVerifyReleasesWhenNotFound(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			crm := newVerifyCRM(t)
-			gw := verifyStart(t, crm, b.store(t))
-			key := "evt_185:create_crm_deal"
-			id := verifyID("verified", key)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		crm := newVerifyCRM(t)
+		gw := verifyStart(t, crm, b.store(t))
+		key := "evt_185:create_crm_deal"
+		id := recordID("verified", "", key)
 
-			if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
-				t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
-			}
-			verifyUntil(t, gw, id, "checked once", func(r verifyRecord) bool { return r.Verification.CheckCount >= 1 })
-			r := verifyPost(gw.url+"/crm/deals", key, "")
-			if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
-				t.Fatalf("a retry right after the first not found: %d %s, want 409 outcome unknown", r.status, r.body)
-			}
-			var p struct {
-				NextCheck time.Time `json:"next_check"`
-			}
-			if json.Unmarshal(r.body, &p) != nil || p.NextCheck.IsZero() || r.header.Get("Retry-After") == "" {
-				t.Errorf("the 409 names no next check: %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
-			}
-			rec := verifyGet(t, gw, id)
-			if rec.State != store.StateUnknown || rec.Verification.NotFoundStreak != 1 || rec.Verification.CheckCount != 2 {
-				t.Fatalf("after the early not found: %+v (%+v), want held, streak 1, 2 checks", rec, rec.Verification)
-			}
-			rec = verifyUntil(t, gw, id, "released", func(r verifyRecord) bool { return r.State == store.StateReleased })
-			if rec.Reason != store.ReasonVerifiedNotApplied || rec.Verification.NotFoundStreak != 2 {
-				t.Errorf("released: %+v (%+v)", rec, rec.Verification)
-			}
-			if n := len(crm.dealsOf(key)); n != 0 {
-				t.Fatalf("deals before the retry: %d, want 0", n)
-			}
-			r = verifyPost(gw.url+"/crm/deals", key, "")
-			if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
-				t.Fatalf("retry after the release: %d %s, want the CRM's own 201", r.status, r.body)
-			}
-			again := verifyPost(gw.url+"/crm/deals", key, "")
-			if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(r.body) {
-				t.Errorf("the next retry: %d (replayed %q) %s, want the replay of %s", again.status, again.header.Get("Idempotent-Replayed"), again.body, r.body)
-			}
-			if n := len(crm.dealsOf(key)); n != 1 {
-				t.Errorf("deals: %d, want 1", n)
-			}
-			var done verifyRecord
-			adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &done)
-			if done.State != store.StateCompleted || done.Executions != 2 {
-				t.Errorf("record: %s, executions %d; want completed, 2", done.State, done.Executions)
-			}
-		})
-	}
+		if r := verifyPost(gw.url+"/crm/deals", key, "fail"); r.status != http.StatusInternalServerError {
+			t.Fatalf("first delivery: %d %s, want the CRM's 500", r.status, r.body)
+		}
+		verifyUntil(t, gw, id, "checked once", func(r adminRecord) bool { return r.Verification.CheckCount >= 1 })
+		r := verifyPost(gw.url+"/crm/deals", key, "")
+		if !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+			t.Fatalf("a retry right after the first not found: %d %s, want 409 outcome unknown", r.status, r.body)
+		}
+		var p struct {
+			NextCheck time.Time `json:"next_check"`
+		}
+		if json.Unmarshal(r.body, &p) != nil || p.NextCheck.IsZero() || r.header.Get("Retry-After") == "" {
+			t.Errorf("the 409 names no next check: %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
+		}
+		rec := verifyGet(t, gw, id)
+		if rec.State != store.StateUnknown || rec.Verification.NotFoundStreak != 1 || rec.Verification.CheckCount != 2 {
+			t.Fatalf("after the early not found: %+v (%+v), want held, streak 1, 2 checks", rec, rec.Verification)
+		}
+		rec = verifyUntil(t, gw, id, "released", func(r adminRecord) bool { return r.State == store.StateReleased })
+		if rec.Reason != store.ReasonVerifiedNotApplied || rec.Verification.NotFoundStreak != 2 {
+			t.Errorf("released: %+v (%+v)", rec, rec.Verification)
+		}
+		if n := len(crm.dealsOf(key)); n != 0 {
+			t.Fatalf("deals before the retry: %d, want 0", n)
+		}
+		r = verifyPost(gw.url+"/crm/deals", key, "")
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("retry after the release: %d %s, want the CRM's own 201", r.status, r.body)
+		}
+		again := verifyPost(gw.url+"/crm/deals", key, "")
+		if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(r.body) {
+			t.Errorf("the next retry: %d (replayed %q) %s, want the replay of %s", again.status, again.header.Get("Idempotent-Replayed"), again.body, r.body)
+		}
+		if n := len(crm.dealsOf(key)); n != 1 {
+			t.Errorf("deals: %d, want 1", n)
+		}
+		var done adminRecord
+		adminJSON(t, gw, http.MethodGet, "/idempotency/records/"+id, "", &done)
+		if done.State != store.StateCompleted || done.Executions != 2 {
+			t.Errorf("record: %s, executions %d; want completed, 2", done.State, done.Executions)
+		}
+	})
 }
 
 // TestVerifyAfterGatewayKilled: the gateway dies (kill -9) while the CRM,
@@ -507,16 +436,14 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 //
 // Expected: 1 deal; the retry replays it; record completed, verified.
 func TestVerifyAfterGatewayKilled(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { verifyAfterKill(t, b.store(t)) })
-	}
+	forEachBackend(t, func(t *testing.T, b backend) { verifyAfterKill(t, b.store(t)) })
 }
 
 func verifyAfterKill(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
 	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_186:create_crm_deal"
-	id := verifyID("verified", key)
+	id := recordID("verified", "", key)
 	defer crm.gate(key)()
 
 	answered := make(chan response, 1)
@@ -531,7 +458,7 @@ func verifyAfterKill(t *testing.T, storeArgs string) {
 	var r response
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		r = verifyPost(gw.url+"/crm/deals", key, "")
-		if !faultIsProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
+		if !isProblem(t, r, http.StatusConflict, "in-flight", "") || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -559,11 +486,11 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 	crm.lookupFails.Store(true)
 	gw := verifyStart(t, crm, backends[0].store(t))
 	key := "evt_187:create_crm_deal"
-	id := verifyID("fast_fail", key)
+	id := recordID("fast_fail", "", key)
 	if r := verifyPost(gw.url+"/fast/deals", key, "fail"); r.status != http.StatusInternalServerError {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
-	rec := verifyUntil(t, gw, id, "checked 3 times", func(r verifyRecord) bool {
+	rec := verifyUntil(t, gw, id, "checked 3 times", func(r adminRecord) bool {
 		return r.Verification.CheckCount == 3 && r.Verification.NextCheck.IsZero()
 	})
 	if rec.State != store.StateUnknown || len(rec.Verification.Checks) != 3 {
@@ -574,7 +501,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 			t.Errorf("check %+v, want inconclusive 500", c)
 		}
 	}
-	var after verifyRecord
+	var after adminRecord
 	adminJSON(t, gw, http.MethodPost, "/idempotency/records/"+id+"/verify", `{"reason":"CRM lookup is back?"}`, &after)
 	if after.State != store.StateUnknown || after.Verification.CheckCount != 4 || len(after.Verification.Checks) != 4 {
 		t.Errorf("after the operator's verify: %+v (%+v)", after, after.Verification)
@@ -583,16 +510,16 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 		t.Errorf("audit after the operator's verify: %+v", after.Audit)
 	}
 	r := verifyPost(gw.url+"/fast/deals", key, "")
-	if !faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
+	if !isProblem(t, r, http.StatusConflict, "outcome-unknown", id) {
 		t.Errorf("retry: %d %s, want 409 outcome unknown", r.status, r.body)
 	}
 	if n := len(crm.dealsOf(key)); n != 0 {
 		t.Errorf("deals: %d, want 0", n)
 	}
-	if got := adminMetric(t, gw, "idemgate_verifications_total", `route="fast_fail"`, `verdict="inconclusive"`); got != 5 {
+	if got := metric(t, gw, "idemgate_verifications_total", `route="fast_fail"`, `verdict="inconclusive"`); got != 5 {
 		t.Errorf("inconclusive checks counted %v, want 5 (3 scheduled, the operator's, the retry's)", got)
 	}
-	msg := adminError(t, gw, http.MethodPost, "/idempotency/records/"+verifyID("fast_fail", "no-such-key")+"/verify", "", http.StatusNotFound)
+	msg := adminError(t, gw, http.MethodPost, "/idempotency/records/"+recordID("fast_fail", "", "no-such-key")+"/verify", "", http.StatusNotFound)
 	if !strings.Contains(msg, "not found") {
 		t.Errorf("verify of a missing record: %q", msg)
 	}
@@ -607,16 +534,14 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 // verified, with one applied check. Second record: released by the
 // operator, and still released after the late check found a deal.
 func TestVerifyRacingRetries(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { verifyRacing(t, b.store(t)) })
-	}
+	forEachBackend(t, func(t *testing.T, b backend) { verifyRacing(t, b.store(t)) })
 }
 
 func verifyRacing(t *testing.T, storeArgs string) {
 	crm := newVerifyCRM(t)
 	gw := verifyStart(t, crm, storeArgs)
 	key := "evt_188:create_crm_deal"
-	id := verifyID("verified", key)
+	id := recordID("verified", "", key)
 	if r := verifyPost(gw.url+"/crm/deals", key, "reset"); r.status != http.StatusBadGateway {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
@@ -635,7 +560,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 		switch {
 		case r.status == http.StatusCreated && r.header.Get("Idempotent-Replayed") == "true" && strings.Contains(string(r.body), deal):
 			replays++
-		case faultIsProblem(t, r, http.StatusConflict, "outcome-unknown", id):
+		case isProblem(t, r, http.StatusConflict, "outcome-unknown", id):
 			conflicts++
 		default:
 			t.Errorf("a racing retry got %d %s", r.status, r.body)
@@ -665,7 +590,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 	// A late check: an operator's verify waits on the lookup while
 	// another operator releases the record.
 	late := "evt_189:create_crm_deal"
-	lateID := verifyID("manual", late)
+	lateID := recordID("manual", "", late)
 	if r := verifyPost(gw.url+"/manual/deals", late, "reset"); r.status != http.StatusBadGateway {
 		t.Fatalf("first delivery: %d %s", r.status, r.body)
 	}
@@ -684,7 +609,7 @@ func verifyRacing(t *testing.T, storeArgs string) {
 		verified <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
 	<-crm.lookupWaited
-	var released verifyRecord
+	var released adminRecord
 	adminJSON(t, gw, http.MethodPost, "/idempotency/records/"+lateID+"/release", "", &released)
 	crm.openLookups()
 	if got := <-verified; !strings.HasPrefix(got, "409 ") || !strings.Contains(got, "resolved while the check ran") {
