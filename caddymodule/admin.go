@@ -353,23 +353,13 @@ func (a *AdminAPI) find(ctx context.Context, id string) (*store.Record, liveStor
 	if !validRecordID(id) {
 		return nil, liveStore{}, apiError(http.StatusBadRequest, "%q is not a record id (32 lowercase hex characters)", id)
 	}
-	var firstErr error
-	for _, s := range a.owner().live() {
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			// Another store may hold it: report the failure only when
-			// none does.
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if rec != nil {
-			return rec, s, nil
-		}
-	}
-	if firstErr != nil {
-		return nil, liveStore{}, storeError(firstErr)
+	live := a.owner().live()
+	rec, i, err := FirstHolding(ctx, id, len(live), func(i int) RecordStore { return live[i].store })
+	switch {
+	case rec != nil:
+		return rec, live[i], nil
+	case err != nil:
+		return nil, liveStore{}, storeError(err)
 	}
 	return nil, liveStore{}, apiError(http.StatusNotFound, "record %s not found", id)
 }

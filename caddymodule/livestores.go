@@ -44,3 +44,25 @@ func LiveStores() []LiveStore {
 	}
 	return out
 }
+
+// FirstHolding asks the stores 0..n-1 (at(i)) in turn for record id:
+// the first that has it wins, and its index is returned. A store error is
+// returned only when no store has the record; -1 and no error when none
+// does. The admin API and the operator console look records up with it.
+func FirstHolding(ctx context.Context, id string, n int, at func(i int) RecordStore) (*store.Record, int, error) {
+	var firstErr error
+	for i := range n {
+		rec, err := at(i).Get(ctx, id)
+		switch {
+		case err != nil:
+			// Another store may hold it: report the failure only when
+			// none does.
+			if firstErr == nil {
+				firstErr = err
+			}
+		case rec != nil:
+			return rec, i, nil
+		}
+	}
+	return nil, -1, firstErr
+}

@@ -164,21 +164,13 @@ var errNotFound = errors.New("record not found")
 // find looks id up in every live store; the first that has it wins. A
 // store error is reported only when no store has the record.
 func (c *Console) find(ctx context.Context, id string) (*store.Record, caddymodule.LiveStore, error) {
-	var firstErr error
-	for _, ls := range c.stores() {
-		rec, err := ls.Store.Get(ctx, id)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if rec != nil {
-			return rec, ls, nil
-		}
-	}
-	if firstErr != nil {
-		return nil, caddymodule.LiveStore{}, firstErr
+	stores := c.stores()
+	rec, i, err := caddymodule.FirstHolding(ctx, id, len(stores), func(i int) caddymodule.RecordStore { return stores[i].Store })
+	switch {
+	case rec != nil:
+		return rec, stores[i], nil
+	case err != nil:
+		return nil, caddymodule.LiveStore{}, err
 	}
 	return nil, caddymodule.LiveStore{}, errNotFound
 }
