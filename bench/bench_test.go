@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -278,7 +280,7 @@ func TestRunLoad(t *testing.T) {
 // TestRunLoadStopsWhenRefused: a closed port gives errors, and the run
 // still ends at its duration.
 func TestRunLoadStopsWhenRefused(t *testing.T) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

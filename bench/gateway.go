@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // gatewayProc is one bin/idemgate process with the four sites of
 // caddyfileTemplate, each on a port of its own.
 type gatewayProc struct {
-	*child
+	*proc.Process
 	admin string            // host:port of the admin endpoint
 	sites map[string]string // site → host:port
 }
@@ -28,7 +30,7 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 	}
 	ports := make([]int, 5)
 	for i := range ports {
-		p, err := freePort()
+		p, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -62,13 +64,13 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 		args = append([]string{"-c", cpus, bin}, args...)
 		bin = "taskset"
 	}
-	g.child, err = startChild(name, dir,
+	g.Process, err = startChild(name, dir,
 		[]string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir},
 		bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	err = waitFor(g.child, 30*time.Second, func() error {
+	err = waitFor(g.Process, 30*time.Second, func() error {
 		urls := []string{"http://" + g.admin + "/config/"}
 		for _, a := range g.sites {
 			urls = append(urls, "http://"+a+"/")
@@ -81,7 +83,7 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 		return nil
 	})
 	if err != nil {
-		g.stop()
+		g.Stop()
 		return nil, err
 	}
 	return g, nil

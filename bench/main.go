@@ -137,7 +137,7 @@ type env struct {
 func (e *env) close() {
 	for _, g := range []*gatewayProc{e.gw, e.pinned} {
 		if g != nil {
-			g.stop()
+			g.Stop()
 		}
 	}
 	if e.redis != nil {
@@ -266,8 +266,8 @@ func (e *env) runSet(o options, vs []variant, rounds map[string][]roundStats) er
 			fmt.Printf(" %s %.0f/s", v.name, st.rps)
 		}
 		fmt.Println()
-		if g := e.gatewayOf(vs[0]); !g.running() {
-			return fmt.Errorf("the gateway exited:\n%s", g.tail())
+		if g := e.gatewayOf(vs[0]); !g.Running() {
+			return fmt.Errorf("the gateway exited:\n%s", g.Tail(20))
 		}
 	}
 	if o.profile != "" {
@@ -311,7 +311,7 @@ func (e *env) runPinned(o options, vs []variant, rounds map[string][]roundStats)
 		return err
 	}
 	defer func() {
-		e.pinned.stop()
+		e.pinned.Stop()
 		e.pinned = nil
 		for i, pid := range pids {
 			if err := setAffinity(pid, saved[i]); err != nil {

@@ -115,7 +115,7 @@ func (e *env) settle() {
 // generator).
 func (e *env) cpu(g *gatewayProc) (t [numProcs]time.Duration) {
 	t[procGateway], t[procRedis], t[procGen] = -1, -1, -1
-	if d, err := cpuTime(g.pid()); err == nil {
+	if d, err := cpuTime(g.Pid()); err == nil {
 		t[procGateway] = d
 	}
 	if e.redis != nil {
@@ -212,7 +212,7 @@ func (m *memoryResult) failure() string {
 // generator: it stops at an exact count) and reads the gateway's RSS
 // before and after.
 func (e *env) memory(o options, v variant) (*memoryResult, error) {
-	before, _, err := rss(e.gw.pid())
+	before, _, err := rss(e.gw.Pid())
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (e *env) memory(o options, v variant) (*memoryResult, error) {
 	spec := e.spec(v, o.conns, o.keysMax, o.keys, "m")
 	res := e.run(spec)
 	e.settle()
-	after, peak, err := rss(e.gw.pid())
+	after, peak, err := rss(e.gw.Pid())
 	if err != nil {
 		return nil, err
 	}

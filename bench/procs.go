@@ -5,110 +5,36 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// child is a process the benchmark started; stop ends it.
-type child struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    string // file with its output
-}
-
-func startChild(name, dir string, env []string, bin string, args ...string) (*child, error) {
-	logPath := filepath.Join(dir, name+".log")
-	out, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	c := &child{name: name, cmd: cmd, exited: make(chan struct{}), log: logPath}
-	go func() {
-		_ = cmd.Wait()
-		out.Close()
-		close(c.exited)
-	}()
-	return c, nil
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-func (c *child) running() bool {
-	select {
-	case <-c.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits up to 10s, then kills.
-func (c *child) stop() {
-	if !c.running() {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-// tail returns the last lines of the child's log, for error messages.
-func (c *child) tail() string {
-	b, err := os.ReadFile(c.log)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return strings.Join(lines, "\n")
+// startChild starts a helper process logging to, and running in, dir.
+func startChild(name, dir string, env []string, bin string, args ...string) (*proc.Process, error) {
+	return proc.Start(name, proc.Options{LogDir: dir, WorkDir: dir, Env: env}, bin, args...)
 }
 
 // waitFor polls ready every 50ms until it returns nil, the child exits or
 // the timeout passes.
-func waitFor(c *child, timeout time.Duration, ready func() error) error {
+func waitFor(c *proc.Process, timeout time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := ready()
 		if err == nil {
 			return nil
 		}
-		if !c.running() {
-			return fmt.Errorf("%s exited at start:\n%s", c.name, c.tail())
+		if !c.Running() {
+			return fmt.Errorf("%s exited at start:\n%s", c.Name, c.Tail(20))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v: %v\n%s", c.name, timeout, err, c.tail())
+			return fmt.Errorf("%s not ready after %v: %v\n%s", c.Name, timeout, err, c.Tail(20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

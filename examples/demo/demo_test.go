@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 func TestCheckFree(t *testing.T) {
@@ -153,7 +155,7 @@ func TestOwnGateway(t *testing.T) {
 
 func mustFreePort(t *testing.T) int {
 	t.Helper()
-	p, err := freePort()
+	p, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

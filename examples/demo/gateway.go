@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // crmStats is the example CRM's GET /stats.
@@ -113,7 +113,7 @@ type own struct {
 	dir         string
 	gateway     string // base URL
 	crm         string // base URL
-	gw, crmProc *child
+	gw, crmProc *proc.Process
 }
 
 // ownCaddyfile: gateway port, rules file, CRM port. The store is the
@@ -150,11 +150,11 @@ func startOwn(client *http.Client, idemgate, crmBin, rules string) (o *own, err 
 			o.stop()
 		}
 	}()
-	gwPort, err := freePort()
+	gwPort, err := proc.FreePort()
 	if err != nil {
 		return o, err
 	}
-	crmPort, err := freePort()
+	crmPort, err := proc.FreePort()
 	if err != nil {
 		return o, err
 	}
@@ -179,13 +179,13 @@ func startOwn(client *http.Client, idemgate, crmBin, rules string) (o *own, err 
 		if err == nil {
 			return o, nil
 		}
-		for _, c := range []*child{o.crmProc, o.gw} {
-			if !c.running() {
-				return o, fmt.Errorf("the %s exited at start:\n%s", c.name, c.tail())
+		for _, c := range []*proc.Process{o.crmProc, o.gw} {
+			if !c.Running() {
+				return o, fmt.Errorf("the %s exited at start:\n%s", c.Name, c.Tail(15))
 			}
 		}
 		if time.Now().After(deadline) {
-			return o, fmt.Errorf("the gateway is not ready after 20s: %v\n%s", err, o.gw.tail())
+			return o, fmt.Errorf("the gateway is not ready after 20s: %v\n%s", err, o.gw.Tail(15))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -193,85 +193,19 @@ func startOwn(client *http.Client, idemgate, crmBin, rules string) (o *own, err 
 
 // stop ends both processes and removes the temporary directory.
 func (o *own) stop() {
-	for _, c := range []*child{o.gw, o.crmProc} {
+	for _, c := range []*proc.Process{o.gw, o.crmProc} {
 		if c != nil {
-			c.stop()
+			c.Stop()
 		}
 	}
 	_ = os.RemoveAll(o.dir)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// startChild starts a helper process with its output in dir.
+func startChild(name, dir string, env []string, bin string, args ...string) (*proc.Process, error) {
+	p, err := proc.Start(name, proc.Options{LogDir: dir, Env: env}, bin, args...)
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("%w (run make build)", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// child is a process the demo started, its output in a log file.
-type child struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-}
-
-func startChild(name, dir string, env []string, bin string, args ...string) (*child, error) {
-	logPath := filepath.Join(dir, name+".log")
-	out, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("starting the %s (%s): %w (run make build)", name, bin, err)
-	}
-	c := &child{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		out.Close()
-		close(c.exited)
-	}()
-	return c, nil
-}
-
-func (c *child) running() bool {
-	select {
-	case <-c.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits up to 10s, then kills.
-func (c *child) stop() {
-	if !c.running() {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-// tail returns the last lines of the child's log.
-func (c *child) tail() string {
-	b, err := os.ReadFile(c.log)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
+	return p, nil
 }

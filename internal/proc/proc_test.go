@@ -1,0 +1,31 @@
+package proc
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStartStopTail: a child's output lands in its log, Stop ends it
+// (SIGTERM), and Tail shows the last lines.
+func TestStartStopTail(t *testing.T) {
+	p, err := Start("shell", Options{LogDir: t.TempDir()}, "sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(p.Tail(2), "line 5"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log tail %q, want the last two lines", p.Tail(2))
+		}
+	}
+	if got := p.Tail(2); got != "line 4\nline 5" || !p.Running() || p.Pid() <= 0 {
+		t.Fatalf("tail %q, running %v, pid %d", got, p.Running(), p.Pid())
+	}
+	p.Stop()
+	if p.Running() {
+		t.Fatal("still running after Stop")
+	}
+	if _, err := Start("missing", Options{LogDir: t.TempDir()}, "/nonexistent/binary"); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("starting a missing binary: %v", err)
+	}
+}
