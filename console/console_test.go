@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
@@ -108,7 +109,16 @@ func (f *fixture) released(route string) string {
 // than the store clock's millisecond.
 func (f *fixture) setStarted(id string, at time.Time) {
 	f.t.Helper()
-	if err := f.s.Client().HSet(context.Background(), f.s.Key(id), "sa", at.UnixMilli()).Err(); err != nil {
+	// The start time is a 13-digit netstring in the stored record; the
+	// new one has as many digits.
+	ctx := context.Background()
+	was := fmt.Sprintf("13:%d", f.get(id).StartedAt.UnixMilli())
+	stored, err := f.s.Client().Get(ctx, f.s.Key(id)).Result()
+	if err != nil || !strings.Contains(stored, was) {
+		f.t.Fatalf("stored record: %v", err)
+	}
+	stored = strings.Replace(stored, was, fmt.Sprintf("13:%d", at.UnixMilli()), 1)
+	if err := f.s.Client().Set(ctx, f.s.Key(id), stored, redis.KeepTTL).Err(); err != nil {
 		f.t.Fatal(err)
 	}
 }

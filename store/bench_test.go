@@ -140,19 +140,15 @@ func BenchmarkList(b *testing.B) {
 }
 
 // BenchmarkDecodeRecord decodes a completed record (5 header values, 1 KiB
-// body) from the reply elements, without Redis.
+// body) from its stored form, without Redis.
 func BenchmarkDecodeRecord(b *testing.B) {
 	res := benchResult(1024)
-	v := make([]any, numFields)
-	v[iState], v[iToken], v[iRoute], v[iOperation] = "completed", "0123456789abcdef0123456789abcdef", "create_crm_deal", "create_crm_deal"
-	v[iFingerprint], v[iFingerprintRule] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "body=amount,currency"
-	v[iStartedAt], v[iCompletedAt], v[iLeaseUntil] = "1764561600123", "1764561600456", "1764561630123"
-	v[iAttempts], v[iExecutions], v[iStatus] = "3", "1", "201"
-	v[iHeader], v[iBody], v[iBodyOmitted] = encodeHeader(res.Header), string(res.Body), "0"
-	v[iDigest], v[iExternalID] = res.Digest, res.ExternalID
+	bl := fullBlob()
+	bl.result[rHeader], bl.body = encodeHeader(res.Header), res.Body
+	stored := string(bl.encode())
 	b.ReportAllocs()
 	for b.Loop() {
-		r, err := decodeRecord("0123456789abcdef0123456789abcdef", v)
+		r, _, err := decodeBlob("0123456789abcdef0123456789abcdef", stored, false)
 		if err != nil || len(r.Header) != 4 {
 			b.Fatal(r, err)
 		}

@@ -178,7 +178,7 @@ func (s *Store) BeginCheck(ctx context.Context, id, claimToken, checkToken strin
 	if due {
 		dueArg = "1"
 	}
-	return s.checkScript(ctx, "begin check", beginCheckScript, s.recordKeys(id)[:1], id,
+	return s.checkScript(ctx, "begin check", beginCheckScript, s.keys(id)[:1], id,
 		claimToken, checkToken, ms(lease), dueArg)
 }
 
@@ -218,7 +218,7 @@ func (s *Store) EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, er
 		sum := sha256.Sum256(res.Body)
 		res.Digest = hex.EncodeToString(sum[:])
 	}
-	return s.checkScript(ctx, "end check", endCheckScript, s.recordKeys(o.ID), o.ID,
+	return s.checkScript(ctx, "end check", endCheckScript, s.keys(o.ID), o.ID,
 		o.ClaimToken, o.CheckToken, strconv.Itoa(o.Entry.Status), o.Entry.Verdict,
 		strconv.Itoa(o.NotFoundChecks), ms(o.Every), ms(o.Next), ms(ttl),
 		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, res.Digest, res.ExternalID, entry)
@@ -260,52 +260,45 @@ func validVerdict(v string) bool {
 	return false
 }
 
-// checkScript runs a check script (reply: code, now, fields) and returns
+// checkScript runs a check script (reply: code, now, record) and returns
 // the record and whether the code is a success.
 func (s *Store) checkScript(ctx context.Context, op string, sc *redis.Script, keys []string, id string, args ...any) (*Record, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...).Slice()
+	code, rec, err := s.recordReply(s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...), id)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: %s %s: %w", op, id, err)
-	}
-	if len(v) != 2+numFields {
-		return nil, false, errShortReply
-	}
-	code, _ := v[0].(int64)
-	rec, err := decodeRecord(id, v[2:])
-	if err != nil {
-		return nil, false, err
 	}
 	return rec, code != 0 && rec != nil, nil
 }
 
-// decodeChecks fills the verification fields of r from HMGET values.
-func decodeChecks(r *Record, v []any) error {
-	if c := str(v[iCheck]); c != "" {
-		method, url, _ := strings.Cut(c, " ")
-		r.Check = Check{Method: method, URL: url}
-		after, err := integer(v[iCheckAfter])
-		if err != nil {
-			return fieldErr(r.ID, fCheckAfter, err)
-		}
-		r.Check.After = time.Duration(after) * time.Millisecond
+// recordReply reads a {code, now ms, record} reply.
+func (s *Store) recordReply(cmd *redis.Cmd, id string) (int64, *Record, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
 	}
-	r.Checks = decodeCheckLog(str(v[iChecks]))
-	var err error
-	if r.CheckCount, err = integer(v[iCheckCount]); err != nil {
-		return fieldErr(r.ID, fCheckCount, err)
+	if len(v) != 3 {
+		return 0, nil, errShortReply
 	}
-	if r.NotFoundStreak, err = integer(v[iNotFoundStreak]); err != nil {
-		return fieldErr(r.ID, fNotFoundStreak, err)
+	code, _ := v[0].(int64)
+	stored, ok := v[2].(string)
+	if !ok {
+		return code, nil, nil
 	}
-	if r.NextCheck, err = msTime(v[iNextCheck]); err != nil {
-		return fieldErr(r.ID, fNextCheck, err)
+	rec, _, err := decodeBlob(id, stored, false)
+	return code, rec, err
+}
+
+// decodeChecks fills the verification fields of r from its claim part.
+func decodeChecks(r *Record, c *[numClaimFields]string) {
+	if c[cCheck] != "" {
+		method, url, _ := strings.Cut(c[cCheck], " ")
+		r.Check = Check{Method: method, URL: url, After: time.Duration(intOf(c[cCheckAfter])) * time.Millisecond}
 	}
-	if r.CheckLeaseUntil, err = msTime(v[iCheckLeaseUntil]); err != nil {
-		return fieldErr(r.ID, fCheckLeaseUntil, err)
-	}
-	return nil
+	r.Checks = decodeCheckLog(c[cChecks])
+	r.CheckCount, r.NotFoundStreak = intOf(c[cCheckCount]), intOf(c[cNotFoundStreak])
+	r.NextCheck, r.CheckLeaseUntil = msOf(c[cNextCheck]), msOf(c[cCheckLeaseUntil])
 }
 
 // decodeCheckLog reads the check log: "at status verdict" lines. A line

@@ -91,8 +91,8 @@ func TestWaitReplicas(t *testing.T) {
 		}
 		if st.name == "Complete" {
 			// Waited for: the replica has the completed record already.
-			if got, err := onReplica.HGet(ctx, s.Key(id), "st").Result(); err != nil || got != "completed" {
-				t.Fatalf("replica right after Complete: st=%q, %v", got, err)
+			if got, err := onReplica.GetRange(ctx, s.Key(id), 1, 1).Result(); err != nil || got != string(stCompleted) {
+				t.Fatalf("replica right after Complete: state %q, %v", got, err)
 			}
 		}
 	}

@@ -15,7 +15,7 @@ import (
 func indexEntries(t testing.TB, s *Store, id string) map[State]int64 {
 	t.Helper()
 	got := map[State]int64{}
-	for _, st := range indexStates {
+	for _, st := range []State{StateInFlight, StateUnknown, StateReleased} {
 		score, err := s.Client().ZScore(context.Background(), s.IndexKey(Shard(id), st), id).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -28,12 +28,22 @@ func indexEntries(t testing.TB, s *Store, id string) map[State]int64 {
 	return got
 }
 
-// checkIndexed asserts that id is listed by exactly the index of want, with
-// the record's expiry time (now + PTTL) as its score, and that the key's TTL
-// is ttl.
+// checkIndexed asserts that id is listed by exactly the index of want (by
+// none when completed), with the record's expiry time (now + PTTL) as its
+// score, and that the key's TTL is ttl.
 func checkIndexed(t testing.TB, s *Store, id string, want State, ttl time.Duration) {
 	t.Helper()
 	got := indexEntries(t, s, id)
+	if want == StateCompleted {
+		if len(got) != 0 {
+			t.Fatalf("completed record %s is in the indexes %v, want none", id, got)
+		}
+		checkTTL(t, s, id, ttl)
+		if r := mustGet(t, s, id); r.State != want {
+			t.Fatalf("record state %q, want %q", r.State, want)
+		}
+		return
+	}
 	score, ok := got[want]
 	if !ok || len(got) != 1 {
 		t.Fatalf("record %s is in the indexes %v, want only %s", id, got, want)
@@ -143,10 +153,17 @@ func TestIndexFollowsTransitions(t *testing.T) {
 	})
 }
 
-// sameShardIDs returns n fresh record ids that all have the given shard.
+// sameShardIDs returns n fresh record ids that all have the given tag.
 func sameShardIDs(t testing.TB, shard string, n int) []string {
+	t.Helper()
+	if Shard(shard) != shard {
+		t.Fatalf("%q is not a tag", shard)
+	}
 	var ids []string
-	for len(ids) < n {
+	for try := 0; len(ids) < n; try++ {
+		if try > 1000*numShards*n {
+			t.Fatalf("no ids with tag %s", shard)
+		}
 		if id := newID(t); Shard(id) == shard {
 			ids = append(ids, id)
 		}
@@ -159,7 +176,7 @@ func sameShardIDs(t testing.TB, shard string, n int) []string {
 func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		ids := sameShardIDs(t, "7", 2)
+		ids := sameShardIDs(t, "7ab", 2)
 		short, long := ids[0], ids[1]
 		mustClaim(t, e.s, claimReq(short, "tok"))
 		ok, err := e.s.Release(ctx, short, "tok", 50*time.Millisecond)
@@ -189,28 +206,34 @@ func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
 	})
 }
 
-// TestShard: hex ids shard by their first character, other ids fold onto
-// the 16 hex digits, and idFromKey accepts only a record key whose tag is
-// its id's shard.
+// TestShard: hex ids take their first three characters as their tag,
+// other ids fold onto hex digits, and idFromKey accepts only a record key
+// whose tag is its id's.
 func TestShard(t *testing.T) {
 	for id, want := range map[string]string{
-		"0abc": "0", "9": "9", "a1": "a", "f0f0": "f", "": "0",
-		"A": "1", "Z_1": "a", "_x": "f", "-y": "d", "zz": "a",
+		"0abc": "0ab", "9f0": "9f0", "a1": "a10", "f0f0": "f0f", "": "000",
+		"A": "100", "Z_1": "af1", "_x": "f80", "-y": "d90", "zzz": "aaa", "ab-": "abd",
 	} {
 		if got := Shard(id); got != want {
 			t.Errorf("Shard(%q) = %q, want %q", id, got, want)
 		}
 	}
+	for n := range numShards {
+		if got := shardOf(tagOf(n)); got != n {
+			t.Fatalf("shardOf(tagOf(%d)) = %d", n, got)
+		}
+	}
 	s := New(nil, "", 0)
 	for key, want := range map[string]string{
-		"idemgate:{a}a1":                   "a1",
-		"idemgate:{1}ABC":                  "ABC",
-		"idemgate:{b}a1":                   "",
-		"idemgate:{a}:idx:in_flight":       "",
-		"idemgate:{a}":                     "",
-		"idemgate:{a1}":                    "",
-		"other:{a}a1":                      "",
-		"idemgate:{ab}ab":                  "",
+		"idemgate:{a1b}a1b2":               "a1b2",
+		"idemgate:{100}ABC":                "",
+		"idemgate:{123}ABC":                "ABC",
+		"idemgate:{a10}a1":                 "a1",
+		"idemgate:{b00}a1":                 "",
+		"idemgate:{a1b}:idx:in_flight":     "",
+		"idemgate:{a1b}":                   "",
+		"idemgate:{a}a":                    "",
+		"other:{a1b}a1b2":                  "",
 		"idemgate:{0123456789abcdef01234}": "",
 	} {
 		got, ok := s.idFromKey(key)

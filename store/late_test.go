@@ -14,8 +14,9 @@ func TestLateClaimRefused(t *testing.T) {
 		ctx := context.Background()
 		id := newID(t)
 		past := redisNow(t, e.s).Add(-time.Second).UnixMilli()
-		v, err := e.s.run(ctx, "claim", id, claimScript, e.s.recordKeys(id),
-			id, "tok", "r", "op", "fp", "", ms(30*time.Second), ms(time.Hour), "hold", past).Slice()
+		b := blob{state: stInFlight, attempts: 1, executions: 1, claim: claimPart(claimReq(id, "tok"))}
+		v, err := e.s.run(ctx, "claim", id, claimScript, e.s.keys(id),
+			id, "tok", b.encode(), past, ms(time.Hour), "hold", ms(30*time.Second)).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

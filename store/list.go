@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,8 +18,9 @@ const (
 	MaxListLimit     = 1000
 )
 
-// listBatch is how many state indexes one ZRANGEBYSCORE pipeline reads.
-const listBatch = 8
+// listBatch is how many state indexes one ZRANGEBYSCORE pipeline reads
+// (there are 4096 of each state).
+const listBatch = 512
 
 // listMaxScan bounds the index entries one List call examines beyond
 // Limit (records skipped by the route filter, stale entries): a page may
@@ -49,30 +52,27 @@ type ListPage struct {
 	NextCursor string
 }
 
-// listSummary are the fields List reads: all but the token, the headers,
-// the body and the audit trail.
-var listSummary = func() []string {
-	var f []string
-	for _, name := range fields {
-		if listed(name) {
-			f = append(f, name)
-		}
-	}
-	return f
-}()
+// summaryBytes is how much of a record a listing reads at first (GETRANGE):
+// enough for every field but the header and body of most records.
+const summaryBytes = 4096
 
-func listed(field string) bool {
-	return field != fToken && field != fHeader && field != fBody && field != fAudit
-}
-
-// listPos is a position in a listing: the index number (shard-major, then
-// the filter's states in indexStates order) and, inside that index, the
-// first entry not yet returned, as its score and its rank among the entries
-// of equal score (ZRANGEBYSCORE orders equal scores by member).
+// listPos is a position in the index walk: the index number (shard-major,
+// then the filter's indexed states in indexStates order) and, inside that
+// index, the first entry not yet returned, as its score and its rank among
+// the entries of equal score (ZRANGEBYSCORE orders equal scores by member).
 type listPos struct {
 	idx   int
 	score int64
 	tie   int64
+}
+
+// scanPos is a position in the walk over completed records: the master
+// (in order of address), the SCAN cursor of a page, and how many of that
+// page's keys were already looked at.
+type scanPos struct {
+	node   int
+	cursor uint64
+	skip   int
 }
 
 type listEntry struct {
@@ -80,18 +80,21 @@ type listEntry struct {
 	id string
 }
 
-// List returns one page of records from the state indexes (no SCAN): the
-// records of the selected state, or of every state, optionally of one route,
-// that have not expired. Records come shard by shard ("0" to "f"), within a
-// shard state by state, within a state in order of expiry time. Every round
-// trip is a pipeline (ZRANGEBYSCORE over several indexes, then HMGET of the
-// page's records), each with its own OpTimeout deadline. The cursor is
+// List returns one page of records: those of the selected state, or of
+// every state, optionally of one route, that have not expired. Records in
+// flight, held and released come from the state indexes (no SCAN), tag by
+// tag and within a tag state by state in order of expiry time; completed
+// records, which have no index, come after them from a SCAN of the record
+// keys (master by master on a Cluster). Every round trip is a pipeline or
+// one SCAN page, each with its own OpTimeout deadline. The cursor is
 // opaque; following NextCursor until it is "" visits every record that
 // exists throughout the walk exactly once, as long as records do not change
 // state meanwhile (a record that changes state moves to another index and
-// may be seen twice or not at all). A page may hold fewer than Limit records
-// (even none) while NextCursor is not "", when the route filter skipped many
-// records. Errors wrap ErrInvalidArgument for a bad State or Cursor.
+// may be seen twice or not at all; SCAN may also return a key twice when
+// Redis resizes its table, or the masters change). A page may hold fewer
+// than Limit records (even none) while NextCursor is not "", when the
+// route filter skipped many records. Errors wrap ErrInvalidArgument for a
+// bad State or Cursor.
 func (s *Store) List(ctx context.Context, f ListFilter) (ListPage, error) {
 	states := indexStates[:]
 	if f.State != "" {
@@ -107,13 +110,21 @@ func (s *Store) List(ctx context.Context, f ListFilter) (ListPage, error) {
 		limit = DefaultListLimit
 	}
 	limit = min(limit, MaxListLimit)
-	l := &lister{s: s, states: states}
+	l := &lister{s: s, route: f.Route}
+	for _, st := range states {
+		if st == StateCompleted {
+			l.completed = true
+		} else {
+			l.states = append(l.states, st)
+		}
+	}
+	scanning := false
+	var sp scanPos
 	if f.Cursor != "" {
-		pos, err := l.decodeCursor(f.Cursor)
-		if err != nil {
+		var err error
+		if scanning, sp, err = l.decodeCursor(f.Cursor); err != nil {
 			return ListPage{}, err
 		}
-		l.next = pos
 	}
 	tctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	now, err := s.client.Time(tctx).Result()
@@ -124,56 +135,77 @@ func (s *Store) List(ctx context.Context, f ListFilter) (ListPage, error) {
 	l.now = now.UnixMilli()
 
 	page := ListPage{Records: []*Record{}}
-	for scanned := 0; len(page.Records) < limit && scanned < limit+listMaxScan; {
-		need := limit - len(page.Records)
-		if err := l.fill(ctx, need); err != nil {
+	scanned := 0
+	if !scanning {
+		for len(page.Records) < limit && scanned < limit+listMaxScan {
+			need := limit - len(page.Records)
+			if err := l.fill(ctx, need); err != nil {
+				return ListPage{}, err
+			}
+			if len(l.queue) == 0 {
+				break
+			}
+			take := l.queue[:min(need, len(l.queue))]
+			ids := make([]string, len(take))
+			for i, e := range take {
+				ids[i] = e.id
+			}
+			recs, err := l.read(ctx, ids)
+			if err != nil {
+				return ListPage{}, err
+			}
+			for i, r := range recs {
+				// A record missing (expired, evicted) or in another state
+				// than its index says (it changed state since the index was
+				// read, or a stale entry) is not listed from this index.
+				if r != nil && r.State == l.states[take[i].idx%len(l.states)] && l.wanted(r) {
+					page.Records = append(page.Records, r)
+				}
+			}
+			l.queue = l.queue[len(take):]
+			scanned += len(take)
+		}
+		if err := l.fill(ctx, 1); err != nil {
 			return ListPage{}, err
 		}
-		if len(l.queue) == 0 {
-			break
+		if len(l.queue) > 0 {
+			page.NextCursor = l.encodeIndexCursor(l.queue[0].listPos)
+			return page, nil
 		}
-		take := l.queue[:min(need, len(l.queue))]
-		recs, err := l.read(ctx, take)
-		if err != nil {
-			return ListPage{}, err
+		if !l.completed {
+			return page, nil
 		}
-		for i, r := range recs {
-			// A record missing (expired, evicted) or in another state
-			// than its index says (it changed state since the index was
-			// read, or a stale entry) is not listed from this index.
-			if r == nil || r.State != l.states[take[i].idx%len(l.states)] {
-				continue
-			}
-			if f.Route != "" && r.Route != f.Route {
-				continue
-			}
-			page.Records = append(page.Records, r)
-		}
-		l.queue = l.queue[len(take):]
-		scanned += len(take)
 	}
-	if err := l.fill(ctx, 1); err != nil {
+	// The completed records, after the indexes: the rest of the page, and
+	// then one more, so that a page only ends the walk when nothing is left.
+	recs, next, err := l.scan(ctx, sp, limit-len(page.Records), limit+listMaxScan-scanned)
+	if err != nil {
 		return ListPage{}, err
 	}
-	if len(l.queue) > 0 {
-		page.NextCursor = l.encodeCursor(l.queue[0].listPos)
+	page.Records = append(page.Records, recs...)
+	if next != nil {
+		page.NextCursor = l.encodeScanCursor(*next)
 	}
 	return page, nil
 }
 
-// lister walks the indexes of one List call.
+// lister walks the indexes and the completed records of one List call.
 type lister struct {
-	s      *Store
-	states []State
-	now    int64 // Redis clock, ms: entries scored at or before it have expired
-	queue  []listEntry
-	next   listPos // where the next ZRANGEBYSCORE starts (after queue)
+	s         *Store
+	states    []State // the filter's states that have an index
+	completed bool    // whether the filter takes completed records
+	route     string
+	now       int64 // Redis clock, ms: entries scored at or before it have expired
+	queue     []listEntry
+	next      listPos // where the next ZRANGEBYSCORE starts (after queue)
 }
+
+func (l *lister) wanted(r *Record) bool { return l.route == "" || r.Route == l.route }
 
 func (l *lister) total() int { return numShards * len(l.states) }
 
 func (l *lister) indexKey(idx int) string {
-	return l.s.IndexKey(hexDigits[idx/len(l.states):idx/len(l.states)+1], l.states[idx%len(l.states)])
+	return l.s.IndexKey(tagOf(idx/len(l.states)), l.states[idx%len(l.states)])
 }
 
 // fill reads index entries until the queue holds at least n or every index
@@ -227,84 +259,197 @@ func (l *lister) fill(ctx context.Context, n int) error {
 	return nil
 }
 
-// read fetches the summary fields of the entries' records in one pipeline;
-// nil for a record that no longer exists.
-func (l *lister) read(ctx context.Context, entries []listEntry) ([]*Record, error) {
-	pctx, cancel := context.WithTimeout(ctx, l.s.opTimeout)
-	defer cancel()
-	pipe := l.s.client.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(entries))
-	for i, e := range entries {
-		cmds[i] = pipe.HMGet(pctx, l.s.Key(e.id), listSummary...)
+// read fetches the summaries of records (one GETRANGE each, in one
+// pipeline, and again, longer, for the few whose summary did not fit);
+// nil for a record that no longer exists. Header, body, token and audit
+// trail are left out.
+func (l *lister) read(ctx context.Context, ids []string) ([]*Record, error) {
+	recs := make([]*Record, len(ids))
+	lengths := make([]int, len(ids))
+	for i := range lengths {
+		lengths[i] = summaryBytes
 	}
-	if _, err := pipe.Exec(pctx); err != nil {
-		return nil, fmt.Errorf("store: list: read records: %w", err)
-	}
-	recs := make([]*Record, len(entries))
-	v := make([]any, numFields)
-	for i, cmd := range cmds {
-		got := cmd.Val()
-		if len(got) != len(listSummary) {
-			return nil, errShortReply
-		}
-		j := 0
-		for k, name := range fields {
-			v[k] = nil
-			if listed(name) {
-				v[k] = got[j]
-				j++
+	for round := 0; round < 3; round++ {
+		pctx, cancel := context.WithTimeout(ctx, l.s.opTimeout)
+		pipe := l.s.client.Pipeline()
+		cmds := make([]*redis.StringCmd, len(ids))
+		for i, id := range ids {
+			if lengths[i] > 0 {
+				cmds[i] = pipe.GetRange(pctx, l.s.Key(id), 0, int64(lengths[i]-1))
 			}
 		}
-		r, err := decodeRecord(entries[i].id, v)
-		if err != nil {
-			return nil, err
+		_, err := pipe.Exec(pctx)
+		cancel()
+		if err != nil && err != redis.Nil {
+			return nil, fmt.Errorf("store: list: read records: %w", err)
 		}
-		recs[i] = r
+		more := false
+		for i, cmd := range cmds {
+			if cmd == nil {
+				continue
+			}
+			lengths[i] = 0
+			v := cmd.Val()
+			if v == "" {
+				continue // gone
+			}
+			r, wanted, err := decodeBlob(ids[i], v, true)
+			if err != nil {
+				return nil, err
+			}
+			if wanted > 0 {
+				lengths[i], more = wanted, true
+				continue
+			}
+			r.Token, r.Audit, r.Header, r.Body = "", nil, nil, nil
+			recs[i] = r
+		}
+		if !more {
+			break
+		}
 	}
 	return recs, nil
 }
 
-// Cursors are base64url("v1 <shard> <state> <score> <tie>"): positions name
-// the shard and state rather than an index number, so that a cursor cannot
-// silently mean another index under another filter.
-const cursorVersion = "v1"
-
-func (l *lister) encodeCursor(p listPos) string {
-	shard := hexDigits[p.idx/len(l.states) : p.idx/len(l.states)+1]
-	st := storedState(l.states[p.idx%len(l.states)])
-	text := cursorVersion + " " + shard + " " + st + " " + strconv.FormatInt(p.score, 10) + " " + strconv.FormatInt(p.tie, 10)
-	return base64.RawURLEncoding.EncodeToString([]byte(text))
+// scan walks the completed records from pos: it returns up to need of
+// them and the position of the next one, nil when there is none. It stops
+// early, returning where it got to, after looking at budget keys.
+func (l *lister) scan(ctx context.Context, pos scanPos, need, budget int) ([]*Record, *scanPos, error) {
+	nodes, err := l.s.masters(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	match := globEscape(l.s.prefix) + "{???}*"
+	var out []*Record
+	for looked := 0; pos.node < len(nodes); {
+		if looked >= budget {
+			return out, &pos, nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, l.s.opTimeout)
+		keys, next, err := nodes[pos.node].ScanType(pctx, pos.cursor, match, scanCount, "string").Result()
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("store: list: scan: %w", err)
+		}
+		ids := make([]string, 0, len(keys))
+		at := make([]int, 0, len(keys)) // each id's place in the page
+		for i, k := range keys[min(pos.skip, len(keys)):] {
+			if id, ok := l.s.idFromKey(k); ok {
+				ids = append(ids, id)
+				at = append(at, pos.skip+i)
+			}
+		}
+		recs, err := l.read(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, r := range recs {
+			if r == nil || r.State != StateCompleted || !l.wanted(r) {
+				continue
+			}
+			if len(out) == need {
+				return out, &scanPos{node: pos.node, cursor: pos.cursor, skip: at[i]}, nil
+			}
+			out = append(out, r)
+		}
+		looked += len(keys)
+		if next == 0 {
+			pos = scanPos{node: pos.node + 1}
+		} else {
+			pos = scanPos{node: pos.node, cursor: next}
+		}
+	}
+	return out, nil, nil
 }
 
-func (l *lister) decodeCursor(c string) (listPos, error) {
-	bad := func(why string) (listPos, error) {
-		return listPos{}, fmt.Errorf("%w: cursor %q: %s", ErrInvalidArgument, c, why)
+// masters are the nodes that hold records: the masters of a Cluster in
+// order of address, else the one client.
+func (s *Store) masters(ctx context.Context) ([]redis.Cmdable, error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return []redis.Cmdable{s.client}, nil
+	}
+	var (
+		mu    sync.Mutex
+		nodes []*redis.Client
+	)
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list: masters: %w", err)
+	}
+	slices.SortFunc(nodes, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	out := make([]redis.Cmdable, len(nodes))
+	for i, c := range nodes {
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Cursors are base64url of "v2 i <tag> <state> <score> <tie>" in the index
+// walk, or "v2 s <master> <scan cursor> <skip>" among completed records:
+// positions name the tag and state rather than an index number, so that a
+// cursor cannot silently mean another index under another filter.
+const cursorVersion = "v2"
+
+func (l *lister) encodeIndexCursor(p listPos) string {
+	tag := tagOf(p.idx / len(l.states))
+	st := storedState(l.states[p.idx%len(l.states)])
+	return encodeCursor(cursorVersion + " i " + tag + " " + st + " " + strconv.FormatInt(p.score, 10) + " " + strconv.FormatInt(p.tie, 10))
+}
+
+func (l *lister) encodeScanCursor(p scanPos) string {
+	return encodeCursor(cursorVersion + " s " + strconv.Itoa(p.node) + " " + strconv.FormatUint(p.cursor, 10) + " " + strconv.Itoa(p.skip))
+}
+
+func encodeCursor(text string) string { return base64.RawURLEncoding.EncodeToString([]byte(text)) }
+
+// decodeCursor reads a cursor: a position in the index walk (set as
+// l.next) or, with scanning, one among the completed records.
+func (l *lister) decodeCursor(c string) (scanning bool, sp scanPos, err error) {
+	bad := func(why string) (bool, scanPos, error) {
+		return false, scanPos{}, fmt.Errorf("%w: cursor %q: %s", ErrInvalidArgument, c, why)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return bad("not a cursor of this store")
 	}
 	parts := strings.Split(string(raw), " ")
-	if len(parts) != 5 || parts[0] != cursorVersion {
+	if len(parts) < 2 || parts[0] != cursorVersion {
 		return bad("not a cursor of this store")
 	}
-	shard := strings.Index(hexDigits, parts[1])
-	if len(parts[1]) != 1 || shard < 0 {
-		return bad("bad shard")
-	}
-	state := -1
-	for i, st := range l.states {
-		if storedState(st) == parts[2] {
-			state = i
+	switch {
+	case parts[1] == "s" && len(parts) == 5:
+		if !l.completed {
+			return bad("made for another state filter")
 		}
+		node, err1 := strconv.Atoi(parts[2])
+		cursor, err2 := strconv.ParseUint(parts[3], 10, 64)
+		skip, err3 := strconv.Atoi(parts[4])
+		if err1 != nil || err2 != nil || err3 != nil || node < 0 || skip < 0 {
+			return bad("bad position")
+		}
+		return true, scanPos{node: node, cursor: cursor, skip: skip}, nil
+	case parts[1] == "i" && len(parts) == 6:
+		tag := parts[2]
+		if len(tag) != 3 || Shard(tag) != tag {
+			return bad("bad tag")
+		}
+		state := slices.IndexFunc(l.states, func(st State) bool { return storedState(st) == parts[3] })
+		if state < 0 {
+			return bad("made for another state filter")
+		}
+		score, err1 := strconv.ParseInt(parts[4], 10, 64)
+		tie, err2 := strconv.ParseInt(parts[5], 10, 64)
+		if err1 != nil || err2 != nil || score < 0 || tie < 0 {
+			return bad("bad position")
+		}
+		l.next = listPos{idx: shardOf(tag)*len(l.states) + state, score: score, tie: tie}
+		return false, scanPos{}, nil
 	}
-	if state < 0 {
-		return bad("made for another state filter")
-	}
-	score, err1 := strconv.ParseInt(parts[3], 10, 64)
-	tie, err2 := strconv.ParseInt(parts[4], 10, 64)
-	if err1 != nil || err2 != nil || score < 0 || tie < 0 {
-		return bad("bad position")
-	}
-	return listPos{idx: shard*len(l.states) + state, score: score, tie: tie}, nil
+	return bad("not a cursor of this store")
 }

@@ -101,14 +101,14 @@ func makeRecords(t *testing.T, s *Store, n int) listFixture {
 func TestListTies(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		ids := sameShardIDs(t, "3", 25)
+		ids := sameShardIDs(t, "3ab", 25)
 		for _, id := range ids {
 			mustClaim(t, e.s, claimReq(id, "tok"))
-			ok, err := e.s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
-			mustOK(t, "Complete", ok, err)
+			ok, err := e.s.Release(ctx, id, "tok", time.Hour)
+			mustOK(t, "Release", ok, err)
 		}
 		// Give every entry one of two scores, both in the future.
-		idx := e.s.IndexKey("3", StateCompleted)
+		idx := e.s.IndexKey("3ab", StateReleased)
 		base := float64(redisNow(t, e.s).Add(time.Hour).UnixMilli())
 		for i, id := range ids {
 			if err := e.s.Client().ZAdd(ctx, idx, redis.Z{Score: base + float64(i%2), Member: id}).Err(); err != nil {
@@ -117,7 +117,7 @@ func TestListTies(t *testing.T) {
 		}
 		slices.Sort(ids)
 		for _, limit := range []int{1, 2, 3, 5, 12, 13, 25, 26} {
-			if got := listAll(t, e.s, ListFilter{State: StateCompleted, Limit: limit}); !slices.Equal(got, ids) {
+			if got := listAll(t, e.s, ListFilter{State: StateReleased, Limit: limit}); !slices.Equal(got, ids) {
 				t.Fatalf("limit %d: listed %d of %d records", limit, len(got), len(ids))
 			}
 		}
@@ -135,19 +135,25 @@ func TestListBadFilter(t *testing.T) {
 		t.Fatalf("List: %+v, %v", page, err)
 	}
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	if _, err := e.s.List(ctx, ListFilter{Cursor: enc("v1 0 in_flight 0 0")}); err != nil {
-		t.Fatalf("a well-formed cursor: %v", err)
+	for _, c := range []string{"v2 i 0ab in_flight 0 0", "v2 s 0 0 0"} {
+		if _, err := e.s.List(ctx, ListFilter{Cursor: enc(c)}); err != nil {
+			t.Fatalf("a well-formed cursor %q: %v", c, err)
+		}
 	}
 	for _, f := range []ListFilter{
 		{State: "done"},
 		{State: "IN_FLIGHT"},
 		{Cursor: "!!"},
-		{Cursor: enc("v1 0 in_flight")},
-		{Cursor: enc("v2 0 in_flight 0 0")},
-		{Cursor: enc("v1 g in_flight 0 0")},
-		{Cursor: enc("v1 00 in_flight 0 0")},
-		{Cursor: enc("v1 0 in_flight -1 0")},
-		{Cursor: enc("v1 0 in_flight 1 x")},
+		{Cursor: enc("v2 i 0ab in_flight")},
+		{Cursor: enc("v1 0ab in_flight 0 0")},
+		{Cursor: enc("v2 i 0gb in_flight 0 0")},
+		{Cursor: enc("v2 i 0a in_flight 0 0")},
+		{Cursor: enc("v2 i 0ab in_flight -1 0")},
+		{Cursor: enc("v2 i 0ab in_flight 1 x")},
+		{Cursor: enc("v2 i 0ab completed 0 0")},
+		{Cursor: enc("v2 s 0 x 0")},
+		{Cursor: enc("v2 s -1 0 0")},
+		{State: StateReleased, Cursor: enc("v2 s 0 0 0")},
 		{Cursor: enc("v1 0 outcome_unknown 0 0")},
 		{State: StateCompleted, Cursor: page.NextCursor}, // an in_flight position
 	} {

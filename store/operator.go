@@ -180,17 +180,9 @@ func (s *Store) operator(ctx context.Context, op string, sc *redis.Script, id st
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := sc.Run(ctx, s.client, s.recordKeys(id), append([]any{id}, args...)...).Slice()
+	code, rec, err := s.recordReply(sc.Run(ctx, s.client, s.keys(id), append([]any{id}, args...)...), id)
 	if err != nil {
 		return nil, fmt.Errorf("store: operator %s %s: %w", op, id, err)
-	}
-	if len(v) != 1+numFields {
-		return nil, errShortReply
-	}
-	code, _ := v[0].(int64)
-	rec, err := decodeRecord(id, v[1:])
-	if err != nil {
-		return nil, err
 	}
 	switch {
 	case code == codeNotFound || rec == nil:

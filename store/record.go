@@ -2,10 +2,8 @@ package store
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -29,7 +27,8 @@ const (
 
 // Record is one idempotency record as stored in Redis.
 type Record struct {
-	// ID is the record id (keying.KeyID), also the Redis hash tag.
+	// ID is the record id (keying.KeyID); its first three characters are
+	// the Redis hash tag.
 	ID              string
 	Route           string
 	Operation       string
@@ -77,139 +76,39 @@ type Record struct {
 
 func stateFromStored(s string) State {
 	switch s {
-	case stInFlight:
+	case "in_flight":
 		return StateInFlight
-	case stCompleted:
+	case "completed":
 		return StateCompleted
-	case stUnknown:
+	case "unknown":
 		return StateUnknown
-	case stReleased:
+	case "released":
 		return StateReleased
 	}
 	return State(s)
 }
 
-// indexStates are the states that have an index, in the order of the
-// index keys in every state-changing script's KEYS (2..5) and of listings.
+// indexStates are the states a listing walks, in listing order. In Redis,
+// every state but completed has an index (see List).
 var indexStates = [...]State{StateInFlight, StateCompleted, StateUnknown, StateReleased}
 
-// storedState is the inverse of stateFromStored ("" for an unknown state).
-// It also accepts the stored form "unknown".
+// storedState is the short name of a state in cursors and index keys
+// ("" for an unknown state). It also accepts "unknown".
 func storedState(s State) string {
 	switch s {
 	case StateInFlight:
-		return stInFlight
+		return "in_flight"
 	case StateCompleted:
-		return stCompleted
-	case StateUnknown, stUnknown:
-		return stUnknown
+		return "completed"
+	case StateUnknown, "unknown":
+		return "unknown"
 	case StateReleased:
-		return stReleased
+		return "released"
 	}
 	return ""
 }
 
 var errShortReply = errors.New("store: malformed record reply")
-
-// decodeRecord builds a Record from HMGET values in fields order. It returns
-// nil, nil when the record does not exist (no state field).
-func decodeRecord(id string, v []any) (*Record, error) {
-	if len(v) < numFields {
-		return nil, errShortReply
-	}
-	st, ok := v[iState].(string)
-	if !ok {
-		if v[iState] == nil {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("store: record %s: state has type %T", id, v[iState])
-	}
-	r := &Record{
-		ID:              id,
-		State:           stateFromStored(st),
-		Token:           str(v[iToken]),
-		Route:           str(v[iRoute]),
-		Operation:       str(v[iOperation]),
-		Fingerprint:     str(v[iFingerprint]),
-		FingerprintRule: str(v[iFingerprintRule]),
-		BodyOmitted:     str(v[iBodyOmitted]) == "1",
-		Digest:          str(v[iDigest]),
-		ExternalID:      str(v[iExternalID]),
-		Reason:          str(v[iReason]),
-	}
-	var err error
-	var n int64
-	if r.StartedAt, err = msTime(v[iStartedAt]); err != nil {
-		return nil, fieldErr(id, fStartedAt, err)
-	}
-	if r.CompletedAt, err = msTime(v[iCompletedAt]); err != nil {
-		return nil, fieldErr(id, fCompletedAt, err)
-	}
-	if r.LeaseUntil, err = msTime(v[iLeaseUntil]); err != nil {
-		return nil, fieldErr(id, fLeaseUntil, err)
-	}
-	if r.Attempts, err = integer(v[iAttempts]); err != nil {
-		return nil, fieldErr(id, fAttempts, err)
-	}
-	if r.Executions, err = integer(v[iExecutions]); err != nil {
-		return nil, fieldErr(id, fExecutions, err)
-	}
-	if n, err = integer(v[iStatus]); err != nil {
-		return nil, fieldErr(id, fStatus, err)
-	}
-	r.Status = int(n)
-	if hd := str(v[iHeader]); hd != "" {
-		r.Header = decodeHeader(hd)
-	}
-	if bd := str(v[iBody]); bd != "" {
-		r.Body = []byte(bd)
-	}
-	r.Audit = decodeAudit(str(v[iAudit]))
-	if err := decodeChecks(r, v); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-func fieldErr(id, field string, err error) error {
-	return fmt.Errorf("store: record %s: field %s: %w", id, field, err)
-}
-
-// str returns a reply element as a string ("" for nil).
-func str(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	case int64:
-		return strconv.FormatInt(x, 10)
-	}
-	return ""
-}
-
-func integer(v any) (int64, error) {
-	switch x := v.(type) {
-	case nil:
-		return 0, nil
-	case int64:
-		return x, nil
-	case string:
-		if x == "" {
-			return 0, nil
-		}
-		return strconv.ParseInt(x, 10, 64)
-	}
-	return 0, fmt.Errorf("unexpected type %T", v)
-}
-
-func msTime(v any) (time.Time, error) {
-	ms, err := integer(v)
-	if err != nil || ms == 0 {
-		return time.Time{}, err
-	}
-	return time.UnixMilli(ms), nil
-}
 
 // encodeHeader writes h in HTTP wire format, "Name: value\r\n" per value,
 // names in sorted order. Names that cannot appear on the wire (empty or

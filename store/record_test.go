@@ -60,23 +60,36 @@ func TestDecodeHeaderTolerance(t *testing.T) {
 	}
 }
 
-func TestDecodeRecord(t *testing.T) {
-	full := []any{
-		"completed", "tok", "r", "op", "fp", "rule", "1700000000123", "1700000001456", "1700000030123",
-		"3", "2", "201", "Content-Type: a/b\r\n", "\x00body\xff", "0", "dg", "eid", "",
-		`{"at":1700000002000,"actor":"alice","action":"complete","reason":"seen in the CRM"}`,
-		"GET http://crm/deals?k=1", "2000", "1700000002000 200 not_applied\nbad line\n1700000003000 0 error", "2",
-		"1700000013000", "1", "1700000002000", "ctok", "1700000005000",
+// fullBlob is a stored record with every field set.
+func fullBlob() *blob {
+	b := &blob{state: stCompleted, attempts: 3, executions: 2, expires: 1700086400123,
+		startedAt: 1700000000123, leaseUntil: 1700000030123}
+	b.claim = [numClaimFields]string{
+		cToken: "tok", cRoute: "r", cOperation: "op", cFingerprint: "fp", cFingerprintRule: "rule",
+		cCheck: "GET http://crm/deals?k=1", cCheckAfter: "2000", cCheckCount: "2", cNextCheck: "1700000013000",
+		cNotFoundStreak: "1", cNotFoundAt: "1700000002000", cCheckToken: "ctok", cCheckLeaseUntil: "1700000005000",
+		cChecks: "1700000002000 200 not_applied\nbad line\n1700000003000 0 error",
+		cAudit:  `{"at":1700000002000,"actor":"alice","action":"complete","reason":"seen in the CRM"}`,
 	}
-	r, err := decodeRecord("id1", full)
-	if err != nil {
-		t.Fatal(err)
+	b.result = &[numResultFields]string{
+		rCompletedAt: "1700000001456", rStatus: "201", rBodyOmitted: "0", rDigest: "dg", rExternalID: "eid",
+		rHeader: "Content-Type: a/b\r\n",
+	}
+	b.body = []byte("\x00body:\xff 12:")
+	return b
+}
+
+func TestRecordBlobRoundTrip(t *testing.T) {
+	stored := string(fullBlob().encode())
+	r, wanted, err := decodeBlob("id1", stored, false)
+	if err != nil || wanted != 0 {
+		t.Fatal(wanted, err)
 	}
 	want := &Record{
 		ID: "id1", State: StateCompleted, Token: "tok", Route: "r", Operation: "op", Fingerprint: "fp",
 		FingerprintRule: "rule", StartedAt: time.UnixMilli(1700000000123), CompletedAt: time.UnixMilli(1700000001456),
 		LeaseUntil: time.UnixMilli(1700000030123), Attempts: 3, Executions: 2, Status: 201,
-		Header: http.Header{"Content-Type": {"a/b"}}, Body: []byte("\x00body\xff"), Digest: "dg", ExternalID: "eid",
+		Header: http.Header{"Content-Type": {"a/b"}}, Body: []byte("\x00body:\xff 12:"), Digest: "dg", ExternalID: "eid",
 		Audit: []AuditEntry{{At: time.UnixMilli(1700000002000), Actor: "alice", Action: "complete", Reason: "seen in the CRM"}},
 		Check: Check{Method: "GET", URL: "http://crm/deals?k=1", After: 2 * time.Second},
 		Checks: []CheckEntry{
@@ -89,46 +102,60 @@ func TestDecodeRecord(t *testing.T) {
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got  %+v\nwant %+v", r, want)
 	}
-
-	sparse := make([]any, numFields)
-	sparse[iState] = "in_flight"
-	r, err = decodeRecord("id2", sparse)
-	if err != nil || r.State != StateInFlight || !r.StartedAt.IsZero() || r.Header != nil || r.Body != nil {
-		t.Fatalf("sparse: %+v, %v", r, err)
+	if got, want := stored[:blobClaimLen], "1c00000000030000000002170008640012317000000001231700000030123"; got != want {
+		t.Fatalf("fixed header %q, want %q", got, want)
 	}
 
-	for stored, state := range map[string]State{
-		"in_flight": StateInFlight, "completed": StateCompleted, "unknown": StateUnknown, "released": StateReleased,
-		"something_new": State("something_new"),
-	} {
-		sparse[iState] = stored
-		if r, _ := decodeRecord("id", sparse); r.State != state {
-			t.Errorf("stored %q decodes to %q, want %q", stored, r.State, state)
+	// A record in flight has no result part.
+	sparse := &blob{state: stInFlight, attempts: 1, executions: 1, expires: 1}
+	r, _, err = decodeBlob("id2", string(sparse.encode()), false)
+	if err != nil || r.State != StateInFlight || !r.StartedAt.IsZero() || r.Header != nil || r.Body != nil || r.Status != 0 {
+		t.Fatalf("sparse: %+v, %v", r, err)
+	}
+	for c, state := range map[byte]State{'f': StateInFlight, 'c': StateCompleted, 'u': StateUnknown, 'r': StateReleased} {
+		sparse.state = c
+		if r, _, _ := decodeBlob("id", string(sparse.encode()), false); r.State != state {
+			t.Errorf("state byte %q decodes to %q, want %q", c, r.State, state)
 		}
 	}
 
-	if r, err := decodeRecord("absent", make([]any, numFields)); r != nil || err != nil {
-		t.Fatalf("absent: %v, %v", r, err)
+	// A prefix holds the summary, or says how much does.
+	r, wanted, err = decodeBlob("id1", stored[:len(stored)-5], true)
+	if err != nil || wanted != 0 || r.Status != 201 || r.Digest != "dg" || r.Attempts != 3 {
+		t.Fatalf("prefix into the body: %+v, %d, %v", r, wanted, err)
 	}
-	if _, err := decodeRecord("short", full[:5]); err == nil {
-		t.Fatal("short reply: no error")
+	if r, wanted, err = decodeBlob("id1", stored[:90], true); r != nil || err != nil || wanted <= 90 {
+		t.Fatalf("prefix into the claim part: %+v, %d, %v", r, wanted, err) // 90 < 71+claim length
 	}
-	bad := append([]any(nil), full...)
-	bad[iAttempts] = "many"
-	if _, err := decodeRecord("bad", bad); err == nil || !strings.Contains(err.Error(), "att") {
-		t.Fatalf("bad number: %v", err)
+
+	for name, bad := range map[string]string{
+		"short":          stored[:20],
+		"another format": "2" + stored[1:],
+		"state":          stored[:1] + "x" + stored[2:],
+		"attempts":       stored[:2] + "many" + stored[6:],
+		"cut":            stored[:len(stored)-5],
+		"netstring":      stored[:blobHeader] + "x" + stored[blobHeader+1:],
+	} {
+		if _, _, err := decodeBlob("bad", bad, false); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }
 
-func TestLuaFieldListMatchesFields(t *testing.T) {
-	for i, f := range fields {
-		if f == "" {
-			t.Fatalf("field %d has no name", i)
+// FuzzDecodeBlob: no input makes the decoder panic, and what a record
+// built from the fuzzer's values holds comes back.
+func FuzzDecodeBlob(f *testing.F) {
+	f.Add(string(fullBlob().encode()), "tok", []byte("body"))
+	f.Fuzz(func(t *testing.T, raw, field string, body []byte) {
+		_, _, _ = decodeBlob("id", raw, false)
+		_, _, _ = decodeBlob("id", raw, true)
+		b := fullBlob()
+		b.claim[cRoute], b.result[rExternalID], b.body = field, field, body
+		r, _, err := decodeBlob("id", string(b.encode()), false)
+		if err != nil || r.Route != field || r.ExternalID != field || string(r.Body) != string(body) {
+			t.Fatalf("round trip: %+v, %v", r, err)
 		}
-	}
-	if want := "'st', 'tok', 'route', 'op', 'fp', 'fpr', 'sa', 'ca', 'lu', 'att', 'exe', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn', 'aud', 'chk', 'cha', 'chl', 'chc', 'chn', 'chs', 'chf', 'clt', 'clu'"; luaConstants.Replace("$fields") != want {
-		t.Fatalf("$fields = %s", luaConstants.Replace("$fields"))
-	}
+	})
 }
 
 func TestMilliseconds(t *testing.T) {

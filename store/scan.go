@@ -21,7 +21,7 @@ const scanCount = 500
 // List, served from the state indexes, is the cheaper way to list records;
 // ScanIDs remains for tests and for checking the indexes against the data.
 func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
-	match := globEscape(s.prefix) + "{?}*"
+	match := globEscape(s.prefix) + "{???}*"
 	walk := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
@@ -86,11 +86,11 @@ func (s *Store) ScanIDs(ctx context.Context, fn func(id string) error) error {
 // record keys.
 func (s *Store) idFromKey(key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, s.prefix)
-	if !ok || len(rest) < 4 || rest[0] != '{' || rest[2] != '}' {
+	if !ok || len(rest) < 6 || rest[0] != '{' || rest[4] != '}' {
 		return "", false
 	}
-	id := rest[3:]
-	return id, validID(id) && Shard(id) == rest[1:2]
+	id := rest[5:]
+	return id, validID(id) && Shard(id) == rest[1:4]
 }
 
 // globEscape quotes the glob metacharacters of a SCAN MATCH pattern.

@@ -8,90 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Record hash fields. fields is the fixed order in which every record is read
-// (HMGET), inside the scripts and by Get, and in which decodeRecord expects it.
-const (
-	fState           = "st"    // in_flight | completed | unknown | released
-	fToken           = "tok"   // claim token (the fence)
-	fRoute           = "route" // route name
-	fOperation       = "op"    // operation (key namespace)
-	fFingerprint     = "fp"    // request fingerprint
-	fFingerprintRule = "fpr"   // text of the fingerprint rule that made fp
-	fStartedAt       = "sa"    // ms since the epoch, Redis clock
-	fCompletedAt     = "ca"    // ms
-	fLeaseUntil      = "lu"    // ms
-	fAttempts        = "att"   // requests that reached the record
-	fExecutions      = "exe"   // claims that ran (or may have run) the upstream
-	fStatus          = "sc"    // stored HTTP status
-	fHeader          = "hd"    // "Name: value\r\n" lines
-	fBody            = "bd"    // body bytes
-	fBodyOmitted     = "bo"    // "1" when only the digest was kept
-	fDigest          = "dg"    // hex SHA-256 of the full body
-	fExternalID      = "eid"   // external object id
-	fReason          = "rsn"   // why the outcome is unknown
-	fAudit           = "aud"   // operator actions: JSON objects, one a line, oldest first
-	// Verification (see check.go); absent on routes without verify.
-	fCheck           = "chk" // the resolved check: "METHOD URL"
-	fCheckAfter      = "cha" // ms from a hold to the first scheduled check
-	fChecks          = "chl" // the last checks: "at status verdict" lines, oldest first
-	fCheckCount      = "chc" // checks made under the current claim
-	fNextCheck       = "chn" // ms: when the next scheduled check is due
-	fNotFoundStreak  = "chs" // counted "not applied" answers in a row
-	fNotFoundAt      = "chf" // ms of the last counted "not applied" answer
-	fCheckToken      = "clt" // the running check's token (the check lease)
-	fCheckLeaseUntil = "clu" // ms: the check lease runs out
-)
-
-// Field positions in fields.
-const (
-	iState = iota
-	iToken
-	iRoute
-	iOperation
-	iFingerprint
-	iFingerprintRule
-	iStartedAt
-	iCompletedAt
-	iLeaseUntil
-	iAttempts
-	iExecutions
-	iStatus
-	iHeader
-	iBody
-	iBodyOmitted
-	iDigest
-	iExternalID
-	iReason
-	iAudit
-	iCheck
-	iCheckAfter
-	iChecks
-	iCheckCount
-	iNextCheck
-	iNotFoundStreak
-	iNotFoundAt
-	iCheckToken
-	iCheckLeaseUntil
-	numFields
-)
-
-var fields = [numFields]string{
-	fState, fToken, fRoute, fOperation, fFingerprint, fFingerprintRule,
-	fStartedAt, fCompletedAt, fLeaseUntil, fAttempts, fExecutions,
-	fStatus, fHeader, fBody, fBodyOmitted, fDigest, fExternalID, fReason,
-	fAudit,
-	fCheck, fCheckAfter, fChecks, fCheckCount, fNextCheck, fNotFoundStreak,
-	fNotFoundAt, fCheckToken, fCheckLeaseUntil,
-}
-
-// Stored state values. StateUnknown is stored in its short form.
-const (
-	stInFlight  = "in_flight"
-	stCompleted = "completed"
-	stUnknown   = "unknown"
-	stReleased  = "released"
-)
-
 // Claim outcome codes, the first element of the claim script's reply.
 const (
 	codeExisting = 0 // not claimed: the record belongs to someone else (or is done)
@@ -109,12 +25,12 @@ const (
 )
 
 // The Lua scripts live in scripts/*.lua. A script is its files joined in
-// order: the preludes (now.lua: the Redis clock; index.lua: the record's
-// state indexes and settle; audit.lua: the operator audit trail), its own
-// file, and the reply (reply.lua: code and record; reply_clock.lua: code,
-// clock and record). $name placeholders in the files stand for the Go
-// constants below, so the scripts and the code that reads their replies
-// share one definition.
+// order: the preludes (now.lua: the Redis clock, read first; now_lazy.lua:
+// the clock read when first needed; record.lua: the record's stored form,
+// its state indexes and settle; audit.lua: the operator audit trail) and
+// its own file. $name placeholders in the files stand for the Go constants
+// below, so the scripts and the code that reads their replies share one
+// definition.
 //
 //go:embed scripts/*.lua
 var luaFiles embed.FS
@@ -135,24 +51,11 @@ var luaConstants = strings.NewReplacer(
 	"$codeCheckApplied", strconv.Itoa(codeCheckApplied),
 	"$codeCheckReleased", strconv.Itoa(codeCheckReleased),
 	"$MaxAuditEntries", strconv.Itoa(MaxAuditEntries),
-	// Lua positions (1-based) of the record fields the claim reads.
-	"$iState", strconv.Itoa(iState+1),
-	"$iToken", strconv.Itoa(iToken+1),
-	"$iFingerprintRule", strconv.Itoa(iFingerprintRule+1),
-	"$iFingerprint", strconv.Itoa(iFingerprint+1),
-	"$iLeaseUntil", strconv.Itoa(iLeaseUntil+1),
-	"$iAttempts", strconv.Itoa(iAttempts+1),
-	"$iCheckAfter", strconv.Itoa(iCheckAfter+1),
 	"$MaxCheckEntries", strconv.Itoa(MaxCheckEntries),
 	"$ReasonVerifiedNotApplied", ReasonVerifiedNotApplied,
 	"$ReasonVerified", ReasonVerified,
-	// Every record field, in fields order (HMGET of the whole record).
-	"$fields", "'"+strings.Join(fields[:], "', '")+"'",
-	// The fields of a result, cleared on release and takeover.
-	"$resultFields", `'ca', 'sc', 'hd', 'bd', 'bo', 'dg', 'eid', 'rsn'`,
-	// The verification fields of one claim, cleared when a new claim
-	// takes the record over; the check log stays.
-	"$checkState", `'chc', 'chn', 'chs', 'chf', 'clt', 'clu'`,
+	"$claimFields", "'"+strings.Join(claimFields[:], "', '")+"'",
+	"$resultFields", "'"+strings.Join(resultFields[:], "', '")+"'",
 )
 
 // script assembles one script from its files.
@@ -168,64 +71,59 @@ func script(files ...string) *redis.Script {
 	return redis.NewScript(luaConstants.Replace(b.String()))
 }
 
-// claimScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 token, 3 route, 4 operation, 5 fingerprint, 6 fingerprint
-// rule, 7 lease ms, 8 hold ttl ms, 9 on expired ("hold" | "release"),
-// 10 not after (Redis clock ms; 0 = no limit), 11 the resolved check
-// ("METHOD URL", "" for none), 12 the check's after ms.
-// Reply: {code, now ms, <fields...>}, or {late code, now ms} when the claim
-// ran after ARGV[10]: its caller has given up on it, and a claim nobody
-// waits for would hold the key until its lease ran out; or {created code,
-// now ms} for a new record, which holds exactly what ARGV says (the caller
-// builds it without reading it back).
-var claimScript = script("now_lazy", "index", "claim", "reply_clock")
+// Every script but renew and begin check gets KEYS = the record and its
+// tag's three state indexes (in flight, unknown, released: Store.keys),
+// and ARGV[1] = the record id. Fenced scripts reply 1 when they acted, else
+// 0; the others reply {code, now ms, record} with the record in its stored
+// form (false when there is none).
 
-// renewScript: KEYS = record key. ARGV: 1 id, 2 token, 3 lease ms.
-// Reply 1 when renewed, else 0. The key's lifetime and index entry stay.
-var renewScript = script("now", "renew")
+// claimScript: ARGV 2 token, 3 the new record in flight as the caller
+// built it (the script stamps its times), 4 not after (Redis clock ms; 0:
+// no limit), 5 hold ttl ms, 6 on expired ("hold" | "release"), 7 lease ms.
+// Reply: {created code, now ms}; {late code, now ms} when the claim ran
+// after ARGV[4]: its caller has given up on it, and a claim nobody waits
+// for would hold the key until its lease ran out; else {code, now ms or 0
+// (the clock was not read), record, attempts}, with the attempts the
+// record has now (the record itself may be as it was before this attempt
+// was counted).
+var claimScript = script("now_lazy", "record", "claim")
 
-// completeScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 token, 3 status, 4 header, 5 body, 6 body omitted
-// ("1"/"0"), 7 digest, 8 external id, 9 ttl ms, 10 route, 11 operation,
-// 12 fingerprint, 13 fingerprint rule, 14 started at ms. Reply 1 when
-// stored, else 0. A record that is gone (a failover lost the claim) is
-// written anew from ARGV 10-14, with one attempt and one execution.
-var completeScript = script("now", "index", "complete")
+// renewScript: KEYS = the record. ARGV 2 token, 3 lease ms. The key's
+// lifetime and index entry stay.
+var renewScript = script("now", "record", "renew")
 
-// releaseScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 token, 3 ttl ms. Reply 1 when released, else 0.
-var releaseScript = script("now", "index", "release")
+// completeScript: ARGV 2 token, 3 the completed record as the caller built
+// it from its claim, 4 ttl ms. A record that is gone (a failover lost the
+// claim) is written anew from ARGV[3], with one attempt and one execution.
+var completeScript = script("now_lazy", "record", "complete")
 
-// markUnknownScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 token, 3 reason, 4 hold ttl ms. Reply 1 when marked, else
-// 0. A completed record is never demoted. A record that carries a check
-// is due for its first scheduled check its after ms from now.
-var markUnknownScript = script("now", "index", "mark_unknown")
+// releaseScript: ARGV 2 token, 3 ttl ms.
+var releaseScript = script("now", "record", "release")
 
-// operatorReleaseScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 new token, 3 ttl ms, 4 audit entry. Reply: {code, <fields...>}.
+// markUnknownScript: ARGV 2 token, 3 reason, 4 hold ttl ms. A completed
+// record is never demoted. A record that carries a check is due for its
+// first scheduled check its after ms from now.
+var markUnknownScript = script("now", "record", "mark_unknown")
+
+// operatorReleaseScript: ARGV 2 new token, 3 ttl ms, 4 audit entry.
 // Any state but a live in-flight claim becomes released under a new token.
-var operatorReleaseScript = script("now", "index", "audit", "operator_release", "reply")
+var operatorReleaseScript = script("now", "record", "audit", "operator_release")
 
-// operatorCompleteScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 new token, 3 status, 4 header, 5 body, 6 body omitted,
-// 7 digest, 8 external id, 9 ttl ms, 10 audit entry. Reply: {code, <fields...>}.
+// operatorCompleteScript: ARGV 2 new token, 3 status, 4 header, 5 body,
+// 6 body omitted, 7 digest, 8 external id, 9 ttl ms, 10 audit entry.
 // Unknown, released and lease-expired in-flight records become completed.
-var operatorCompleteScript = script("now", "index", "audit", "operator_complete", "reply")
+var operatorCompleteScript = script("now", "record", "audit", "operator_complete")
 
-// beginCheckScript: KEYS = record key. ARGV: 1 id, 2 claim token, 3 check
-// token, 4 lease ms, 5 due ("1": only when the next check is due).
-// Reply: {code, now ms, <fields...>}; code 1 when the lease is the
-// caller's. The record's lifetime and index entry stay.
-var beginCheckScript = script("now", "begin_check", "reply_clock")
+// beginCheckScript: KEYS = the record. ARGV 2 claim token, 3 check token,
+// 4 lease ms, 5 due ("1": only when the next check is due). Code 1 when
+// the lease is the caller's. The record's lifetime and index entry stay.
+var beginCheckScript = script("now", "record", "begin_check")
 
-// endCheckScript: KEYS = record key and its shard's indexes.
-// ARGV: 1 id, 2 claim token, 3 check token, 4 entry status, 5 verdict,
-// 6 not found checks, 7 every ms, 8 next ms (0: none), 9 ttl ms,
+// endCheckScript: ARGV 2 claim token, 3 check token, 4 entry status,
+// 5 verdict, 6 not found checks, 7 every ms, 8 next ms (0: none), 9 ttl ms,
 // 10 result status, 11 result header, 12 result body, 13 result digest,
 // 14 external id, 15 audit entry of an operator's check ("" for none).
-// Reply: {code, now ms, <fields...>}.
-var endCheckScript = script("now", "index", "audit", "end_check", "reply_clock")
+var endCheckScript = script("now", "record", "audit", "end_check")
 
 var allScripts = []*redis.Script{
 	claimScript, renewScript, completeScript, releaseScript, markUnknownScript,

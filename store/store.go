@@ -1,18 +1,23 @@
 // Package store keeps idempotency records in Redis.
 //
-// A record is one Redis hash under prefix + "{" + shard + "}" + id, where the
-// shard is the id's first character (16 shards for the hex ids of
-// keying.KeyID). Each shard has one index per state, a sorted set under
-// prefix + "{" + shard + "}:idx:" + state (in_flight, completed, unknown,
-// released) whose members are record ids scored with the record's expiry
-// time, so operators list records by state without scanning Redis. The
-// shard is the Cluster hash tag: a record and the indexes that list it share
-// one slot. Every state change is one Lua script on that slot (EVALSHA,
-// falling back to EVAL once after a script cache flush): one round trip,
-// atomic, Cluster-safe; it moves the record between indexes in the same step.
-// Scripts read the time from the Redis server (TIME), never from the
-// gateway's clock, so several gateways with skewed clocks agree on lease
-// expiry.
+// A record is one Redis string under prefix + "{" + tag + "}" + id (its
+// stored form: blob.go), where the tag is the id's first three characters:
+// 4096 hash tags for the hex ids of keying.KeyID, so records spread over
+// the slots of a Cluster. Each tag has an index per state that operators
+// page through, a sorted set under prefix + "{" + tag + "}:idx:" + state
+// (in_flight, unknown, released) whose members are record ids scored with
+// the record's expiry time, so operators list held records without
+// scanning Redis; completed records, the bulk, have no index and are
+// listed by SCAN. A record and the indexes that list it share one slot.
+// Every state change is one Lua script on that slot (EVALSHA, falling back
+// to EVAL once after a script cache flush): one round trip, atomic,
+// Cluster-safe; it moves the record between indexes in the same step. A
+// claim of a new key and a completion are each a single SET in their
+// script. Scripts read the time from the Redis server (TIME), never from
+// the gateway's clock, so several gateways with skewed clocks agree on
+// lease expiry; only a completion's completed-at time is the store's
+// estimate of the Redis clock (learnt from the claims' replies), which
+// spares the completion a TIME.
 //
 // Claims are fenced by a token chosen by the claimant: Renew, Complete,
 // Release and MarkUnknown succeed only while the record still carries that
@@ -20,8 +25,8 @@
 // error. The scripts are safe to retry with the same token (a Claim whose
 // reply was lost and is sent again still reports the claim as the caller's).
 //
-// Redis 5 or newer is required (scripts that read TIME and then write rely on
-// effects replication, the default since 5.0). Open works with a single node,
+// Redis 7.0 or newer is required (SET with NX and GET together; scripts
+// that read TIME and then write rely on effects replication). Open works with a single node,
 // Sentinel (MasterName) and Cluster. The embedded store is another engine
 // behind the same contract (Engine): package store/local.
 package store
@@ -36,7 +41,6 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,11 +124,9 @@ type Store struct {
 	waitTimeout time.Duration
 	onWaitShort func(WaitShortfall)
 
-	// index holds the state index keys by shard and indexStates position.
-	index [numShards][len(indexStates)]string
-
 	// clockOffset is the Redis clock minus the local clock in ms, learnt
-	// from claim replies; clockKnown says whether one has been seen.
+	// from TIME at open and from claim replies; clockKnown says whether
+	// one has been seen.
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 
@@ -145,13 +147,7 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 	if opTimeout <= 0 {
 		opTimeout = DefaultOpTimeout
 	}
-	s := &Store{client: client, prefix: prefix, opTimeout: opTimeout}
-	for i := range numShards {
-		for j, st := range indexStates {
-			s.index[i][j] = s.IndexKey(hexDigits[i:i+1], st)
-		}
-	}
-	return s
+	return &Store{client: client, prefix: prefix, opTimeout: opTimeout}
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
@@ -232,7 +228,7 @@ func (s *Store) start(dial time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dial+s.opTimeout)
 	defer cancel()
-	if err := s.client.Ping(ctx).Err(); err != nil {
+	if err := s.readClock(ctx); err != nil {
 		return fmt.Errorf("store: ping Redis: %w", err)
 	}
 	for _, sc := range allScripts {
@@ -260,48 +256,80 @@ func (s *Store) Client() redis.UniversalClient { return s.client }
 // Prefix returns the key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Key returns the Redis key of record id: prefix + "{" + shard + "}" + id,
-// where shard is the first character of the id (see Shard).
+// Key returns the Redis key of record id: prefix + "{" + tag + "}" + id,
+// where tag is the id's first three characters (see Shard).
 func (s *Store) Key(id string) string { return s.prefix + "{" + Shard(id) + "}" + id }
 
-// IndexKey returns the Redis key of the state index of one shard:
-// prefix + "{" + shard + "}:idx:" + stored state (in_flight, completed,
-// unknown or released). shard is a hex digit (see Shard) and st one of the
-// four record states. The index is a sorted set of record ids scored with
-// each record's expiry time in ms; entries scored in the past are dead and
-// are trimmed whenever a script writes to the index.
+// IndexKey returns the Redis key of the state index of one tag:
+// prefix + "{" + shard + "}:idx:" + state (in_flight, unknown or
+// released). shard is a tag (see Shard). The index is a sorted set of
+// record ids scored with each record's expiry time in ms; entries scored
+// in the past are dead and are trimmed whenever a script moves a record
+// into the index.
 func (s *Store) IndexKey(shard string, st State) string {
 	return s.prefix + "{" + shard + "}:idx:" + storedState(st)
 }
 
-// numShards is the number of shards: the hex digits.
-const numShards = 16
+// numShards is the number of hash tags: three hex digits.
+const numShards = 4096
 
 const hexDigits = "0123456789abcdef"
 
-// Shard returns the shard of a record id, the Cluster hash tag shared by the
-// record and the state indexes that list it. Ids from keying.KeyID are
-// lowercase hex, so their shard is their first character; any other first
-// byte is folded onto one of the 16 hex digits.
+// Shard returns the hash tag of a record id, shared by the record and the
+// state indexes that list it: its first three characters. Ids from
+// keying.KeyID are lowercase hex; any other byte is folded onto a hex
+// digit, and a shorter id is padded with "0".
 func Shard(id string) string {
-	if id == "" {
-		return "0"
+	if len(id) >= 3 && isHex(id[0]) && isHex(id[1]) && isHex(id[2]) {
+		return id[:3]
 	}
-	c := id[0]
-	if '0' <= c && c <= '9' || 'a' <= c && c <= 'f' {
-		return id[:1]
+	var t [3]byte
+	for i := range t {
+		t[i] = '0'
+		if i < len(id) {
+			t[i] = hexDigits[id[i]&15]
+			if isHex(id[i]) {
+				t[i] = id[i]
+			}
+		}
 	}
-	return hexDigits[c&15 : c&15+1]
+	return string(t[:])
 }
 
-// recordKeys returns the keys of a state-changing script: the record and
-// its shard's four state indexes, in the order the scripts expect (KEYS[1]
-// record, KEYS[2..5] in_flight, completed, unknown, released). All share one
-// hash tag, so one slot.
-func (s *Store) recordKeys(id string) []string {
-	sh := Shard(id)
-	idx := &s.index[strings.IndexByte(hexDigits, sh[0])]
-	return []string{s.prefix + "{" + sh + "}" + id, idx[0], idx[1], idx[2], idx[3]}
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+
+// shardOf is the number of a tag (0 to 4095).
+func shardOf(tag string) int {
+	n, _ := strconv.ParseUint(tag, 16, 16)
+	return int(n)
+}
+
+// tagOf is the tag of shard number n.
+func tagOf(n int) string {
+	return string([]byte{hexDigits[n>>8&15], hexDigits[n>>4&15], hexDigits[n&15]})
+}
+
+const (
+	idxInFlight = ":idx:in_flight"
+	idxUnknown  = ":idx:unknown"
+	idxReleased = ":idx:released"
+)
+
+// keys returns the keys of a state-changing script: the record and its
+// tag's three state indexes, in the order the scripts expect (KEYS[1]
+// record, KEYS[2..4] in_flight, unknown, released), cut from one string.
+func (s *Store) keys(id string) []string {
+	base := s.prefix + "{" + Shard(id) + "}"
+	all := base + id + base + idxInFlight + base + idxUnknown + base + idxReleased
+	k := make([]string, 4)
+	i := len(base) + len(id)
+	k[0] = all[:i]
+	for j, suffix := range [...]string{idxInFlight, idxUnknown, idxReleased} {
+		n := len(base) + len(suffix)
+		k[j+1] = all[i : i+n]
+		i += n
+	}
+	return k
 }
 
 // NewToken returns a random 128-bit claim token (32 hex characters).
@@ -434,15 +462,17 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		v   []any
 		now time.Time
 	)
+	// The record as the script will write it for a new key, but for its
+	// times, which the script stamps with the Redis clock.
+	stored := (&blob{state: stInFlight, attempts: 1, executions: 1, claim: claimPart(req)}).encode()
 	// A refusal while this caller still waits means the store's idea of the
 	// Redis clock was off (the Redis clock jumped); the reply corrected it,
 	// and the refused script changed nothing, so one more try is safe.
 	for try := 0; ; try++ {
 		sent := time.Now()
 		var err error
-		v, err = s.run(ctx, "claim", req.ID, claimScript, s.recordKeys(req.ID),
-			req.ID, req.Token, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
-			ms(lease), ms(hold), onExpired, s.notAfter(ctx, sent), req.Check.stored(), ms(req.Check.After)).Slice()
+		v, err = s.run(ctx, "claim", req.ID, claimScript, s.keys(req.ID),
+			req.ID, req.Token, stored, s.notAfter(ctx), ms(hold), onExpired, ms(lease)).Slice()
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -454,9 +484,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 			// reading the clock: the store's estimate stands in for it.
 			now = time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
 		} else {
-			if now, err = msTime(v[1]); err != nil {
-				return ClaimResult{}, fmt.Errorf("store: claim %s: clock: %w", req.ID, err)
-			}
+			now = time.UnixMilli(redisMs)
 			s.learnClock(sent, time.Now(), now)
 		}
 		if code, _ := v[0].(int64); code != codeLate {
@@ -467,21 +495,20 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		}
 	}
 	code, _ := v[0].(int64)
-	if code == codeCreated && len(v) == 2 {
+	if code == codeCreated {
 		return ClaimResult{Claimed: true, Record: createdRecord(req, now, lease), Now: now}, nil
 	}
-	if len(v) != 2+numFields {
+	if len(v) != 4 {
 		return ClaimResult{}, errShortReply
 	}
-	rec, err := decodeRecord(req.ID, v[2:])
+	raw, _ := v[2].(string)
+	rec, _, err := decodeBlob(req.ID, raw, false)
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	if rec == nil {
-		return ClaimResult{}, fmt.Errorf("store: claim %s: record vanished", req.ID)
-	}
+	rec.Attempts, _ = v[3].(int64)
 	return ClaimResult{
-		Claimed:  code == codeCreated || code == codeTakeOver || code == codeOwned,
+		Claimed:  code == codeTakeOver || code == codeOwned,
 		TakeOver: code == codeTakeOver,
 		Record:   rec,
 		Now:      now,
@@ -507,16 +534,40 @@ func createdRecord(req ClaimRequest, now time.Time, lease time.Duration) *Record
 	}
 }
 
+// claimPart is the claim part of the record a claim of a new key writes. A
+// completion builds it again from the same claim, to the byte, and so
+// tells an unchanged record from a changed one.
+func claimPart(req ClaimRequest) [numClaimFields]string {
+	var c [numClaimFields]string
+	c[cToken], c[cRoute], c[cOperation] = req.Token, req.Route, req.Operation
+	c[cFingerprint], c[cFingerprintRule] = req.Fingerprint, req.FingerprintRule
+	if !req.Check.IsZero() {
+		c[cCheck], c[cCheckAfter] = req.Check.stored(), ms(req.Check.After)
+	}
+	return c
+}
+
+// readClock learns the Redis clock with TIME.
+func (s *Store) readClock(ctx context.Context) error {
+	sent := time.Now()
+	t, err := s.client.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	s.learnClock(sent, time.Now(), t)
+	return nil
+}
+
 // ErrLateClaim: a claim reached Redis only after its deadline had passed
 // (Redis was stalled), so the script refused it and changed nothing.
 var ErrLateClaim = errors.New("store: the claim reached Redis after its deadline and was refused")
 
-// notAfter is the latest Redis time (ms) at which a claim sent at sent may
-// still take effect: its caller stops waiting at the context's deadline. A
+// notAfter is the latest Redis time (ms) at which a claim may still take
+// effect: its caller stops waiting at the context's deadline. A
 // claim that runs later (its command sat in a stalled Redis's socket) would
 // hold the key for a request that already answered "not forwarded". 0 (no
 // limit) until a reply has taught the store the Redis clock.
-func (s *Store) notAfter(ctx context.Context, sent time.Time) int64 {
+func (s *Store) notAfter(ctx context.Context) int64 {
 	deadline, ok := ctx.Deadline()
 	if !ok || !s.clockKnown.Load() {
 		return 0
@@ -539,10 +590,15 @@ func (s *Store) fenced(ctx context.Context, op string, sc *redis.Script, id stri
 	if !validID(id) {
 		return false, ErrInvalidID
 	}
-	keys := s.recordKeys(id)
+	keys := s.keys(id)
 	if sc == renewScript {
 		keys = keys[:1]
 	}
+	return s.fencedKeys(ctx, op, sc, id, keys, args...)
+}
+
+// fencedKeys runs a fenced script on keys.
+func (s *Store) fencedKeys(ctx context.Context, op string, sc *redis.Script, id string, keys []string, args ...any) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	n, err := s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...).Int64()
@@ -581,14 +637,31 @@ func (s *Store) Complete(ctx context.Context, req CompleteRequest) (bool, error)
 		return false, errors.New("store: negative TTL")
 	}
 	res, c := req.Result, req.Claim
+	if !validID(c.ID) {
+		return false, ErrInvalidID
+	}
 	omitted := "0"
 	if res.BodyOmitted {
 		omitted = "1"
 	}
-	return s.fenced(ctx, "complete", completeScript, c.ID, c.Token,
-		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, omitted,
-		res.Digest, res.ExternalID, ms(ttl),
-		c.Route, c.Operation, c.Fingerprint, c.FingerprintRule, req.StartedAt.UnixMilli())
+	now := time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
+	result := [numResultFields]string{
+		rCompletedAt: strconv.FormatInt(now.UnixMilli(), 10),
+		rStatus:      strconv.Itoa(res.Status),
+		rBodyOmitted: omitted,
+		rDigest:      res.Digest,
+		rExternalID:  res.ExternalID,
+		rHeader:      encodeHeader(res.Header),
+	}
+	sa := req.StartedAt.UnixMilli()
+	b := blob{
+		state: stCompleted, attempts: 1, executions: 1,
+		expires:   now.UnixMilli() + msCeil(ttl),
+		startedAt: sa, leaseUntil: sa + msCeil(orDefault(c.Lease, DefaultLease)),
+		claim:  claimPart(c),
+		result: &result, body: res.Body,
+	}
+	return s.fencedKeys(ctx, "complete", completeScript, c.ID, s.keys(c.ID), c.Token, b.encode(), ms(ttl))
 }
 
 // Release marks the record released (the attempt had no effect): the next
@@ -617,16 +690,20 @@ func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdT
 	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL))
 }
 
-// Get reads a record (one HMGET); nil, nil when it does not exist.
+// Get reads a record (one GET); nil, nil when it does not exist.
 func (s *Store) Get(ctx context.Context, id string) (*Record, error) {
 	if !validID(id) {
 		return nil, ErrInvalidID
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
-	v, err := s.client.HMGet(ctx, s.Key(id), fields[:]...).Result()
+	v, err := s.client.Get(ctx, s.Key(id)).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: get %s: %w", id, err)
 	}
-	return decodeRecord(id, v)
+	rec, _, err := decodeBlob(id, v, false)
+	return rec, err
 }

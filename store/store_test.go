@@ -177,7 +177,7 @@ func TestKeyLayout(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := newID(t)
-		shard := id[:1]
+		shard := id[:3]
 		record := "idemgate:{" + shard + "}" + id
 		index := "idemgate:{" + shard + "}:idx:in_flight"
 		if got := e.s.Key(id); got != record {
@@ -197,8 +197,8 @@ func TestKeyLayout(t *testing.T) {
 		if !slices.Equal(keys, want) {
 			t.Fatalf("keys in Redis: %q, want %q", keys, want)
 		}
-		if typ, _ := e.s.Client().Type(ctx, record).Result(); typ != "hash" {
-			t.Fatalf("record type %q, want hash", typ)
+		if typ, _ := e.s.Client().Type(ctx, record).Result(); typ != "string" {
+			t.Fatalf("record type %q, want string", typ)
 		}
 		if typ, _ := e.s.Client().Type(ctx, index).Result(); typ != "zset" {
 			t.Fatalf("index type %q, want zset", typ)

@@ -1,13 +1,14 @@
-
-local key = KEYS[1]
-local cur = redis.call('HMGET', key, 'st', 'tok', 'clt', 'clu', 'chn')
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+if not r then return {0, now, false} end
 local code = 0
-if cur[1] == 'unknown' and cur[2] == ARGV[2] then
-  local leased = cur[4] and tonumber(cur[4]) > now
-  if leased and cur[3] == ARGV[3] then
+if r.st == 'u' and r.tok == ARGV[2] then
+  local leased = (tonumber(r.clu) or 0) > now
+  if leased and r.clt == ARGV[3] then
     code = 1
-  elseif not leased and (ARGV[5] ~= '1' or (cur[5] and tonumber(cur[5]) <= now)) then
-    redis.call('HSET', key, 'clt', ARGV[3], 'clu', now + tonumber(ARGV[4]))
-    code = 1
+  elseif not leased and (ARGV[5] ~= '1' or (r.chn ~= '' and tonumber(r.chn) <= now)) then
+    r.clt, r.clu = ARGV[3], now + tonumber(ARGV[4])
+    return {1, now, save(r)}
   end
 end
+return {code, now, cur}

@@ -1,66 +1,59 @@
-
-local key = KEYS[1]
-local tok = ARGV[2]
-local lease = tonumber(ARGV[7])
-local hold = tonumber(ARGV[8])
-local notAfter = tonumber(ARGV[10])
--- The record, read once: a replay or a conflict answers from it.
-local r = redis.call('HMGET', key, $fields)
-local st = r[$iState]
+local key, id, tok = KEYS[1], ARGV[1], ARGV[2]
+local notAfter = tonumber(ARGV[4])
+local old = redis.call('GET', key)
 -- Only a step that may hand out or move a claim needs the clock, and only
 -- such a step is refused when the caller has given up (a stalled Redis
 -- ran it late): a completed or held record is answered as it is.
 local function late()
   return clock() > notAfter and notAfter > 0
 end
-if not st then
+if not old then
   if late() then return {$codeLate, now} end
-  redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'op', ARGV[4],
-    'fp', ARGV[5], 'fpr', ARGV[6], 'sa', now, 'lu', now + lease, 'att', 1, 'exe', 1)
-  if ARGV[11] ~= '' then
-    redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
-  end
-  settle(false, 'in_flight', hold)
+  -- The record the caller built, stamped with the Redis clock: expiry,
+  -- started at, lease until (fixed-width, in that order at 23..61).
+  local hold = tonumber(ARGV[5])
+  local blob = ARGV[3]
+  blob = string.sub(blob, 1, 22) .. string.format('%013d%013d%013d', now + hold, now, now + tonumber(ARGV[7]))
+    .. string.sub(blob, 62)
+  redis.call('SET', key, blob, 'PX', hold)
+  redis.call('ZADD', KEYS[2], now + hold, id)
   return {$codeCreated, now}
 end
-if st == 'completed' or st == 'unknown' then
-  redis.call('HINCRBY', key, 'att', 1)
-  r[$iAttempts] = tostring(tonumber(r[$iAttempts] or '0') + 1)
-  table.insert(r, 1, 0) -- no clock was read
-  table.insert(r, 1, $codeExisting)
-  return r
+-- A completed or held record: the attempt is counted in place.
+local st = string.sub(old, 2, 2)
+local att = tonumber(string.sub(old, 3, 12)) + 1
+local function count()
+  redis.call('SETRANGE', key, 2, string.format('%010d', att))
+end
+if st == 'c' or st == 'u' then
+  count()
+  return {$codeExisting, 0, old, att}
 end
 if late() then return {$codeLate, now} end
-local code = $codeExisting
-if st == 'in_flight' and r[$iToken] == tok then
-  code = $codeOwned
-else
-  local expired = st == 'in_flight' and tonumber(r[$iLeaseUntil] or '0') <= now
-  local same = r[$iFingerprint] == ARGV[5] and r[$iFingerprintRule] == ARGV[6]
-  redis.call('HINCRBY', key, 'att', 1)
-  if expired and ARGV[9] ~= 'release' then
-    redis.call('HSET', key, 'st', 'unknown', 'rsn', 'lease_expired')
-    if r[$iCheckAfter] then
-      redis.call('HSET', key, 'chn', now + tonumber(r[$iCheckAfter]))
-    end
-    settle(st, 'unknown', hold)
-  elseif same and (expired or st == 'released') then
-    redis.call('HDEL', key, $resultFields, $checkState)
-    redis.call('HSET', key, 'st', 'in_flight', 'tok', tok, 'route', ARGV[3], 'sa', now, 'lu', now + lease)
-    if ARGV[11] ~= '' then
-      redis.call('HSET', key, 'chk', ARGV[11], 'cha', ARGV[12])
-    else
-      redis.call('HDEL', key, 'chk', 'cha')
-    end
-    redis.call('HINCRBY', key, 'exe', 1)
-    settle(st, 'in_flight', hold)
-    code = $codeTakeOver
-  elseif code == $codeExisting then
-    -- A live claim or a record of another payload: nothing but the
-    -- attempt changed.
-    r[$iAttempts] = tostring(tonumber(r[$iAttempts] or '0') + 1)
-    table.insert(r, 1, now)
-    table.insert(r, 1, code)
-    return r
-  end
+local r = decode(old)
+if st == 'f' and r.tok == tok then
+  return {$codeOwned, now, old, att - 1}
 end
+local new = decode(ARGV[3])
+local hold = tonumber(ARGV[5])
+local expired = st == 'f' and r.lu <= now
+local same = r.fp == new.fp and r.fpr == new.fpr
+r.att = att
+if expired and ARGV[6] ~= 'release' then
+  r.st, r.rsn, r.exp = 'u', 'lease_expired', now + hold
+  if r.cha ~= '' then r.chn = now + tonumber(r.cha) end
+  local s = save(r)
+  settle(st, 'u', r.exp)
+  return {$codeExisting, now, s, att}
+elseif same and (expired or st == 'r') then
+  clearResult(r)
+  for _, f in ipairs({'chc', 'chn', 'chs', 'chf', 'clt', 'clu'}) do r[f] = '' end
+  r.st, r.tok, r.route, r.sa, r.lu = 'f', tok, new.route, now, now + tonumber(ARGV[7])
+  r.chk, r.cha, r.exe, r.exp = new.chk, new.cha, r.exe + 1, now + hold
+  local s = save(r)
+  settle(st, 'f', r.exp)
+  return {$codeTakeOver, now, s, att}
+end
+-- A live claim or a record of another payload: only the attempt changes.
+count()
+return {$codeExisting, now, old, att}

@@ -1,12 +1,32 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if not cur[1] then
-  redis.call('HSET', KEYS[1], 'tok', ARGV[2], 'route', ARGV[10], 'op', ARGV[11],
-    'fp', ARGV[12], 'fpr', ARGV[13], 'sa', ARGV[14], 'lu', ARGV[14], 'att', 1, 'exe', 1)
-elseif cur[2] ~= ARGV[2] then
+local key, blob = KEYS[1], ARGV[3]
+-- The result is written first, in one SET with its lifetime, and checked
+-- after: the record the claim made, unchanged but for the state, is the
+-- usual case and costs no parsing.
+local old = redis.call('SET', key, blob, 'GET', 'PX', ARGV[4])
+if not old then
+  -- Gone (a failover lost the claim, or it expired): written anew.
+  return 1
+end
+-- Attempts and executions (3..22), times, claim length and claim part
+-- (36..): all but the state and the expiry.
+local n = tonumber(string.sub(old, 62, 71))
+if string.sub(old, 2, 2) == 'f' and string.sub(old, 3, 22) == string.sub(blob, 3, 22)
+    and string.sub(old, 36, 71 + n) == string.sub(blob, 36, 71 + n) then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 1
+end
+local r = decode(old)
+if r.tok ~= ARGV[2] then
+  -- Not this claim's record any more: put it back as it was.
+  redis.call('SET', key, old, 'PXAT', string.format('%d', r.exp))
   return 0
 end
-redis.call('HSET', KEYS[1], 'st', 'completed', 'ca', now, 'sc', ARGV[3], 'hd', ARGV[4],
-  'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', '')
-settle(cur[1], 'completed', tonumber(ARGV[9]))
+-- This claim's record, changed since the claim (attempts, renewal, a
+-- hold, checks, a takeover's history): keep all that, add the result.
+local res = decode(blob)
+for _, f in ipairs(resultFields) do r[f] = res[f] end
+local was = r.st
+r.st, r.exp = 'c', res.exp
+save(r)
+if idx[was] then redis.call('ZREM', idx[was], ARGV[1]) end
 return 1

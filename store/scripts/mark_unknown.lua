@@ -1,9 +1,9 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'cha')
-if cur[2] ~= ARGV[2] or cur[1] == 'completed' then return 0 end
-redis.call('HSET', KEYS[1], 'st', 'unknown', 'rsn', ARGV[3])
-if cur[3] then
-  redis.call('HSET', KEYS[1], 'chn', now + tonumber(cur[3]))
-end
-settle(cur[1], 'unknown', tonumber(ARGV[4]))
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+if not r or r.tok ~= ARGV[2] or r.st == 'c' then return 0 end
+local was = r.st
+r.st, r.rsn, r.exp = 'u', ARGV[3], now + tonumber(ARGV[4])
+if r.cha ~= '' then r.chn = now + tonumber(r.cha) end
+save(r)
+settle(was, 'u', r.exp)
 return 1

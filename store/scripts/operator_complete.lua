@@ -1,14 +1,16 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
-local st = cur[1]
-local code = $codeDone
-if not st then
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+local code, s = $codeDone, false
+if not r then
   code = $codeNotFound
-elseif st == 'completed' or (st == 'in_flight' and tonumber(cur[2] or '0') > now) then
-  code = $codeConflict
+elseif r.st == 'c' or (r.st == 'f' and r.lu > now) then
+  code, s = $codeConflict, cur
 else
-  redis.call('HSET', KEYS[1], 'st', 'completed', 'tok', ARGV[2], 'ca', now, 'sc', ARGV[3],
-    'hd', ARGV[4], 'bd', ARGV[5], 'bo', ARGV[6], 'dg', ARGV[7], 'eid', ARGV[8], 'rsn', 'operator')
-  audit(ARGV[10])
-  settle(st, 'completed', tonumber(ARGV[9]))
+  local was = r.st
+  r.st, r.tok, r.ca, r.sc, r.hd, r.bd = 'c', ARGV[2], now, ARGV[3], ARGV[4], ARGV[5]
+  r.bo, r.dg, r.eid, r.rsn, r.exp = ARGV[6], ARGV[7], ARGV[8], 'operator', now + tonumber(ARGV[9])
+  audit(r, ARGV[10])
+  s = save(r)
+  settle(was, 'c', r.exp)
 end
+return {code, now, s}

@@ -1,14 +1,16 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'lu')
-local st = cur[1]
-local code = $codeDone
-if not st then
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+local code, s = $codeDone, false
+if not r then
   code = $codeNotFound
-elseif st == 'in_flight' and tonumber(cur[2] or '0') > now then
-  code = $codeConflict
+elseif r.st == 'f' and r.lu > now then
+  code, s = $codeConflict, cur
 else
-  redis.call('HDEL', KEYS[1], $resultFields)
-  redis.call('HSET', KEYS[1], 'st', 'released', 'tok', ARGV[2], 'rsn', 'operator')
-  audit(ARGV[4])
-  settle(st, 'released', tonumber(ARGV[3]))
+  local was = r.st
+  clearResult(r)
+  r.st, r.tok, r.rsn, r.exp = 'r', ARGV[2], 'operator', now + tonumber(ARGV[3])
+  audit(r, ARGV[4])
+  s = save(r)
+  settle(was, 'r', r.exp)
 end
+return {code, now, s}

@@ -1,7 +1,9 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[2] ~= ARGV[2] then return 0 end
-redis.call('HDEL', KEYS[1], $resultFields)
-redis.call('HSET', KEYS[1], 'st', 'released')
-settle(cur[1], 'released', tonumber(ARGV[3]))
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+if not r or r.tok ~= ARGV[2] then return 0 end
+local was = r.st
+clearResult(r)
+r.st, r.exp = 'r', now + tonumber(ARGV[3])
+save(r)
+settle(was, 'r', r.exp)
 return 1

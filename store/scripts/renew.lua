@@ -1,5 +1,6 @@
-
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
-if cur[1] ~= 'in_flight' or cur[2] ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'lu', now + tonumber(ARGV[3]))
+local cur = redis.call('GET', KEYS[1])
+local r = decode(cur)
+if not r or r.st ~= 'f' or r.tok ~= ARGV[2] then return 0 end
+r.lu = now + tonumber(ARGV[3])
+save(r)
 return 1

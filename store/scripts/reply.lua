@@ -1,4 +1,0 @@
-
-local r = redis.call('HMGET', KEYS[1], $fields)
-table.insert(r, 1, code)
-return r
