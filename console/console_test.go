@@ -109,15 +109,14 @@ func (f *fixture) released(route string) string {
 // than the store clock's millisecond.
 func (f *fixture) setStarted(id string, at time.Time) {
 	f.t.Helper()
-	// The start time is a 13-digit netstring in the stored record; the
-	// new one has as many digits.
+	// The start time is 13 digits at [35:48] of the stored record (see
+	// store/blob.go).
 	ctx := context.Background()
-	was := fmt.Sprintf("13:%d", f.get(id).StartedAt.UnixMilli())
 	stored, err := f.s.Client().Get(ctx, f.s.Key(id)).Result()
-	if err != nil || !strings.Contains(stored, was) {
+	if err != nil || stored[35:48] != fmt.Sprintf("%013d", f.get(id).StartedAt.UnixMilli()) {
 		f.t.Fatalf("stored record: %v", err)
 	}
-	stored = strings.Replace(stored, was, fmt.Sprintf("13:%d", at.UnixMilli()), 1)
+	stored = stored[:35] + fmt.Sprintf("%013d", at.UnixMilli()) + stored[48:]
 	if err := f.s.Client().Set(ctx, f.s.Key(id), stored, redis.KeepTTL).Err(); err != nil {
 		f.t.Fatal(err)
 	}
