@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestCluster runs the record life cycle on a three-master Redis Cluster:
@@ -155,5 +158,115 @@ func TestClusterScanStopsOnError(t *testing.T) {
 	err = s.ScanIDs(context.Background(), func(string) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("ScanIDs: %v after %d calls, want stop after 1", err, calls)
+	}
+}
+
+// TestClusterSpread: on a three-master Cluster the record keys of 10,000
+// executes land on more than 1,000 slots, and no key takes more than 1% of
+// the writes. The writes are counted by Redis itself: keyspace
+// notifications from every master, one per write to a key.
+func TestClusterSpread(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
+	if err != nil {
+		t.Fatalf("Open cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+
+	var (
+		mu     sync.Mutex
+		writes = map[string]int{}
+		total  int
+	)
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		if err := c.ConfigSet(ctx, "notify-keyspace-events", "K$z").Err(); err != nil {
+			t.Fatal(err)
+		}
+		sub := c.PSubscribe(ctx, "__keyspace@0__:*")
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Close() })
+		go func() {
+			for m := range sub.Channel() {
+				mu.Lock()
+				writes[strings.TrimPrefix(m.Channel, "__keyspace@0__:")]++
+				total++
+				mu.Unlock()
+			}
+		}()
+	}
+
+	const executes, workers = 10000, 16
+	ids := make(chan string, executes)
+	for range executes {
+		ids <- NewToken() // 32 hex characters, like keying.KeyID
+	}
+	close(ids)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for id := range ids {
+				req := claimReq(id, NewToken())
+				res, err := s.Claim(ctx, req)
+				if err != nil || !res.Claimed {
+					t.Errorf("claim: %+v, %v", res, err)
+					return
+				}
+				done := CompleteRequest{Claim: req, StartedAt: res.Record.StartedAt, Result: sampleResult(), TTL: time.Hour}
+				if ok, err := s.Complete(ctx, done); !ok || err != nil {
+					t.Errorf("complete: %v, %v", ok, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Four writes an execute: the record's two SETs, the in-flight
+	// index's ZADD and ZREM. Notifications arrive asynchronously.
+	for try := 0; ; try++ {
+		mu.Lock()
+		n := total
+		mu.Unlock()
+		if n == 4*executes {
+			break
+		}
+		if try > 200 {
+			t.Fatalf("%d keyspace notifications, want %d", n, 4*executes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	cc := cl.Client(t)
+	pipe := cc.Pipeline()
+	var slots []*redis.IntCmd
+	busiest, most := "", 0
+	for key, n := range writes {
+		if n > most {
+			busiest, most = key, n
+		}
+		if _, ok := s.idFromKey(key); ok {
+			slots = append(slots, pipe.ClusterKeySlot(ctx, key))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[int64]bool{}
+	for _, c := range slots {
+		distinct[c.Val()] = true
+	}
+	share := float64(most) / float64(total)
+	t.Logf("%d writes to %d keys; record keys on %d slots; the busiest key %s took %d writes (%.3f%%)",
+		total, len(writes), len(distinct), busiest, most, 100*share)
+	if len(slots) != executes || len(distinct) <= 1000 {
+		t.Errorf("%d record keys on %d slots, want %d keys on more than 1000", len(slots), len(distinct), executes)
+	}
+	if share > 0.01 {
+		t.Errorf("key %s took %.2f%% of the writes, want at most 1%%", busiest, 100*share)
 	}
 }
