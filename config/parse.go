@@ -75,7 +75,7 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	}
 	var r Rules
 	// A document has fewer values than bytes, but aliases can multiply them.
-	d := decoder{lines: map[string]int{}, failed: map[string]bool{}, budget: 1<<14 + len(data)}
+	d := decoder{errorList{lines: map[string]int{}, failed: map[string]bool{}}, 1<<14 + len(data)}
 	if len(doc.Content) > 0 {
 		switch root := doc.Content[0]; {
 		case root.Kind == yaml.MappingNode:
@@ -86,16 +86,9 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 				Msg: "the rules must be a mapping with defaults and routes, not " + describeNode(root)}}
 		}
 	}
-	// Validate what did decode, so that one run reports every problem,
-	// but not what a field that failed to decode makes wrong.
-	for _, e := range r.check(l, d.lines) {
-		if !d.failedAt(e.Field) {
-			e.Line = d.line(e.Field)
-			d.errs = append(d.errs, e)
-		}
-	}
-	if len(d.errs) > 0 {
-		return nil, d.errs
+	// Validate what did decode, so that one run reports every problem.
+	if errs := r.check(l, &d.errorList); len(errs) > 0 {
+		return nil, errs
 	}
 	return &r, nil
 }
