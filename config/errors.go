@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -74,18 +75,13 @@ func (c *errorList) isWritten(field string) bool { _, ok := c.lines[field]; retu
 // problem is then a consequence.
 func (c *errorList) add(field, format string, args ...any) {
 	line := 0
-	for f := field; ; f = parent(f) {
-		if c.failed[f] {
+	for f := field; !c.failed[f]; f = parent(f) {
+		line = cmp.Or(line, c.lines[f])
+		if f == "" {
+			c.list = append(c.list, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 			return
 		}
-		if line == 0 {
-			line = c.lines[f]
-		}
-		if f == "" {
-			break
-		}
 	}
-	c.list = append(c.list, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // parent returns the field holding field: "routes[1]" for "routes[1].ttl",
