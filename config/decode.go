@@ -13,19 +13,18 @@ import (
 // are the JSON names), reporting every problem with field and line, and
 // keeps each field's line for the problems Validate finds later.
 type decoder struct {
-	errs   ErrorList
-	lines  map[string]int  // field path → line
-	failed map[string]bool // fields that did not decode
-	budget int             // values left to decode
+	errorList
+	budget int // values left to decode
 }
 
-// kinds are the YAML tag and the descriptions (one, a list) of each kind
-// of Go value.
+// kinds are the YAML tag of each kind of Go value, and what one and a
+// list of them are called in error messages.
 var kinds = map[reflect.Kind][3]string{reflect.String: {"!!str", "a string", "strings"},
-	reflect.Bool: {"!!bool", "true or false"}, reflect.Int: {"!!int", "an integer", "integers"}}
+	reflect.Bool: {"!!bool", "true or false"}, reflect.Int: {"!!int", "an integer", "integers"},
+	reflect.Struct: {"", "a mapping", "mappings"}}
 
 func (d *decoder) fail(line int, field, msg string) {
-	d.errs = append(d.errs, &Error{Line: line, Field: field, Msg: msg})
+	d.list = append(d.list, &Error{Line: line, Field: field, Msg: msg})
 	d.failed[field] = true
 }
 
@@ -56,8 +55,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string, line int) 
 	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
 		v.SetZero()
 		d.mapping(n, v, field)
-	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && n.Kind == yaml.MappingNode:
-		d.dict(n, v, field)
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		v.Set(reflect.MakeMapWithSize(t, len(n.Content)/2))
+		d.mapping(n, v, field)
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		v.Set(reflect.MakeSlice(t, len(n.Content), len(n.Content)))
 		for i, e := range n.Content {
@@ -72,14 +72,20 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string, line int) 
 	}
 }
 
-// mapping decodes the mapping n into the struct v: the mappings merged
-// into it with "<<" first, the last first, then its own keys, so that its
-// own keys win over merged ones and earlier merged mappings over later.
+// mapping decodes the mapping n into v, a struct or a map. A struct's
+// keys are its fields' JSON names, in lower case; the mappings merged
+// into it with "<<" come first, the last first, so that its own keys win
+// over merged ones and earlier merged mappings over later. A map's keys
+// (verify.headers) are data, kept as written, in any case. Each key may
+// be set once.
 func (d *decoder) mapping(n *yaml.Node, v reflect.Value, field string) {
-	if !d.visit(n.Line, field) {
+	isMap, notKey := v.Kind() == reflect.Map, " is not a field name"
+	if isMap {
+		notKey = " is not a name"
+	} else if !d.visit(n.Line, field) {
 		return
 	}
-	for i := len(n.Content) - 2; i >= 0; i -= 2 {
+	for i := len(n.Content) - 2; i >= 0 && !isMap; i -= 2 {
 		if k, m := n.Content[i], deref(n.Content[i+1]); isMerge(k) {
 			list := []*yaml.Node{m}
 			if m.Kind == yaml.SequenceNode {
@@ -100,70 +106,31 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, field string) {
 		k := n.Content[i]
 		name, f := k.Value, strings.TrimPrefix(field+"."+k.Value, ".")
 		switch fv, known := fieldNamed(v, name); {
-		case isMerge(k):
+		case isMerge(k) && !isMap:
 		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
-			d.fail(k.Line, field, describeNode(k)+" is not a field name")
-		case strings.ToLower(name) != name:
+			d.fail(k.Line, field, describeNode(k)+notKey)
+		case !isMap && strings.ToLower(name) != name:
 			d.fail(k.Line, f, "field names are lower case: write "+quote(strings.ToLower(name)))
 		case seen[name] > 0:
 			d.fail(k.Line, f, "is set twice (first on line "+strconv.Itoa(seen[name])+")")
 		case !known:
-			d.fail(k.Line, f, "unknown field"+suggest(name, v.Type(), len(d.errs) < maxErrors))
+			d.fail(k.Line, f, "unknown field"+suggest(name, v.Type(), len(d.list) < maxErrors))
 		default:
 			seen[name] = k.Line
 			d.decode(n.Content[i+1], fv, f, k.Line)
+			if isMap {
+				v.SetMapIndex(reflect.ValueOf(name), fv)
+			}
 		}
 	}
 }
 
-// dict decodes the mapping n into the map v (verify.headers): its keys
-// are data, kept as written, in any case; each may be set once.
-func (d *decoder) dict(n *yaml.Node, v reflect.Value, field string) {
-	v.Set(reflect.MakeMapWithSize(v.Type(), len(n.Content)/2))
-	seen := make(map[string]int, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		f := field + "." + k.Value
-		switch {
-		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
-			d.fail(k.Line, field, describeNode(k)+" is not a name")
-		case seen[k.Value] > 0:
-			d.fail(k.Line, f, "is set twice (first on line "+strconv.Itoa(seen[k.Value])+")")
-		default:
-			seen[k.Value] = k.Line
-			e := reflect.New(v.Type().Elem()).Elem()
-			d.decode(n.Content[i+1], e, f, k.Line)
-			v.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), e)
-		}
-	}
-}
-
-// line returns the line of field, or of its closest parent that has one.
-func (d *decoder) line(field string) int {
-	for ; field != ""; field = parent(field) {
-		if l, ok := d.lines[field]; ok {
-			return l
-		}
-	}
-	return d.lines[""]
-}
-
-// failedAt reports whether field or one holding it failed to decode: a
-// problem Validate finds there is a consequence.
-func (d *decoder) failedAt(field string) bool {
-	for f := field; ; f = parent(f) {
-		if d.failed[f] || f == "" {
-			return d.failed[f]
-		}
-	}
-}
-
-// parent returns the field holding field: "routes[1]" for "routes[1].ttl",
-// "routes" for "routes[1]", "" for "routes".
-func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
-
-// fieldNamed returns the field of struct v whose JSON name is name.
+// fieldNamed returns the field of struct v whose JSON name is name, or a
+// new element for the map v.
 func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
+	if v.Kind() == reflect.Map {
+		return reflect.New(v.Type().Elem()).Elem(), true
+	}
 	for _, f := range reflect.VisibleFields(v.Type()) {
 		if !f.Anonymous && jsonName(f) == name {
 			return v.FieldByIndex(f.Index), true
@@ -234,15 +201,11 @@ func describeNode(n *yaml.Node) string {
 
 // describeType names what a Go config type expects, for error messages.
 func describeType(t reflect.Type) string {
-	switch {
-	case t.Kind() == reflect.Struct:
-		return "a mapping"
-	case t.Kind() == reflect.Map:
+	switch t.Kind() {
+	case reflect.Map:
 		return "a mapping of names to " + kinds[t.Elem().Kind()][2]
-	case t.Kind() != reflect.Slice:
-		return kinds[t.Kind()][1]
-	case t.Elem().Kind() == reflect.Struct:
-		return "a list of mappings"
+	case reflect.Slice:
+		return "a list of " + kinds[t.Elem().Kind()][2]
 	}
-	return "a list of " + kinds[t.Elem().Kind()][2]
+	return kinds[t.Kind()][1]
 }

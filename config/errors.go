@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -59,17 +60,33 @@ func (l ErrorList) Unwrap() []error {
 	return errs
 }
 
-// errorList collects problems while checking rules.
+// errorList collects the problems found in rules, with the lines of the
+// fields of a YAML file.
 type errorList struct {
-	list    ErrorList
-	written map[string]int // fields set in the YAML file; nil for JSON or Go
+	list   ErrorList
+	lines  map[string]int  // field path → line in the file; nil for JSON or Go
+	failed map[string]bool // fields of the file that did not decode
 }
 
-func (c *errorList) isWritten(field string) bool { _, ok := c.written[field]; return ok }
+func (c *errorList) isWritten(field string) bool { _, ok := c.lines[field]; return ok }
 
+// add records a problem at field, on the line of the field or of its
+// closest parent that has one, unless one of them failed to decode: the
+// problem is then a consequence.
 func (c *errorList) add(field, format string, args ...any) {
-	c.list = append(c.list, &Error{Field: field, Msg: fmt.Sprintf(format, args...)})
+	line := 0
+	for f := field; !c.failed[f]; f = parent(f) {
+		line = cmp.Or(line, c.lines[f])
+		if f == "" {
+			c.list = append(c.list, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+			return
+		}
+	}
 }
+
+// parent returns the field holding field: "routes[1]" for "routes[1].ttl",
+// "routes" for "routes[1]", "" for "routes".
+func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
 
 // quote returns s quoted as a Go string, shortened when it is long, so that
 // a huge value does not flood an error message.

@@ -75,7 +75,7 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	}
 	var r Rules
 	// A document has fewer values than bytes, but aliases can multiply them.
-	d := decoder{lines: map[string]int{}, failed: map[string]bool{}, budget: 1<<14 + len(data)}
+	d := decoder{errorList{lines: map[string]int{}, failed: map[string]bool{}}, 1<<14 + len(data)}
 	if len(doc.Content) > 0 {
 		switch root := doc.Content[0]; {
 		case root.Kind == yaml.MappingNode:
@@ -86,57 +86,44 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 				Msg: "the rules must be a mapping with defaults and routes, not " + describeNode(root)}}
 		}
 	}
-	// Validate what did decode, so that one run reports every problem,
-	// but not what a field that failed to decode makes wrong.
-	for _, e := range r.check(l, d.lines) {
-		if !d.failedAt(e.Field) {
-			e.Line = d.line(e.Field)
-			d.errs = append(d.errs, e)
-		}
-	}
-	if len(d.errs) > 0 {
-		return nil, d.errs
+	// Validate what did decode, so that one run reports every problem.
+	if errs := r.check(l, &d.errorList); len(errs) > 0 {
+		return nil, errs
 	}
 	return &r, nil
 }
 
 var (
-	yamlLineRE = regexp.MustCompile(`^line (\d+): `)
-	// anchorRE matches the errors about an alias or anchor, which carry no
+	// yamlErrorRE splits an error of the YAML library into its line, when
+	// it has one, and its problem.
+	yamlErrorRE = regexp.MustCompile(`(?s)^(?:yaml: )?(?:line (\d+): )?(.*)$`)
+	// parserRE matches the problems of the YAML parser (parserc.go), whose
+	// lines are 0-based; the scanner's are 1-based.
+	parserRE = regexp.MustCompile(`^(did not find expected (<|node |key$|'-'|',')|found (duplicate|incompatible|undefined) )`)
+	// anchorRE matches the problems with an alias or anchor, which carry no
 	// line: the line is where "*name" (or "&name") is first written.
 	anchorRE = regexp.MustCompile(`^(?:unknown anchor '(.+)' referenced|anchor '(.+)' value contains itself)$`)
 )
 
-// parserProblems are the messages of the YAML parser's errors (parserc.go),
-// whose lines are 0-based; the scanner's are 1-based.
-const parserProblems = "|did not find expected <stream-start>|did not find expected <document start>" +
-	"|did not find expected node content|did not find expected key|did not find expected '-' indicator" +
-	"|did not find expected ',' or ']'|did not find expected ',' or '}'|found duplicate %YAML directive" +
-	"|found duplicate %TAG directive|found incompatible YAML document|found undefined tag handle|"
-
 // yamlError locates a YAML syntax error. The library leaves out the line
 // of problems on the first line, and of alias and encoding problems.
 func yamlError(err error, data []byte) ErrorList {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
-	}
-	switch m := anchorRE.FindStringSubmatch(msg); {
-	case strings.Contains(parserProblems, "|"+msg+"|"):
+	m := yamlErrorRE.FindStringSubmatch(err.Error())
+	line, _ := strconv.Atoi(m[1])
+	switch a := anchorRE.FindStringSubmatch(m[2]); {
+	case parserRE.MatchString(m[2]):
 		line++
 	case line > 0:
-	case m != nil && m[1] != "":
-		line = lineAt(data, bytes.Index(data, []byte("*"+m[1])))
-	case m != nil:
-		line = lineAt(data, bytes.Index(data, []byte("&"+m[2])))
+	case a != nil && a[1] != "":
+		line = lineAt(data, bytes.Index(data, []byte("*"+a[1])))
+	case a != nil:
+		line = lineAt(data, bytes.Index(data, []byte("&"+a[2])))
 	default: // the first byte YAML rejects outright: invalid UTF-8 or a control character
 		line = lineAt(data, bytes.IndexFunc(data, func(r rune) bool {
 			return r == utf8.RuneError || r < 0x20 && r != '\t' && r != '\r' && r != '\n' || r == 0x7f
 		}))
 	}
-	return ErrorList{{Line: line, Msg: "invalid YAML: " + msg}}
+	return ErrorList{{Line: line, Msg: "invalid YAML: " + m[2]}}
 }
 
 // lineAt returns the line of byte offset off in data (1 for off < 0), with

@@ -43,16 +43,15 @@ func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
 
 // ValidateWith is Validate, also checking the rules against l.
 func (r *Rules) ValidateWith(l Limits) error {
-	if errs := r.check(l, nil); len(errs) > 0 {
+	if errs := r.check(l, &errorList{}); len(errs) > 0 {
 		return errs
 	}
 	return nil
 }
 
-// check checks the rules; written holds the fields set in a YAML file (nil
-// for JSON), where "" is a problem too.
-func (r *Rules) check(l Limits, written map[string]int) ErrorList {
-	c := &errorList{written: written}
+// check adds the rules' problems to c, which knows the fields set in a
+// YAML file (where "" is a problem too), and returns them all.
+func (r *Rules) check(l Limits, c *errorList) ErrorList {
 	if r == nil || len(r.Routes) == 0 {
 		c.add("routes", "at least one route is required")
 		if r == nil {
@@ -189,7 +188,7 @@ func (c *errorList) duration(field string, d Duration, min time.Duration) {
 	switch {
 	case d < 0:
 		c.add(field, "must be positive, got %s", d)
-	case d > 0 && time.Duration(d) < min && c.written == nil && time.Duration(d) < time.Millisecond:
+	case d > 0 && time.Duration(d) < min && c.lines == nil && time.Duration(d) < time.Millisecond:
 		c.add(field, "must be at least %s, got %s (a bare number in Caddy's JSON is nanoseconds: write \"%ds\" for seconds)", min, d, int64(d))
 	case d > 0 && time.Duration(d) < min:
 		c.add(field, "must be at least %s, got %s", min, d)

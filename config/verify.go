@@ -3,9 +3,11 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,55 +59,55 @@ type Verify struct {
 	// {query.NAME}, {form.NAME} and {body.PATH} of the request, each
 	// URL-escaped, and {env.NAME}, filled in as it is from the
 	// environment of the gateway that runs the check. Required.
-	URL string `json:"url,omitempty" mapstructure:"url"`
+	URL string `json:"url,omitempty"`
 	// Method is the lookup's method. Default GET.
-	Method string `json:"method,omitempty" mapstructure:"method"`
+	Method string `json:"method,omitempty"`
 	// Headers are sent with every check: static text and {env.NAME}
 	// placeholders (such as "Bearer {env.CRM_TOKEN}"), filled in when the
 	// check runs from the route's config, never stored on a record and
 	// never logged.
-	Headers map[string]string `json:"headers,omitempty" mapstructure:"headers"`
+	Headers map[string]string `json:"headers,omitempty"`
 	// Timeout bounds each check, at most 1m. Default 2s.
-	Timeout Duration `json:"timeout,omitempty" mapstructure:"timeout"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// Found is what an applied operation looks like.
-	Found VerifyFound `json:"found,omitzero" mapstructure:"found"`
+	Found VerifyFound `json:"found,omitzero"`
 	// NotFound is what an operation that did not take effect looks like.
-	NotFound VerifyNotFound `json:"not_found,omitzero" mapstructure:"not_found"`
+	NotFound VerifyNotFound `json:"not_found,omitzero"`
 	// After is how long after the ambiguity the first check runs.
 	// Default 2s.
-	After Duration `json:"after,omitempty" mapstructure:"after"`
+	After Duration `json:"after,omitempty"`
 	// Every is the time between scheduled checks, and the least time
 	// between two "not applied" answers that both count. Default 10s.
-	Every Duration `json:"every,omitempty" mapstructure:"every"`
+	Every Duration `json:"every,omitempty"`
 	// Attempts is how many scheduled checks run, 0 to 100 (0: only
 	// retries and operators check). Default 5.
-	Attempts *int `json:"attempts,omitempty" mapstructure:"attempts"`
+	Attempts *int `json:"attempts,omitempty"`
 	// NotFoundChecks is how many "not applied" answers in a row, `every`
 	// apart, release the record, 1 to 20. Default 2: one "not found"
 	// never releases, since the first call may still be running upstream.
-	NotFoundChecks *int `json:"not_found_checks,omitempty" mapstructure:"not_found_checks"`
+	NotFoundChecks *int `json:"not_found_checks,omitempty"`
 	// ReplayStatus, when set, is the status retries get for an operation
 	// the lookup found (a 201 for a creation looked up with a 200).
 	// Default: the lookup's status.
-	ReplayStatus int `json:"replay_status,omitempty" mapstructure:"replay_status"`
+	ReplayStatus int `json:"replay_status,omitempty"`
 }
 
 // VerifyFound is what an applied operation looks like.
 type VerifyFound struct {
 	// Status lists the lookup statuses that may mean applied. Default [200].
-	Status []int `json:"status,omitempty" mapstructure:"status"`
+	Status []int `json:"status,omitempty"`
 	// ID is a JSON path (gjson syntax) into the lookup's body; a
 	// non-empty value there means applied and is recorded as the
 	// external id ("0.id" for the first element of a JSON array).
 	// Required.
-	ID string `json:"id,omitempty" mapstructure:"id"`
+	ID string `json:"id,omitempty"`
 }
 
 // VerifyNotFound is what an operation that did not take effect looks like.
 type VerifyNotFound struct {
 	// Status lists the lookup statuses that mean not applied.
 	// Default [404].
-	Status []int `json:"status,omitempty" mapstructure:"status"`
+	Status []int `json:"status,omitempty"`
 }
 
 // VerifyRule is a route's verify rule with every field filled in.
@@ -148,8 +150,8 @@ func resolveVerify(v *Verify) *VerifyRule {
 		Timeout:        time.Duration(cmp.Or(v.Timeout, Duration(defaultVerifyTimeout))),
 		After:          time.Duration(cmp.Or(v.After, Duration(defaultVerifyAfter))),
 		Every:          time.Duration(cmp.Or(v.Every, Duration(defaultVerifyEvery))),
-		Attempts:       orInt(v.Attempts, defaultVerifyAttempts),
-		NotFoundChecks: orInt(v.NotFoundChecks, defaultVerifyNotFoundChecks),
+		Attempts:       *cmp.Or(v.Attempts, new(defaultVerifyAttempts)),
+		NotFoundChecks: *cmp.Or(v.NotFoundChecks, new(defaultVerifyNotFoundChecks)),
 		FoundStatus:    slices.Clone(firstSlice(v.Found.Status, defaultFoundStatus)),
 		FoundID:        v.Found.ID,
 		NotFoundStatus: slices.Clone(firstSlice(v.NotFound.Status, defaultNotFoundStatus)),
@@ -186,13 +188,8 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	if v.Method != "" && !httpguts.ValidHeaderFieldName(v.Method) {
 		c.add(f("method"), "%s is not an HTTP method", quote(v.Method))
 	}
-	names := make([]string, 0, len(v.Headers))
-	for name := range v.Headers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	seen := make(map[string]string, len(names))
-	for _, name := range names {
+	seen := make(map[string]string, len(v.Headers))
+	for _, name := range slices.Sorted(maps.Keys(v.Headers)) {
 		field := f("headers." + name)
 		canon := http.CanonicalHeaderKey(name)
 		other, dup := seen[canon]
@@ -243,14 +240,6 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	}
 }
 
-// orInt is *p, or def when p is nil.
-func orInt(p *int, def int) int {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
 // verifyReservedHeaders are set by the HTTP client for every check.
 var verifyReservedHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
@@ -278,18 +267,26 @@ type URLTemplate struct {
 type urlKind uint8
 
 const (
-	urlLiteral urlKind = iota
-	urlKey             // {key}
-	urlKeyID           // {key_id}
-	urlEnv             // {env.NAME}: kept as written, filled in when the check runs
-	urlRequest         // {header.*}, {query.*}, {form.*}, {body.*}
+	urlLiteral urlKind = iota // text, and {env.NAME}: kept as written, filled in when the check runs
+	urlKey                    // {key}
+	urlKeyID                  // {key_id}
+	urlRequest                // {header.*}, {query.*}, {form.*}, {body.*}
 )
 
 type urlPart struct {
 	kind urlKind
-	text string // the literal text, or the placeholder as written
+	text string // the literal text
 	ph   keying.Placeholder
 }
+
+var (
+	// placeholderRE matches a placeholder: a '{' up to the next '}'.
+	placeholderRE = regexp.MustCompile(`\{([^}]*)\}`)
+	envRE         = regexp.MustCompile(`\{env\.([A-Za-z_][A-Za-z0-9_]*)\}`)
+	// validEnvName reports whether s is an environment variable name:
+	// letters, digits and '_', not starting with a digit.
+	validEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString
+)
 
 // ParseURLTemplate parses a verify URL template: an absolute http or
 // https URL (or one that starts with an {env.NAME} placeholder holding
@@ -308,15 +305,12 @@ func ParseURLTemplate(s string) (URLTemplate, error) {
 			if end < 0 || s[i+1+end] == '{' {
 				return t, fmt.Errorf("%s: unbalanced '{' at offset %d", quote(s), i)
 			}
-			if lit < i {
-				t.parts = append(t.parts, urlPart{kind: urlLiteral, text: s[lit:i]})
-			}
 			name := s[i+1 : i+1+end]
 			p, err := parseURLPlaceholder(name)
 			if err != nil {
 				return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), name, err)
 			}
-			t.parts = append(t.parts, p)
+			t.parts = append(t.parts, urlPart{text: s[lit:i]}, p)
 			i += 1 + end
 			lit = i + 1
 		case c == '}':
@@ -325,23 +319,13 @@ func ParseURLTemplate(s string) (URLTemplate, error) {
 			return t, fmt.Errorf("%s: byte 0x%02x at offset %d (a URL is visible ASCII; escape it)", quote(s), c, i)
 		}
 	}
-	if lit < len(s) {
-		t.parts = append(t.parts, urlPart{kind: urlLiteral, text: s[lit:]})
-	}
-	if len(t.parts) > 0 && t.parts[0].kind == urlEnv {
+	t.parts = append(t.parts, urlPart{text: s[lit:]})
+	if strings.HasPrefix(s, "{env.") {
 		return t, nil // the base comes from the environment
 	}
 	// With every placeholder standing for a plain value, the template
 	// must be an absolute http(s) URL with a host.
-	var b strings.Builder
-	for _, p := range t.parts {
-		if p.kind == urlLiteral {
-			b.WriteString(p.text)
-		} else {
-			b.WriteString("x")
-		}
-	}
-	u, err := url.Parse(b.String())
+	u, err := url.Parse(placeholderRE.ReplaceAllString(s, "x"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return t, fmt.Errorf("%s is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)", quote(s))
 	}
@@ -349,25 +333,21 @@ func ParseURLTemplate(s string) (URLTemplate, error) {
 }
 
 func parseURLPlaceholder(name string) (urlPart, error) {
-	part := urlPart{text: "{" + name + "}"}
-	switch {
+	switch env, isEnv := strings.CutPrefix(name, "env."); {
 	case name == "key":
-		part.kind = urlKey
+		return urlPart{kind: urlKey}, nil
 	case name == "key_id":
-		part.kind = urlKeyID
-	case strings.HasPrefix(name, "env."):
-		if !validEnvName(name[len("env."):]) {
-			return part, fmt.Errorf("%s is not an environment variable name", quote(name[len("env."):]))
-		}
-		part.kind = urlEnv
-	default:
-		ph, err := keying.ParsePlaceholder(name)
-		if err != nil {
-			return part, fmt.Errorf("%v (or {key}, {key_id}, {env.NAME})", err)
-		}
-		part.kind, part.ph = urlRequest, ph
+		return urlPart{kind: urlKeyID}, nil
+	case isEnv && !validEnvName(env):
+		return urlPart{}, fmt.Errorf("%s is not an environment variable name", quote(env))
+	case isEnv:
+		return urlPart{text: "{" + name + "}"}, nil
 	}
-	return part, nil
+	ph, err := keying.ParsePlaceholder(name)
+	if err != nil {
+		return urlPart{}, fmt.Errorf("%v (or {key}, {key_id}, {env.NAME})", err)
+	}
+	return urlPart{kind: urlRequest, ph: ph}, nil
 }
 
 // String returns the template as written.
@@ -387,7 +367,7 @@ func (t URLTemplate) Resolve(key, keyID string, in *keying.Input) (resolved stri
 	for _, p := range t.parts {
 		var v string
 		switch p.kind {
-		case urlLiteral, urlEnv:
+		case urlLiteral:
 			b.WriteString(p.text)
 			continue
 		case urlKey:
@@ -411,69 +391,22 @@ func (t URLTemplate) Resolve(key, keyID string, in *keying.Input) (resolved stri
 // the environment variables, as they are ("" for one that is not set).
 // Other text, braces included, stays.
 func ExpandEnv(s string) string {
-	if !strings.Contains(s, "{env.") {
-		return s
-	}
-	var b strings.Builder
-	for {
-		i := strings.Index(s, "{env.")
-		if i < 0 {
-			break
-		}
-		end := strings.IndexByte(s[i:], '}')
-		if end < 0 {
-			break
-		}
-		name := s[i+len("{env.") : i+end]
-		if !validEnvName(name) {
-			b.WriteString(s[:i+1])
-			s = s[i+1:]
-			continue
-		}
-		b.WriteString(s[:i])
-		b.WriteString(os.Getenv(name))
-		s = s[i+end+1:]
-	}
-	b.WriteString(s)
-	return b.String()
+	return envRE.ReplaceAllStringFunc(s, func(p string) string { return os.Getenv(p[len("{env.") : len(p)-1]) })
 }
 
 // checkEnvText checks a header value template: text without control
 // characters, whose only placeholders are {env.NAME}.
 func checkEnvText(s string) error {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
-			return fmt.Errorf("has a control character at offset %d", i)
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("has a control character at offset %d", i)
+	}
+	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
+		if env, ok := strings.CutPrefix(m[1], "env."); !ok || !validEnvName(env) {
+			return fmt.Errorf("placeholder {%s}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", m[1])
 		}
 	}
-	for rest := s; ; {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			return nil
-		}
-		end := strings.IndexByte(rest[i:], '}')
-		if end < 0 {
-			return fmt.Errorf("%s: unbalanced '{'", quote(s))
-		}
-		name := rest[i+1 : i+end]
-		env, ok := strings.CutPrefix(name, "env.")
-		if !ok || !validEnvName(env) {
-			return fmt.Errorf("placeholder {%s}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", name)
-		}
-		rest = rest[i+end+1:]
+	if strings.Contains(placeholderRE.ReplaceAllString(s, ""), "{") {
+		return fmt.Errorf("%s: unbalanced '{'", quote(s))
 	}
-}
-
-// validEnvName reports whether s is an environment variable name:
-// letters, digits and '_', not starting with a digit.
-func validEnvName(s string) bool {
-	if s == "" || ('0' <= s[0] && s[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return nil
 }
