@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,10 +232,29 @@ func (s *Store) start(dial time.Duration) error {
 	if err := s.readClock(ctx); err != nil {
 		return fmt.Errorf("store: ping Redis: %w", err)
 	}
+	if err := checkVersion(s.client.Info(ctx, "server").Val()); err != nil {
+		return err
+	}
 	for _, sc := range allScripts {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("store: load script: %w", err)
 		}
+	}
+	return nil
+}
+
+// checkVersion refuses a Redis older than 7.0, whose SET cannot take NX
+// and GET together, from its INFO server section. A server that does not
+// say (INFO denied to the user, a proxy) is let through.
+func checkVersion(info string) error {
+	_, rest, ok := strings.Cut(info, "redis_version:")
+	if !ok {
+		return nil
+	}
+	version, _, _ := strings.Cut(rest, "\r\n")
+	major, _, _ := strings.Cut(version, ".")
+	if n, err := strconv.Atoi(major); err == nil && n < 7 {
+		return fmt.Errorf("store: Redis %s is too old: 7.0 or newer is required", version)
 	}
 	return nil
 }

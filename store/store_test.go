@@ -313,3 +313,20 @@ func TestNewToken(t *testing.T) {
 func completion(id, token string, res Result, ttl time.Duration) CompleteRequest {
 	return CompleteRequest{Claim: ClaimRequest{ID: id, Token: token}, Result: res, TTL: ttl}
 }
+
+func TestCheckVersion(t *testing.T) {
+	for info, ok := range map[string]bool{
+		"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n": true,
+		"# Server\r\nredis_version:8.2.1\r\n":                           true,
+		"# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n": false,
+		"# Server\r\nredis_version:5.0.7\r\n":                           false,
+		"":                                                              true, // INFO denied: not known, let through
+	} {
+		if err := checkVersion(info); (err == nil) != ok {
+			t.Errorf("checkVersion(%q) = %v, want ok %v", info, err, ok)
+		}
+	}
+	if err := checkVersion("redis_version:6.2.14\r\n"); err == nil || !strings.Contains(err.Error(), "6.2.14 is too old: 7.0 or newer is required") {
+		t.Errorf("error %v", err)
+	}
+}
