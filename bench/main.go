@@ -338,22 +338,21 @@ func randomID() string {
 // load generator.
 func (e *env) start(o options) error {
 	var err error
-	_, _, mini := binaryVersions(o.gateway)
 	switch o.store {
 	case "auto", "redis":
 		e.redis, err = startRedis(e.dir)
 		switch {
 		case err == nil:
-			e.storeMsg = "store: redis-server " + e.redis.info("server", "redis_version") + " on " + e.redis.Addr +
-				"; embedded store (miniredis " + mini + ") for the embedded-* variants"
+			e.storeMsg = "store: redis-server " + e.redis.info("server", "redis_version") + " on loopback" +
+				"; the embedded store (store/local) for the embedded-* variants"
 		case o.store == "redis":
 			return fmt.Errorf("redis-server: %w", err)
 		default:
-			e.storeMsg = fmt.Sprintf("store: EMBEDDED for every variant (miniredis %s; redis-server not available: %v). "+
-				"The gateway figures are the embedded store's, not Redis's.", mini, err)
+			e.storeMsg = fmt.Sprintf("store: EMBEDDED for every variant (redis-server not available: %v). "+
+				"The gateway figures are the embedded store's, not Redis's.", err)
 		}
 	case "embedded":
-		e.storeMsg = "store: embedded (miniredis " + mini + ") for every variant, as asked"
+		e.storeMsg = "store: embedded (store/local) for every variant, as asked"
 	default:
 		return fmt.Errorf("-store %q: want auto, redis or embedded", o.store)
 	}

@@ -122,22 +122,19 @@ func parseStatus(sc *bufio.Scanner) (cur, peak int64, err error) {
 }
 
 // binaryVersions reads the Go and Caddy versions the gateway was built
-// with, and the miniredis version behind its embedded store.
-func binaryVersions(path string) (goVersion, caddy, miniredis string) {
+// with.
+func binaryVersions(path string) (goVersion, caddy string) {
 	bi, err := buildinfo.ReadFile(path)
 	if err != nil {
-		return "unknown", "unknown", "unknown"
+		return "unknown", "unknown"
 	}
-	goVersion, caddy, miniredis = bi.GoVersion, "unknown", "unknown"
+	goVersion, caddy = bi.GoVersion, "unknown"
 	for _, d := range bi.Deps {
-		switch d.Path {
-		case "github.com/caddyserver/caddy/v2":
+		if d.Path == "github.com/caddyserver/caddy/v2" {
 			caddy = d.Version
-		case "github.com/alicebob/miniredis/v2":
-			miniredis = d.Version
 		}
 	}
-	return goVersion, caddy, miniredis
+	return goVersion, caddy
 }
 
 // httpReady returns nil once url answers at all.

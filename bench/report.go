@@ -326,7 +326,7 @@ func (r *report) text() string {
 
 // markdown is bench/results.md.
 func (r *report) markdown() string {
-	goV, caddyV, _ := binaryVersions(r.o.gateway)
+	goV, caddyV := binaryVersions(r.o.gateway)
 	var b strings.Builder
 	b.WriteString("# Benchmark results\n\n")
 	b.WriteString("Written by `make bench` (bench/main.go); medians over the rounds; how it measures: " +

@@ -19,8 +19,8 @@ const (
 )
 
 // listBatch is how many state indexes one ZRANGEBYSCORE pipeline reads
-// (there are 4096 of each state).
-const listBatch = 512
+// (a Cluster has 4096 of each state).
+const listBatch = 1024
 
 // listMaxScan bounds the index entries one List call examines beyond
 // Limit (records skipped by the route filter, stale entries): a page may
@@ -202,7 +202,7 @@ type lister struct {
 
 func (l *lister) wanted(r *Record) bool { return l.route == "" || r.Route == l.route }
 
-func (l *lister) total() int { return numShards * len(l.states) }
+func (l *lister) total() int { return l.s.indexShards() * len(l.states) }
 
 func (l *lister) indexKey(idx int) string {
 	return l.s.IndexKey(tagOf(idx/len(l.states)), l.states[idx%len(l.states)])
@@ -436,7 +436,7 @@ func (l *lister) decodeCursor(c string) (scanning bool, sp scanPos, err error) {
 		return true, scanPos{node: node, cursor: cursor, skip: skip}, nil
 	case parts[1] == "i" && len(parts) == 6:
 		tag := parts[2]
-		if len(tag) != 3 || Shard(tag) != tag {
+		if len(tag) != 3 || Shard(tag) != tag || shardOf(tag) >= l.s.indexShards() {
 			return bad("bad tag")
 		}
 		state := slices.IndexFunc(l.states, func(st State) bool { return storedState(st) == parts[3] })

@@ -135,7 +135,7 @@ func TestListBadFilter(t *testing.T) {
 		t.Fatalf("List: %+v, %v", page, err)
 	}
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	for _, c := range []string{"v2 i 0ab in_flight 0 0", "v2 s 0 0 0"} {
+	for _, c := range []string{"v2 i 000 in_flight 0 0", "v2 s 0 0 0"} { // one index per state on one node
 		if _, err := e.s.List(ctx, ListFilter{Cursor: enc(c)}); err != nil {
 			t.Fatalf("a well-formed cursor %q: %v", c, err)
 		}
@@ -148,8 +148,9 @@ func TestListBadFilter(t *testing.T) {
 		{Cursor: enc("v1 0ab in_flight 0 0")},
 		{Cursor: enc("v2 i 0gb in_flight 0 0")},
 		{Cursor: enc("v2 i 0a in_flight 0 0")},
-		{Cursor: enc("v2 i 0ab in_flight -1 0")},
-		{Cursor: enc("v2 i 0ab in_flight 1 x")},
+		{Cursor: enc("v2 i 0ab in_flight 0 0")}, // a Cluster's tag
+		{Cursor: enc("v2 i 000 in_flight -1 0")},
+		{Cursor: enc("v2 i 000 in_flight 1 x")},
 		{Cursor: enc("v2 i 0ab completed 0 0")},
 		{Cursor: enc("v2 s 0 x 0")},
 		{Cursor: enc("v2 s -1 0 0")},

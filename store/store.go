@@ -3,12 +3,13 @@
 // A record is one Redis string under prefix + "{" + tag + "}" + id (its
 // stored form: blob.go), where the tag is the id's first three characters:
 // 4096 hash tags for the hex ids of keying.KeyID, so records spread over
-// the slots of a Cluster. Each tag has an index per state that operators
-// page through, a sorted set under prefix + "{" + tag + "}:idx:" + state
-// (in_flight, unknown, released) whose members are record ids scored with
-// the record's expiry time, so operators list held records without
-// scanning Redis; completed records, the bulk, have no index and are
-// listed by SCAN. A record and the indexes that list it share one slot.
+// the slots of a Cluster. The records in flight, held and released are
+// indexed by state for operators to page through: sorted sets whose
+// members are record ids scored with the record's expiry time, so
+// operators list held records without scanning Redis; on a Cluster each
+// tag has its own, prefix + "{" + tag + "}:idx:" + state, in the record's
+// slot, and on a single node one per state serves all (see IndexKey).
+// Completed records, the bulk, have no index and are listed by SCAN.
 // Every state change is one Lua script on that slot (EVALSHA, falling back
 // to EVAL once after a script cache flush): one round trip, atomic,
 // Cluster-safe; it moves the record between indexes in the same step. A
@@ -118,6 +119,7 @@ type Store struct {
 	client    redis.UniversalClient
 	prefix    string
 	opTimeout time.Duration
+	clustered bool // a Cluster: the state indexes are per tag
 
 	// wait replicas (0: no WAIT) within waitTimeout after claims and
 	// completions; shortfalls go to onWaitShort.
@@ -148,7 +150,8 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 	if opTimeout <= 0 {
 		opTimeout = DefaultOpTimeout
 	}
-	return &Store{client: client, prefix: prefix, opTimeout: opTimeout}
+	_, clustered := client.(*redis.ClusterClient)
+	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered}
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
@@ -280,14 +283,28 @@ func (s *Store) Prefix() string { return s.prefix }
 // where tag is the id's first three characters (see Shard).
 func (s *Store) Key(id string) string { return s.prefix + "{" + Shard(id) + "}" + id }
 
-// IndexKey returns the Redis key of the state index of one tag:
-// prefix + "{" + shard + "}:idx:" + state (in_flight, unknown or
-// released). shard is a tag (see Shard). The index is a sorted set of
-// record ids scored with each record's expiry time in ms; entries scored
-// in the past are dead and are trimmed whenever a script moves a record
-// into the index.
+// IndexKey returns the Redis key of a state index (st: in flight, unknown
+// or released). On a Cluster every tag has its own, in the tag's slot:
+// prefix + "{" + shard + "}:idx:" + state, shard a tag (see Shard). On a
+// single node (and with Sentinel), where no slot separates keys, one index
+// per state serves every record: prefix + "idx:" + state, whatever shard
+// says. The index is a sorted set of record ids scored with each record's
+// expiry time in ms; entries scored in the past are dead and are trimmed
+// whenever a script moves a record into the index.
 func (s *Store) IndexKey(shard string, st State) string {
+	if !s.clustered {
+		return s.prefix + "idx:" + storedState(st)
+	}
 	return s.prefix + "{" + shard + "}:idx:" + storedState(st)
+}
+
+// indexShards is how many indexes each state has: one per tag on a
+// Cluster, else one.
+func (s *Store) indexShards() int {
+	if s.clustered {
+		return numShards
+	}
+	return 1
 }
 
 // numShards is the number of hash tags: three hex digits.
@@ -330,9 +347,9 @@ func tagOf(n int) string {
 }
 
 const (
-	idxInFlight = ":idx:in_flight"
-	idxUnknown  = ":idx:unknown"
-	idxReleased = ":idx:released"
+	idxInFlight = "idx:in_flight"
+	idxUnknown  = "idx:unknown"
+	idxReleased = "idx:released"
 )
 
 // keys returns the keys of a state-changing script: the record and its
@@ -340,12 +357,16 @@ const (
 // record, KEYS[2..4] in_flight, unknown, released), cut from one string.
 func (s *Store) keys(id string) []string {
 	base := s.prefix + "{" + Shard(id) + "}"
-	all := base + id + base + idxInFlight + base + idxUnknown + base + idxReleased
+	ib := base + ":" // the indexes' prefix
+	if !s.clustered {
+		ib = s.prefix
+	}
+	all := base + id + ib + idxInFlight + ib + idxUnknown + ib + idxReleased
 	k := make([]string, 4)
 	i := len(base) + len(id)
 	k[0] = all[:i]
 	for j, suffix := range [...]string{idxInFlight, idxUnknown, idxReleased} {
-		n := len(base) + len(suffix)
+		n := len(ib) + len(suffix)
 		k[j+1] = all[i : i+n]
 		i += n
 	}

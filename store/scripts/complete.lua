@@ -27,6 +27,6 @@ local res = decode(blob)
 for _, f in ipairs(resultFields) do r[f] = res[f] end
 local was = r.st
 r.st, r.exp = 'c', res.exp
-save(r)
+redis.call('SET', key, encode(r), 'KEEPTTL') -- the lifetime the first SET gave it
 if idx[was] then redis.call('ZREM', idx[was], ARGV[1]) end
 return 1

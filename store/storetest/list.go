@@ -371,13 +371,13 @@ func testExpiredRecordsAreNotListed(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	short, long := newID(t), newID(t)
 	mustClaim(t, e, claimReq(short, "tok"))
-	ok, err := e.Release(ctx, short, "tok", 50*time.Millisecond)
+	ok, err := e.Release(ctx, short, "tok", 300*time.Millisecond)
 	mustOK(t, "Release", ok, err)
 	released := store.ListFilter{State: store.StateReleased}
 	if got := listAll(t, e, released); !slices.Equal(got, []string{short}) {
 		t.Fatalf("released records %q, want [%s]", got, short)
 	}
-	waitPast(t, h, e, h.Now(t, e).Add(60*time.Millisecond))
+	waitPast(t, h, e, h.Now(t, e).Add(310*time.Millisecond))
 	if got := listAll(t, e, released); len(got) != 0 {
 		t.Fatalf("expired record still listed: %q", got)
 	}
