@@ -48,7 +48,7 @@ func (o Options) checkWait() error {
 // connection that made the write, so it waits for exactly that write.
 func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if s.wait <= 0 || !waitedOp(op) {
-		return sc.Run(ctx, s.client, keys, args...)
+		return s.batch.do(ctx, sc, keys, args)
 	}
 	pipeline := s.client.Pipeline
 	if cc, ok := s.client.(*redis.ClusterClient); ok {

@@ -119,7 +119,8 @@ type Store struct {
 	client    redis.UniversalClient
 	prefix    string
 	opTimeout time.Duration
-	clustered bool // a Cluster: the state indexes are per tag
+	clustered bool     // a Cluster: the state indexes are per tag
+	batch     *batcher // sends the scripts of concurrent calls together
 
 	// wait replicas (0: no WAIT) within waitTimeout after claims and
 	// completions; shortfalls go to onWaitShort.
@@ -151,7 +152,8 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 		opTimeout = DefaultOpTimeout
 	}
 	_, clustered := client.(*redis.ClusterClient)
-	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered}
+	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered,
+		batch: newBatcher(client, opTimeout)}
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
