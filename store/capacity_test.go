@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 // on a local three-master Cluster: Redis CPU (used_cpu_sys + used_cpu_user
 // of every master, from INFO), commands (INFO commandstats, those inside
 // the scripts included) and memory (used_memory) per execute with a 300 B
-// and a 2 KiB body, and per replay. Use a fixed count for the memory
-// figure, e.g. -benchtime 20000x.
+// and a 2 KiB body, and per replay, with 64 concurrent callers. Use a
+// fixed count for the memory figure, e.g. -benchtime 20000x.
 func BenchmarkClusterCosts(b *testing.B) {
 	cl := redistest.StartCluster(b, 3)
 	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
@@ -42,6 +43,7 @@ func BenchmarkClusterCosts(b *testing.B) {
 				ids <- all[i]
 			}
 			close(ids)
+			b.SetParallelism(benchParallelism) // 64 callers on 2 CPUs
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -71,14 +73,19 @@ func BenchmarkClusterCosts(b *testing.B) {
 			b.Skip("no records to replay")
 		}
 		before := clusterCounters(b, masters)
+		var next atomic.Int64
+		b.SetParallelism(benchParallelism)
 		b.ResetTimer()
-		i := 0
-		for b.Loop() {
-			if r := mustClaim(b, s, claimReq(replayIDs[i%len(replayIDs)], "other")).Record; r.State != StateCompleted {
-				b.Fatalf("replay: %+v", r)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				id := replayIDs[int(next.Add(1))%len(replayIDs)]
+				c, err := s.Claim(ctx, claimReq(id, "other"))
+				if err != nil || c.Record.State != StateCompleted {
+					b.Errorf("replay: %+v, %v", c, err)
+					return
+				}
 			}
-			i++
-		}
+		})
 		b.StopTimer()
 		clusterCounters(b, masters).report(b, before, b.N, false)
 	})
