@@ -20,12 +20,7 @@ import (
 // and a 2 KiB body, and per replay, with 64 concurrent callers. Use a
 // fixed count for the memory figure, e.g. -benchtime 20000x.
 func BenchmarkClusterCosts(b *testing.B) {
-	cl := redistest.StartCluster(b, 3)
-	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
+	cl, s := openCluster(b)
 	masters := make([]*redis.Client, len(cl.Nodes))
 	for i, n := range cl.Nodes {
 		masters[i] = n.Client(b)
@@ -102,7 +97,12 @@ type counters struct {
 func clusterCounters(b *testing.B, masters []*redis.Client) counters {
 	var c counters
 	for _, m := range masters {
-		info, err := m.Info(context.Background(), "cpu", "memory", "commandstats").Result()
+		for name, calls := range redistest.CommandStats(b, m) {
+			if name != "info" {
+				c.commands += calls
+			}
+		}
+		info, err := m.Info(context.Background(), "cpu", "memory").Result()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,10 +118,6 @@ func clusterCounters(b *testing.B, masters []*redis.Client) counters {
 			case name == "used_memory":
 				n, _ := strconv.ParseInt(value, 10, 64)
 				c.memory += n
-			case strings.HasPrefix(name, "cmdstat_") && name != "cmdstat_info":
-				calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
-				n, _ := strconv.ParseInt(calls, 10, 64)
-				c.commands += n
 			}
 		}
 	}

@@ -95,6 +95,8 @@ var renewScript = script("now", "record", "renew")
 // completeScript: ARGV 2 token, 3 the completed record as the caller built
 // it from its claim, 4 ttl ms. A record that is gone (a failover lost the
 // claim) is written anew from ARGV[3], with one attempt and one execution.
+// It never reads the clock; now_lazy only declares the now that record.lua's
+// settle refers to.
 var completeScript = script("now_lazy", "record", "complete")
 
 // releaseScript: ARGV 2 token, 3 ttl ms.

@@ -525,7 +525,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		if redisMs, _ := v[1].(int64); redisMs == 0 {
 			// The script answered from a completed or held record without
 			// reading the clock: the store's estimate stands in for it.
-			now = time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
+			now = s.redisNow()
 		} else {
 			now = time.UnixMilli(redisMs)
 			s.learnClock(sent, time.Now(), now)
@@ -588,6 +588,11 @@ func claimPart(req ClaimRequest) [numClaimFields]string {
 		c[cCheck], c[cCheckAfter] = req.Check.stored(), ms(req.Check.After)
 	}
 	return c
+}
+
+// redisNow is the store's estimate of the Redis clock now.
+func (s *Store) redisNow() time.Time {
+	return time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
 }
 
 // readClock learns the Redis clock with TIME.
@@ -687,7 +692,7 @@ func (s *Store) Complete(ctx context.Context, req CompleteRequest) (bool, error)
 	if res.BodyOmitted {
 		omitted = "1"
 	}
-	now := time.Now().Add(time.Duration(s.clockOffset.Load()) * time.Millisecond)
+	now := s.redisNow()
 	result := [numResultFields]string{
 		rCompletedAt: strconv.FormatInt(now.UnixMilli(), 10),
 		rStatus:      strconv.Itoa(res.Status),

@@ -13,16 +13,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestCluster runs the record life cycle on a three-master Redis Cluster:
-// every script touches one key (no CROSSSLOT), the scripts are preloaded on
-// every master (one EVALSHA per call), and ScanIDs walks all masters.
-func TestCluster(t *testing.T) {
+// openCluster starts a three-master Cluster and opens a store on it,
+// closed in t.Cleanup.
+func openCluster(t testing.TB) (*redistest.Cluster, *Store) {
+	t.Helper()
 	cl := redistest.StartCluster(t, 3)
 	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
 	if err != nil {
 		t.Fatalf("Open cluster: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
+	return cl, s
+}
+
+// TestCluster runs the record life cycle on a three-master Redis Cluster:
+// every script touches one key (no CROSSSLOT), the scripts are preloaded on
+// every master (one EVALSHA per call), and ScanIDs walks all masters.
+func TestCluster(t *testing.T) {
+	cl, s := openCluster(t)
 	ctx := context.Background()
 	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
@@ -69,15 +77,10 @@ func TestCluster(t *testing.T) {
 
 // TestClusterIndexAndOperators: on a three-master Cluster the indexes and
 // the operator scripts work without CROSSSLOT errors, each operator call is
-// one EVALSHA, and List walks the shards of every master from the indexes
-// alone (no SCAN, no KEYS).
+// one EVALSHA, and List reads the tags' indexes of every master and finds
+// the completed records with SCAN (no KEYS).
 func TestClusterIndexAndOperators(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
-	if err != nil {
-		t.Fatalf("Open cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	_, s := openCluster(t)
 	ctx := context.Background()
 	sent := &redistest.CommandLog{}
 	s.Client().AddHook(sent)
@@ -144,18 +147,13 @@ func TestSentinel(t *testing.T) {
 }
 
 func TestClusterScanStopsOnError(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
-	if err != nil {
-		t.Fatalf("Open cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	_, s := openCluster(t)
 	for range 60 {
 		mustClaim(t, s, claimReq(newID(t), "tok"))
 	}
 	stop := errors.New("stop")
 	calls := 0
-	err = s.ScanIDs(context.Background(), func(string) error { calls++; return stop })
+	err := s.ScanIDs(context.Background(), func(string) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("ScanIDs: %v after %d calls, want stop after 1", err, calls)
 	}
@@ -166,12 +164,7 @@ func TestClusterScanStopsOnError(t *testing.T) {
 // the writes. The writes are counted by Redis itself: keyspace
 // notifications from every master, one per write to a key.
 func TestClusterSpread(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true})
-	if err != nil {
-		t.Fatalf("Open cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	cl, s := openCluster(t)
 	ctx := context.Background()
 
 	var (
