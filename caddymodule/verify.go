@@ -171,7 +171,7 @@ func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Re
 	if chk.IsZero() {
 		return fail("the record carries no check")
 	}
-	target := config.ExpandEnv(chk.URL)
+	target := keying.ExpandEnv(chk.URL)
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail("the check URL is not an absolute http or https URL once {env.*} is filled in (is the variable set?)")
@@ -183,7 +183,7 @@ func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Re
 		return fail("the check request cannot be made")
 	}
 	for _, hd := range v.Headers {
-		req.Header.Set(hd.Name, config.ExpandEnv(hd.Value))
+		req.Header.Set(hd.Name, keying.ExpandEnv(hd.Value))
 	}
 	if req.Header.Get("Accept") == "" {
 		req.Header.Set("Accept", "application/json")

@@ -88,15 +88,11 @@ func (c *errorList) add(field, format string, args ...any) {
 // "routes" for "routes[1]", "" for "routes".
 func parent(field string) string { return field[:max(strings.LastIndexAny(field, ".["), 0)] }
 
-// quote returns s quoted as a Go string, shortened when it is long, so that
-// a huge value does not flood an error message.
+// quote returns s quoted as a Go string, cut to 64 characters so that a
+// huge value does not flood an error message.
 func quote(s string) string {
-	if len(s) <= 64 {
-		return strconv.Quote(s)
+	if utf8.RuneCountInString(s) > 64 {
+		return fmt.Sprintf("%.64q...", s)
 	}
-	cut := 64
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
+	return strconv.Quote(s)
 }

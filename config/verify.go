@@ -2,12 +2,8 @@ package config
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
-	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +26,6 @@ const (
 	maxVerifyTimeout  = time.Minute
 	maxVerifyAttempts = 100
 	maxNotFoundChecks = 20
-	maxVerifyURL      = 2048
 )
 
 var (
@@ -112,7 +107,7 @@ type VerifyNotFound struct {
 
 // VerifyRule is a route's verify rule with every field filled in.
 type VerifyRule struct {
-	URL            URLTemplate
+	URL            keying.URLTemplate
 	Method         string // upper case
 	Headers        []VerifyHeader
 	Timeout        time.Duration
@@ -127,7 +122,7 @@ type VerifyRule struct {
 }
 
 // VerifyHeader is one header a check sends: its canonical name and its
-// value template (static text and {env.NAME}; see ExpandEnv).
+// value template (static text and {env.NAME}; see keying.ExpandEnv).
 type VerifyHeader struct {
 	Name  string
 	Value string
@@ -143,7 +138,7 @@ func resolveVerify(v *Verify) *VerifyRule {
 	if v == nil {
 		return nil
 	}
-	u, _ := ParseURLTemplate(v.URL) // validated
+	u, _ := keying.ParseURLTemplate(v.URL) // validated
 	rule := &VerifyRule{
 		URL:            u,
 		Method:         strings.ToUpper(cmp.Or(v.Method, defaultVerifyMethod)),
@@ -182,7 +177,7 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 
 	if v.URL == "" {
 		c.add(f("url"), "is required, e.g. \"{env.CRM_URL}/crm/deals?source_key={key}\"")
-	} else if _, err := ParseURLTemplate(v.URL); err != nil {
+	} else if _, err := keying.ParseURLTemplate(v.URL); err != nil {
 		c.add(f("url"), "%v", err)
 	}
 	if v.Method != "" && !httpguts.ValidHeaderFieldName(v.Method) {
@@ -202,7 +197,7 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 		case verifyReservedHeaders[canon]:
 			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
 		default:
-			if err := checkEnvText(v.Headers[name]); err != nil {
+			if err := keying.CheckEnvText(v.Headers[name]); err != nil {
 				c.add(field, "%v", err)
 			}
 		}
@@ -255,158 +250,4 @@ func (c *errorList) statuses(field string, statuses []int) {
 			c.add(at(field, j), "%d is not an HTTP status (100 to 599)", s)
 		}
 	}
-}
-
-// URLTemplate is a verify URL template: literal text and placeholders.
-// It is immutable and safe for concurrent use.
-type URLTemplate struct {
-	src   string
-	parts []urlPart
-}
-
-type urlKind uint8
-
-const (
-	urlLiteral urlKind = iota // text, and {env.NAME}: kept as written, filled in when the check runs
-	urlKey                    // {key}
-	urlKeyID                  // {key_id}
-	urlRequest                // {header.*}, {query.*}, {form.*}, {body.*}
-)
-
-type urlPart struct {
-	kind urlKind
-	text string // the literal text
-	ph   keying.Placeholder
-}
-
-var (
-	// placeholderRE matches a placeholder: a '{' up to the next '}'.
-	placeholderRE = regexp.MustCompile(`\{([^}]*)\}`)
-	envRE         = regexp.MustCompile(`\{env\.([A-Za-z_][A-Za-z0-9_]*)\}`)
-	// validEnvName reports whether s is an environment variable name:
-	// letters, digits and '_', not starting with a digit.
-	validEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString
-)
-
-// ParseURLTemplate parses a verify URL template: an absolute http or
-// https URL (or one that starts with an {env.NAME} placeholder holding
-// its base), at most 2048 bytes of visible ASCII, with {key}, {key_id},
-// {env.NAME} and request placeholders.
-func ParseURLTemplate(s string) (URLTemplate, error) {
-	t := URLTemplate{src: s}
-	if len(s) > maxVerifyURL {
-		return t, fmt.Errorf("is longer than %d bytes", maxVerifyURL)
-	}
-	lit := 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '{':
-			end := strings.IndexAny(s[i+1:], "{}")
-			if end < 0 || s[i+1+end] == '{' {
-				return t, fmt.Errorf("%s: unbalanced '{' at offset %d", quote(s), i)
-			}
-			name := s[i+1 : i+1+end]
-			p, err := parseURLPlaceholder(name)
-			if err != nil {
-				return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), name, err)
-			}
-			t.parts = append(t.parts, urlPart{text: s[lit:i]}, p)
-			i += 1 + end
-			lit = i + 1
-		case c == '}':
-			return t, fmt.Errorf("%s: unbalanced '}' at offset %d", quote(s), i)
-		case c < 0x21 || c > 0x7e:
-			return t, fmt.Errorf("%s: byte 0x%02x at offset %d (a URL is visible ASCII; escape it)", quote(s), c, i)
-		}
-	}
-	t.parts = append(t.parts, urlPart{text: s[lit:]})
-	if strings.HasPrefix(s, "{env.") {
-		return t, nil // the base comes from the environment
-	}
-	// With every placeholder standing for a plain value, the template
-	// must be an absolute http(s) URL with a host.
-	u, err := url.Parse(placeholderRE.ReplaceAllString(s, "x"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return t, fmt.Errorf("%s is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)", quote(s))
-	}
-	return t, nil
-}
-
-func parseURLPlaceholder(name string) (urlPart, error) {
-	switch env, isEnv := strings.CutPrefix(name, "env."); {
-	case name == "key":
-		return urlPart{kind: urlKey}, nil
-	case name == "key_id":
-		return urlPart{kind: urlKeyID}, nil
-	case isEnv && !validEnvName(env):
-		return urlPart{}, fmt.Errorf("%s is not an environment variable name", quote(env))
-	case isEnv:
-		return urlPart{text: "{" + name + "}"}, nil
-	}
-	ph, err := keying.ParsePlaceholder(name)
-	if err != nil {
-		return urlPart{}, fmt.Errorf("%v (or {key}, {key_id}, {env.NAME})", err)
-	}
-	return urlPart{kind: urlRequest, ph: ph}, nil
-}
-
-// String returns the template as written.
-func (t URLTemplate) String() string { return t.src }
-
-// IsZero reports whether t is the zero template.
-func (t URLTemplate) IsZero() bool { return t.src == "" }
-
-// Resolve fills in the request's placeholders: {key}, {key_id} and the
-// request values, each URL-escaped (every byte but A-Z a-z 0-9 - . _ ~
-// becomes %XX), so a value can neither end its query parameter nor its
-// path segment. {env.NAME} placeholders stay as written, for ExpandEnv
-// when the check runs. ok is false when a request placeholder is empty:
-// a lookup for "" would find the wrong thing.
-func (t URLTemplate) Resolve(key, keyID string, in *keying.Input) (resolved string, ok bool, err error) {
-	var b strings.Builder
-	for _, p := range t.parts {
-		var v string
-		switch p.kind {
-		case urlLiteral:
-			b.WriteString(p.text)
-			continue
-		case urlKey:
-			v = key
-		case urlKeyID:
-			v = keyID
-		case urlRequest:
-			if v, err = p.ph.Value(in); err != nil {
-				return "", false, err
-			}
-		}
-		if v == "" {
-			return "", false, nil
-		}
-		b.WriteString(strings.ReplaceAll(url.QueryEscape(v), "+", "%20"))
-	}
-	return b.String(), true, nil
-}
-
-// ExpandEnv replaces the {env.NAME} placeholders in s by the values of
-// the environment variables, as they are ("" for one that is not set).
-// Other text, braces included, stays.
-func ExpandEnv(s string) string {
-	return envRE.ReplaceAllStringFunc(s, func(p string) string { return os.Getenv(p[len("{env.") : len(p)-1]) })
-}
-
-// checkEnvText checks a header value template: text without control
-// characters, whose only placeholders are {env.NAME}.
-func checkEnvText(s string) error {
-	if i := strings.IndexFunc(s, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
-		return fmt.Errorf("has a control character at offset %d", i)
-	}
-	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
-		if env, ok := strings.CutPrefix(m[1], "env."); !ok || !validEnvName(env) {
-			return fmt.Errorf("placeholder {%s}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", m[1])
-		}
-	}
-	if strings.Contains(placeholderRE.ReplaceAllString(s, ""), "{") {
-		return fmt.Errorf("%s: unbalanced '{'", quote(s))
-	}
-	return nil
 }

@@ -49,7 +49,7 @@ func TestVerifyResolve(t *testing.T) {
 	if v == nil {
 		t.Fatal("no verify rule")
 	}
-	u, _ := ParseURLTemplate("{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}")
+	u, _ := keying.ParseURLTemplate("{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}")
 	want := &VerifyRule{
 		URL: u, Method: "GET",
 		Headers: []VerifyHeader{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Static", "demo"}},
@@ -162,32 +162,5 @@ func TestVerifyErrors(t *testing.T) {
 				t.Errorf("errors:\n got %s\nwant %s", strings.ReplaceAll(got, "\n", "\n     "), strings.Join(tt.want, "\n     "))
 			}
 		})
-	}
-}
-
-func TestURLTemplateResolve(t *testing.T) {
-	u, err := ParseURLTemplate("{env.CRM_URL}/crm/deals/{body.deal.id}?source_key={key}&id={key_id}&q={query.q}&h={header.X-Tenant}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := keying.NewInput("POST", map[string][]string{"X-Tenant": {"acme corp"}}, "q=a%26b", []byte(`{"deal":{"id":"x/../y?"}}`))
-	got, ok, err := u.Resolve("evt 184&x=1", "0123abcd", in)
-	want := "{env.CRM_URL}/crm/deals/x%2F..%2Fy%3F?source_key=evt%20184%26x%3D1&id=0123abcd&q=a%26b&h=acme%20corp"
-	if err != nil || !ok || got != want {
-		t.Fatalf("Resolve = %q, %v, %v\nwant %q", got, ok, err, want)
-	}
-	t.Setenv("CRM_URL", "http://127.0.0.1:9001")
-	if e := ExpandEnv(got); e != "http://127.0.0.1:9001"+want[len("{env.CRM_URL}"):] {
-		t.Errorf("ExpandEnv = %q", e)
-	}
-	if _, ok, err := u.Resolve("k", "id", keying.NewInput("POST", nil, "", []byte(`{}`))); ok || err != nil {
-		t.Errorf("an empty placeholder: ok %v, err %v; want not ok", ok, err)
-	}
-	if _, _, err := u.Resolve("k", "id", keying.NewInput("POST", nil, "", []byte(`{`))); err == nil {
-		t.Error("a body placeholder on a body that is not JSON: no error")
-	}
-	t.Setenv("CRM_TOKEN", "s3cr3t")
-	if e := ExpandEnv("Bearer {env.CRM_TOKEN} {env.UNSET_VARIABLE_X}{not.env} {env.bad-name}"); e != "Bearer s3cr3t {not.env} {env.bad-name}" {
-		t.Errorf("ExpandEnv = %q", e)
 	}
 }

@@ -29,6 +29,10 @@
 // A route lists several key templates and [DeriveKey] takes the first that
 // resolves; [Template.Resolve] resolves one.
 //
+// A route's lookup URL (its verify rule) is a [URLTemplate]: the same
+// request placeholders, each value URL-escaped, with {key}, {key_id} and
+// {env.NAME} besides.
+//
 // Header values are trimmed of spaces and tabs. A value that is a Structured
 // Field string (RFC 8941), such as "abc" with the double quotes, as the IETF
 // Idempotency-Key draft defines the header, is unquoted (escapes decoded,

@@ -18,6 +18,22 @@ import (
 	"github.com/tidwall/sjson"
 )
 
+// FingerprintRule selects (Body) and drops (Ignore) JSON fields of the
+// request body, named by gjson paths, before the body is fingerprinted.
+// The zero rule fingerprints the whole canonical body.
+//
+// Body paths may use any gjson path syntax. Ignore paths are deleted with
+// sjson, so they must use the simpler sjson path syntax (keys, array
+// indexes, escaped dots; no queries or modifiers); see Validate.
+type FingerprintRule struct {
+	Body   []string `json:"body,omitempty"`
+	Ignore []string `json:"ignore,omitempty"`
+	// IgnoreQuery leaves the query string out of the fingerprint (the
+	// route's `fingerprint.query: false`); by default its parameters,
+	// sorted, count.
+	IgnoreQuery bool `json:"ignore_query,omitempty"`
+}
+
 // IsZero reports whether the rule neither selects nor ignores any field, so
 // the whole canonical body is fingerprinted.
 func (r FingerprintRule) IsZero() bool {

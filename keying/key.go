@@ -5,60 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 )
-
-// Resolve returns the template's value for in and whether every placeholder
-// resolved to a non-empty value (a template of literal text only is always
-// ok). Placeholders that do not resolve contribute "" to value.
-//
-// err is non-nil, wrapping ErrMalformedJSON, only when a {body.*}
-// placeholder needs a body that is not valid JSON; value is then "" and ok
-// false. An empty (or all white space) body is not an error: its body
-// placeholders just do not resolve.
-func (t Template) Resolve(in *Input) (value string, ok bool, err error) {
-	value, ok, err = t.expand(in)
-	if err != nil {
-		return "", false, err
-	}
-	return value, ok, nil
-}
-
-// expand is Resolve, except that on error it still returns the value with
-// the failing placeholders as "".
-func (t Template) expand(in *Input) (value string, ok bool, err error) {
-	switch len(t.parts) {
-	case 0:
-		return "", false, nil
-	case 1:
-		v, err := in.lookup(t.parts[0])
-		return v, v != "" && err == nil, err
-	}
-	var stack [8]string
-	vals := stack[:0]
-	if len(t.parts) > len(stack) {
-		vals = make([]string, 0, len(t.parts))
-	}
-	ok = true
-	n := 0
-	for _, p := range t.parts {
-		v, e := in.lookup(p)
-		if e != nil && err == nil {
-			err = e
-		}
-		if v == "" {
-			ok = false
-		}
-		vals = append(vals, v)
-		n += len(v)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, v := range vals {
-		b.WriteString(v)
-	}
-	return b.String(), ok && err == nil, err
-}
 
 // DeriveKey tries the templates in order and returns the value of the first
 // one that fully resolves, with its index. When none resolves it returns

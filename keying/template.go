@@ -18,6 +18,8 @@ const (
 	srcQuery                 // {query.NAME}
 	srcForm                  // {form.NAME}
 	srcBody                  // {body.PATH}
+	srcKey                   // {key}: the derived key (lookup URLs only)
+	srcKeyID                 // {key_id}: the record id (lookup URLs only)
 )
 
 var sourceNames = [...]string{
@@ -26,6 +28,8 @@ var sourceNames = [...]string{
 	srcQuery:   "query",
 	srcForm:    "form",
 	srcBody:    "body",
+	srcKey:     "key",
+	srcKeyID:   "key_id",
 }
 
 func (s source) String() string { return sourceNames[s] }
@@ -69,39 +73,68 @@ func ParseTemplate(s string) (Template, error) {
 	if s == "" {
 		return Template{}, fmt.Errorf("%w: empty", ErrTemplate)
 	}
-	t := Template{src: s}
+	parts, serr := scan(s, parsePlaceholder)
+	switch {
+	case serr == nil:
+	case serr.err != nil:
+		return Template{}, fmt.Errorf("%w %q: placeholder at offset %d: %v", ErrTemplate, s, serr.off, serr.err)
+	case serr.what == "":
+		return Template{}, fmt.Errorf("%w %q: literal text has byte 0x%02x at offset %d (only visible ASCII is allowed)", ErrTemplate, s, s[serr.off], serr.off)
+	default:
+		return Template{}, fmt.Errorf("%w %q: %s at offset %d", ErrTemplate, s, serr.what, serr.off)
+	}
+	t := Template{src: s, parts: parts}
+	for _, p := range parts {
+		if p.src != srcLiteral {
+			t.placeholders++
+		}
+		t.needsBody = t.needsBody || p.src == srcBody || p.src == srcForm
+	}
+	return t, nil
+}
+
+// scanError is why a template does not scan, and where.
+type scanError struct {
+	off  int    // offset in the template
+	what string // "unbalanced '{'" or "unbalanced '}'"; "" for the byte at off, or a placeholder
+	name string // the placeholder's text, when err is its problem
+	err  error
+}
+
+// scan splits s into its literal runs and its placeholders, parsing the
+// text between each pair of braces with ph. Braces must pair and not
+// nest, and literal text is visible ASCII (0x21..0x7E).
+func scan(s string, ph func(string) (part, error)) ([]part, *scanError) {
+	var parts []part
 	lit := 0 // start of the current literal run
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '{':
 			end := strings.IndexAny(s[i+1:], "{}")
 			if end < 0 || s[i+1+end] == '{' {
-				return Template{}, fmt.Errorf("%w %q: unbalanced '{' at offset %d", ErrTemplate, s, i)
+				return nil, &scanError{off: i, what: "unbalanced '{'"}
 			}
 			if lit < i {
-				t.parts = append(t.parts, part{src: srcLiteral, text: s[lit:i]})
+				parts = append(parts, part{src: srcLiteral, text: s[lit:i]})
 			}
-			p, err := parsePlaceholder(s[i+1 : i+1+end])
+			name := s[i+1 : i+1+end]
+			p, err := ph(name)
 			if err != nil {
-				return Template{}, fmt.Errorf("%w %q: placeholder at offset %d: %v", ErrTemplate, s, i, err)
+				return nil, &scanError{off: i, name: name, err: err}
 			}
-			t.parts = append(t.parts, p)
-			t.placeholders++
-			if p.src == srcBody || p.src == srcForm {
-				t.needsBody = true
-			}
+			parts = append(parts, p)
 			i += 1 + end // now at the closing brace
 			lit = i + 1
 		case c == '}':
-			return Template{}, fmt.Errorf("%w %q: unbalanced '}' at offset %d", ErrTemplate, s, i)
+			return nil, &scanError{off: i, what: "unbalanced '}'"}
 		case c < 0x21 || c > 0x7e:
-			return Template{}, fmt.Errorf("%w %q: literal text has byte 0x%02x at offset %d (only visible ASCII is allowed)", ErrTemplate, s, c, i)
+			return nil, &scanError{off: i}
 		}
 	}
 	if lit < len(s) {
-		t.parts = append(t.parts, part{src: srcLiteral, text: s[lit:]})
+		parts = append(parts, part{src: srcLiteral, text: s[lit:]})
 	}
-	return t, nil
+	return parts, nil
 }
 
 // parsePlaceholder parses the text between the braces: "source.name".
@@ -159,18 +192,54 @@ func (t Template) String() string { return t.src }
 // placeholder, i.e. whether resolving it may read the request body.
 func (t Template) NeedsBody() bool { return t.needsBody }
 
-// FingerprintRule selects (Body) and drops (Ignore) JSON fields of the
-// request body, named by gjson paths, before the body is fingerprinted.
-// The zero rule fingerprints the whole canonical body.
+// Resolve returns the template's value for in and whether every placeholder
+// resolved to a non-empty value (a template of literal text only is always
+// ok). Placeholders that do not resolve contribute "" to value.
 //
-// Body paths may use any gjson path syntax. Ignore paths are deleted with
-// sjson, so they must use the simpler sjson path syntax (keys, array
-// indexes, escaped dots; no queries or modifiers); see Validate.
-type FingerprintRule struct {
-	Body   []string `json:"body,omitempty"`
-	Ignore []string `json:"ignore,omitempty"`
-	// IgnoreQuery leaves the query string out of the fingerprint (the
-	// route's `fingerprint.query: false`); by default its parameters,
-	// sorted, count.
-	IgnoreQuery bool `json:"ignore_query,omitempty"`
+// err is non-nil, wrapping ErrMalformedJSON, only when a {body.*}
+// placeholder needs a body that is not valid JSON; value is then "" and ok
+// false. An empty (or all white space) body is not an error: its body
+// placeholders just do not resolve.
+func (t Template) Resolve(in *Input) (value string, ok bool, err error) {
+	value, ok, err = t.expand(in)
+	if err != nil {
+		return "", false, err
+	}
+	return value, ok, nil
+}
+
+// expand is Resolve, except that on error it still returns the value with
+// the failing placeholders as "".
+func (t Template) expand(in *Input) (value string, ok bool, err error) {
+	switch len(t.parts) {
+	case 0:
+		return "", false, nil
+	case 1:
+		v, err := in.lookup(t.parts[0])
+		return v, v != "" && err == nil, err
+	}
+	var stack [8]string
+	vals := stack[:0]
+	if len(t.parts) > len(stack) {
+		vals = make([]string, 0, len(t.parts))
+	}
+	ok = true
+	n := 0
+	for _, p := range t.parts {
+		v, e := in.lookup(p)
+		if e != nil && err == nil {
+			err = e
+		}
+		if v == "" {
+			ok = false
+		}
+		vals = append(vals, v)
+		n += len(v)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, v := range vals {
+		b.WriteString(v)
+	}
+	return b.String(), ok && err == nil, err
 }

@@ -1,0 +1,152 @@
+package keying
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxURLTemplate is the longest URL template ParseURLTemplate accepts.
+const MaxURLTemplate = 2048
+
+// URLTemplate is the template of a lookup URL by which the gateway asks an
+// upstream whether an operation took effect: literal text, {key} (the
+// derived key), {key_id} (the record id), the request placeholders of key
+// templates, and {env.NAME}, which stays as written until ExpandEnv fills
+// it in when the check runs. It is immutable and safe for concurrent use.
+type URLTemplate struct {
+	src   string
+	parts []part
+}
+
+var (
+	// placeholderRE matches a placeholder: a '{' up to the next '}'.
+	placeholderRE = regexp.MustCompile(`\{([^}]*)\}`)
+	envRE         = regexp.MustCompile(`\{env\.([A-Za-z_][A-Za-z0-9_]*)\}`)
+	// validEnvName reports whether s is an environment variable name:
+	// letters, digits and '_', not starting with a digit.
+	validEnvName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString
+)
+
+// ParseURLTemplate parses a lookup URL template: an absolute http or
+// https URL (or one that starts with an {env.NAME} placeholder holding
+// its base), at most MaxURLTemplate bytes of visible ASCII.
+func ParseURLTemplate(s string) (URLTemplate, error) {
+	t := URLTemplate{src: s}
+	if len(s) > MaxURLTemplate {
+		return t, fmt.Errorf("is longer than %d bytes", MaxURLTemplate)
+	}
+	parts, serr := scan(s, parseURLPlaceholder)
+	switch {
+	case serr == nil:
+	case serr.err != nil:
+		return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), serr.name, serr.err)
+	case serr.what == "":
+		return t, fmt.Errorf("%s: byte 0x%02x at offset %d (a URL is visible ASCII; escape it)", quote(s), s[serr.off], serr.off)
+	default:
+		return t, fmt.Errorf("%s: %s at offset %d", quote(s), serr.what, serr.off)
+	}
+	t.parts = parts
+	if strings.HasPrefix(s, "{env.") {
+		return t, nil // the base comes from the environment
+	}
+	// With every placeholder standing for a plain value, the template
+	// must be an absolute http(s) URL with a host.
+	u, err := url.Parse(placeholderRE.ReplaceAllString(s, "x"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return t, fmt.Errorf("%s is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)", quote(s))
+	}
+	return t, nil
+}
+
+func parseURLPlaceholder(name string) (part, error) {
+	switch env, isEnv := strings.CutPrefix(name, "env."); {
+	case name == "key":
+		return part{src: srcKey}, nil
+	case name == "key_id":
+		return part{src: srcKeyID}, nil
+	case isEnv && !validEnvName(env):
+		return part{}, fmt.Errorf("%s is not an environment variable name", quote(env))
+	case isEnv:
+		return part{src: srcLiteral, text: "{" + name + "}"}, nil
+	}
+	p, err := parsePlaceholder(name)
+	if err != nil {
+		return part{}, fmt.Errorf("%v (or {key}, {key_id}, {env.NAME})", err)
+	}
+	return p, nil
+}
+
+// String returns the template as written.
+func (t URLTemplate) String() string { return t.src }
+
+// IsZero reports whether t is the zero template.
+func (t URLTemplate) IsZero() bool { return t.src == "" }
+
+// Resolve fills in the request's placeholders: {key}, {key_id} and the
+// request values, each URL-escaped (every byte but A-Z a-z 0-9 - . _ ~
+// becomes %XX), so a value can neither end its query parameter nor its
+// path segment. {env.NAME} placeholders stay as written, for ExpandEnv
+// when the check runs. ok is false when a placeholder is empty: a lookup
+// for "" would find the wrong thing.
+func (t URLTemplate) Resolve(key, keyID string, in *Input) (resolved string, ok bool, err error) {
+	var b strings.Builder
+	for _, p := range t.parts {
+		var v string
+		switch p.src {
+		case srcLiteral:
+			b.WriteString(p.text)
+			continue
+		case srcKey:
+			v = key
+		case srcKeyID:
+			v = keyID
+		default:
+			if v, err = in.lookup(p); err != nil {
+				return "", false, err
+			}
+		}
+		if v == "" {
+			return "", false, nil
+		}
+		b.WriteString(strings.ReplaceAll(url.QueryEscape(v), "+", "%20"))
+	}
+	return b.String(), true, nil
+}
+
+// CheckEnvText checks the template of a header a lookup sends: text
+// without control characters whose only placeholders are {env.NAME}.
+func CheckEnvText(s string) error {
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("has a control character at offset %d", i)
+	}
+	for _, m := range placeholderRE.FindAllStringSubmatch(s, -1) {
+		if env, ok := strings.CutPrefix(m[1], "env."); !ok || !validEnvName(env) {
+			return fmt.Errorf("placeholder {%s}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", m[1])
+		}
+	}
+	if strings.Contains(placeholderRE.ReplaceAllString(s, ""), "{") {
+		return fmt.Errorf("%s: unbalanced '{'", quote(s))
+	}
+	return nil
+}
+
+// ExpandEnv replaces the {env.NAME} placeholders in s by the values of
+// the environment variables, as they are ("" for one that is not set).
+// Other text, braces included, stays.
+func ExpandEnv(s string) string {
+	return envRE.ReplaceAllStringFunc(s, func(p string) string { return os.Getenv(p[len("{env.") : len(p)-1]) })
+}
+
+// quote returns s quoted as a Go string, cut to 64 characters so that a
+// huge value does not flood an error message.
+func quote(s string) string {
+	if utf8.RuneCountInString(s) > 64 {
+		return fmt.Sprintf("%.64q...", s)
+	}
+	return strconv.Quote(s)
+}

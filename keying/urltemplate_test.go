@@ -1,0 +1,103 @@
+package keying
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestURLTemplateResolve(t *testing.T) {
+	u, err := ParseURLTemplate("{env.CRM_URL}/crm/deals/{body.deal.id}?source_key={key}&id={key_id}&q={query.q}&h={header.X-Tenant}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput("POST", map[string][]string{"X-Tenant": {"acme corp"}}, "q=a%26b", []byte(`{"deal":{"id":"x/../y?"}}`))
+	got, ok, err := u.Resolve("evt 184&x=1", "0123abcd", in)
+	want := "{env.CRM_URL}/crm/deals/x%2F..%2Fy%3F?source_key=evt%20184%26x%3D1&id=0123abcd&q=a%26b&h=acme%20corp"
+	if err != nil || !ok || got != want {
+		t.Fatalf("Resolve = %q, %v, %v\nwant %q", got, ok, err, want)
+	}
+	t.Setenv("CRM_URL", "http://127.0.0.1:9001")
+	if e := ExpandEnv(got); e != "http://127.0.0.1:9001"+want[len("{env.CRM_URL}"):] {
+		t.Errorf("ExpandEnv = %q", e)
+	}
+	if _, ok, err := u.Resolve("k", "id", NewInput("POST", nil, "", []byte(`{}`))); ok || err != nil {
+		t.Errorf("an empty placeholder: ok %v, err %v; want not ok", ok, err)
+	}
+	if _, _, err := u.Resolve("k", "id", NewInput("POST", nil, "", []byte(`{`))); err == nil {
+		t.Error("a body placeholder on a body that is not JSON: no error")
+	}
+	t.Setenv("CRM_TOKEN", "s3cr3t")
+	if e := ExpandEnv("Bearer {env.CRM_TOKEN} {env.UNSET_VARIABLE_X}{not.env} {env.bad-name}"); e != "Bearer s3cr3t {not.env} {env.bad-name}" {
+		t.Errorf("ExpandEnv = %q", e)
+	}
+}
+
+func TestParseURLTemplateErrors(t *testing.T) {
+	long := "http://crm/" + strings.Repeat("a", MaxURLTemplate)
+	for _, tt := range []struct{ in, want string }{
+		{"https://crm.example/deals/{key}", ""},
+		{"{env.CRM_URL}/deals?k={key_id}&e={body.event.id}", ""},
+		{"ftp://crm/x?k={key}", `"ftp://crm/x?k={key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`},
+		{"/deals/{key}", `"/deals/{key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`},
+		{"http://crm/{nope}", `"http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`},
+		{"http://crm/{env.1X}", `"http://crm/{env.1X}": placeholder {env.1X}: "1X" is not an environment variable name`},
+		{"http://crm/{key", `"http://crm/{key": unbalanced '{' at offset 11`},
+		{"http://crm/key}", `"http://crm/key}": unbalanced '}' at offset 14`},
+		{"http://crm/a b", `"http://crm/a b": byte 0x20 at offset 12 (a URL is visible ASCII; escape it)`},
+		{long, "is longer than 2048 bytes"},
+		{long[:80] + "{", `"` + long[:64] + `"...: unbalanced '{' at offset 80`},
+	} {
+		u, err := ParseURLTemplate(tt.in)
+		if got := fmt.Sprint(err); tt.want == "" && err != nil || tt.want != "" && got != tt.want {
+			t.Errorf("ParseURLTemplate(%.40q) error:\n got %v\nwant %s", tt.in, err, tt.want)
+		}
+		if u.String() != tt.in {
+			t.Errorf("String() = %q, want %q", u.String(), tt.in)
+		}
+	}
+	if !(URLTemplate{}).IsZero() {
+		t.Error("zero URLTemplate is not IsZero")
+	}
+}
+
+func TestCheckEnvText(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"Bearer {env.CRM_TOKEN}", ""},
+		{"static", ""},
+		{"a\x01b", "has a control character at offset 1"},
+		{"{header.Authorization}", "placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)"},
+		{"Bearer {env.X", `"Bearer {env.X": unbalanced '{'`},
+	} {
+		if got := fmt.Sprint(CheckEnvText(tt.in)); tt.want == "" && got != "<nil>" || tt.want != "" && got != tt.want {
+			t.Errorf("CheckEnvText(%q) = %s, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzParseURLTemplate checks that parsing and resolving never panic, and
+// that a resolved URL keeps the template's literal text and holds no brace
+// but those of {env.NAME}, each request value escaped.
+func FuzzParseURLTemplate(f *testing.F) {
+	for _, s := range []string{
+		"https://crm/deals?k={key}", "{env.CRM_URL}/x/{body.id}?h={header.X}&q={query.q}&f={form.f}",
+		"http://crm/{key_id}", "http://crm/{", "http://crm/}", "{env.}", "http://a/{env.A}{key}", "http://crm/a b",
+	} {
+		f.Add(s, "evt {1}/&x", `{"id":"a}b{"}`)
+	}
+	f.Fuzz(func(t *testing.T, s, key, body string) {
+		u, err := ParseURLTemplate(s)
+		if err != nil {
+			return
+		}
+		in := NewInput("POST", map[string][]string{"X": {"{v}"}}, "q=%7B", []byte(body))
+		got, ok, err := u.Resolve(key, "0123", in)
+		if err != nil || !ok {
+			return
+		}
+		rest := envRE.ReplaceAllString(got, "")
+		if strings.ContainsAny(rest, "{} ") {
+			t.Fatalf("Resolve(%q) = %q: a raw brace or space outside {env.NAME}", s, got)
+		}
+	})
+}
