@@ -29,7 +29,7 @@ import (
 // The gateway that saw the ambiguity schedules checks (after, then every,
 // up to attempts); a retry that finds the record held runs one check
 // first; an operator may run one at any time. Each check is fenced by the
-// store (BeginCheck, EndCheck): one at a time per record, and its verdict
+// store (a store.CheckLease): one at a time per record, and its verdict
 // lands only while the record is still held under the claim it was made
 // for.
 
@@ -89,21 +89,20 @@ type checkRun struct {
 	verdict string        // what the check found (when ran)
 }
 
-// checkOnce runs one check of record id, held under claimToken, with the
-// route's verify rule: takes the check lease (only when due, if asked),
+// checkOnce runs one check of the record held as held, with the route's
+// verify rule: takes the check lease (only when due, if asked),
 // asks the upstream, and records the verdict. fallback is the check to
 // run when the record carries none; op is the operator who asked for it
 // (nil for the gateway's own checks). A store failure is an error; a
 // lookup failure is a verdict.
-func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
+func (h *Handler) checkOnce(rt *route, held store.Held, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
 	v := rt.Verify
-	checkToken := store.NewToken()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	began := time.Now()
-	rec, ok, err := h.store.BeginCheck(ctx, id, claimToken, checkToken, h.checkLease(v), due)
+	lease, rec, err := store.BeginCheck(ctx, h.store, held, h.checkLease(v), due)
 	cancel()
 	h.metrics.observeStore("begin_check", began, err)
-	if err != nil || !ok {
+	if lease == nil {
 		return checkRun{rec: rec}, err
 	}
 	chk := rec.Check
@@ -118,8 +117,7 @@ func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Che
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), h.opTimeout())
 	began = time.Now()
-	after, ok, err := h.store.EndCheck(ctx, store.CheckOutcome{
-		ID: id, ClaimToken: claimToken, CheckToken: checkToken,
+	after, ok, err := lease.End(ctx, store.CheckReport{
 		Entry: entry, Result: res,
 		NotFoundChecks: v.NotFoundChecks, Every: v.Every, Next: next, TTL: rt.TTL,
 		Operator: op,
@@ -128,7 +126,7 @@ func (h *Handler) checkOnce(rt *route, id, claimToken string, fallback store.Che
 	h.metrics.observeStore("end_check", began, err)
 	h.metrics.verifications.WithLabelValues(rt.Name, entry.Verdict).Inc()
 	fields := []zap.Field{
-		zap.String("route", rt.Name), zap.String("key_id", id), zap.String("trigger", why),
+		zap.String("route", rt.Name), zap.String("key_id", held.ID()), zap.String("trigger", why),
 		zap.String("verdict", entry.Verdict), zap.Int("status", entry.Status),
 		zap.Duration("duration", time.Since(started)),
 	}
@@ -262,13 +260,13 @@ func (h *Handler) verifyHeld(ctx context.Context, g *guarded, method string, in 
 	if other := h.routeNamed(rec.Route); other != nil && other.Verify != nil {
 		rt = other // the headers of the route that made the claim
 	}
-	run, err := h.checkOnce(rt, rec.ID, rec.Token, g.check, false, checkRetry, nil)
+	run, err := h.checkOnce(rt, rec.Held(), g.check, false, checkRetry, nil)
 	if err != nil {
 		h.metrics.storeErrors.WithLabelValues(g.rt.Name, "check").Inc()
 		g.note = "verification check failed: " + err.Error()
 		return nil, nil
 	}
-	if !run.ran && run.rec != nil && run.rec.State == store.StateUnknown && run.rec.Token == rec.Token {
+	if !run.ran && rec.Held().Of(run.rec) {
 		run.rec = h.awaitCheck(ctx, rt, run.rec)
 	}
 	if run.ran {
@@ -337,37 +335,36 @@ func (h *Handler) scheduleChecks(rt *route, c *store.Claim) {
 		return
 	}
 	h.enter()
-	s := &checkSchedule{h: h, rt: rt, id: c.ID(), claimToken: c.Token()}
+	s := &checkSchedule{h: h, rt: rt, held: c.Held()}
 	s.timer = time.AfterFunc(rt.Verify.After, s.run)
 }
 
 // checkSchedule is the scheduled checks of one held record.
 type checkSchedule struct {
-	h          *Handler
-	rt         *route
-	id         string
-	claimToken string
-	timer      *time.Timer
-	failures   int // store failures in a row
+	h        *Handler
+	rt       *route
+	held     store.Held
+	timer    *time.Timer
+	failures int // store failures in a row
 }
 
 // run makes the scheduled check that is due (on the timer's goroutine)
 // and sets the timer for the next one, or ends the schedule.
 func (s *checkSchedule) run() {
 	v := s.rt.Verify
-	run, err := s.h.checkOnce(s.rt, s.id, s.claimToken, store.Check{}, true, checkScheduled, nil)
+	run, err := s.h.checkOnce(s.rt, s.held, store.Check{}, true, checkScheduled, nil)
 	var wait time.Duration
 	switch rec := run.rec; {
 	case err != nil:
 		// The store is unreachable: try again later, a few times.
 		if s.failures++; s.failures > v.Attempts {
 			s.h.logger.Warn("verification schedule gave up: the record store keeps failing; the record stays held",
-				zap.String("route", s.rt.Name), zap.String("key_id", s.id), zap.Error(err))
+				zap.String("route", s.rt.Name), zap.String("key_id", s.held.ID()), zap.Error(err))
 			s.h.leave()
 			return
 		}
 		wait = v.Every
-	case rec == nil || rec.State != store.StateUnknown || rec.Token != s.claimToken,
+	case !s.held.Of(rec),
 		rec.NextCheck.IsZero() || rec.CheckCount >= int64(v.Attempts):
 		// Resolved, or gone, or its scheduled checks are done.
 		s.h.leave()
@@ -408,7 +405,7 @@ func withNextCheck(p *problem, rec *store.Record, now time.Time) {
 func (h *Handler) verifyNow(rt *route, rec *store.Record, act store.Action) (checkRun, error) {
 	h.enter()
 	defer h.leave()
-	return h.checkOnce(rt, rec.ID, rec.Token, store.Check{}, false, checkOperator, &act)
+	return h.checkOnce(rt, rec.Held(), store.Check{}, false, checkOperator, &act)
 }
 
 // ErrNoVerify is returned by VerifyNow when the record's route has no
@@ -441,7 +438,7 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 		return nil, "", err
 	case run.rec == nil:
 		return nil, "", fmt.Errorf("%w: %s", store.ErrNotFound, rec.ID)
-	case !run.ran && run.rec.State == store.StateUnknown && run.rec.Token == rec.Token:
+	case !run.ran && rec.Held().Of(run.rec):
 		return run.rec, "", fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, rec.ID)
 	case !run.ran:
 		return run.rec, "", fmt.Errorf("%w: record %s was resolved while the check ran (it is %s now); the check changed nothing", store.ErrConflict, rec.ID, run.rec.State)

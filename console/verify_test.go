@@ -47,16 +47,16 @@ func TestVerifyFromTheConsole(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if _, ok, err := f.s.BeginCheck(ctx, id, rec.Token, "chk-"+id[:4]+verdict, time.Minute, false); err != nil || !ok {
+		lease, rec, err := store.BeginCheck(ctx, f.s, rec.Held(), time.Minute, false)
+		if err != nil || lease == nil {
 			return rec, fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, id)
 		}
-		o := store.CheckOutcome{ID: id, ClaimToken: rec.Token, CheckToken: "chk-" + id[:4] + verdict,
-			Entry: store.CheckEntry{Status: 200, Verdict: verdict}, NotFoundChecks: 2, Every: time.Minute,
-			Next: time.Minute, TTL: time.Hour, Operator: &act}
+		r := store.CheckReport{Entry: store.CheckEntry{Status: 200, Verdict: verdict}, NotFoundChecks: 2,
+			Every: time.Minute, Next: time.Minute, TTL: time.Hour, Operator: &act}
 		if verdict == store.VerdictApplied {
-			o.Result = store.Result{Status: 201, Body: []byte(`[{"id":"D-9021"}]`), ExternalID: "D-9021"}
+			r.Result = store.Result{Status: 201, Body: []byte(`[{"id":"D-9021"}]`), ExternalID: "D-9021"}
 		}
-		rec, _, err = f.s.EndCheck(ctx, o)
+		rec, _, err = lease.End(ctx, r)
 		return rec, err
 	}
 	id := f.heldWithCheck("verified")

@@ -128,6 +128,12 @@ type CheckOutcome struct {
 	// ID is the record; ClaimToken the token it was held under and
 	// CheckToken the check lease's, as given to BeginCheck.
 	ID, ClaimToken, CheckToken string
+	CheckReport
+}
+
+// CheckReport is what a check found and what follows from it: the part
+// of a CheckOutcome that a CheckLease's End takes.
+type CheckReport struct {
 	// Entry is what the check found (At is set by the store).
 	Entry CheckEntry
 	// Result is what a retry replays when the verdict is applied: the
@@ -152,9 +158,58 @@ type CheckOutcome struct {
 	Operator *Action
 }
 
-// Token is the claim's fencing token: a check of the record the claim
-// leaves held is made under it.
-func (c *Claim) Token() string { return c.req.Token }
+// Held is a record held as outcome unknown, as someone saw it: its id and
+// the token of the claim it was held from. A check of it counts only
+// while the record is still held under that claim.
+type Held struct{ id, token string }
+
+// Held is the hold the record is under, when it is outcome_unknown.
+func (r *Record) Held() Held { return Held{r.ID, r.Token} }
+
+// Held is the hold the claim leaves once it is marked unknown.
+func (c *Claim) Held() Held { return Held{c.req.ID, c.req.Token} }
+
+// ID is the held record's id.
+func (h Held) ID() string { return h.id }
+
+// Of reports whether rec is still outcome_unknown under this hold.
+func (h Held) Of(rec *Record) bool {
+	return rec != nil && rec.State == StateUnknown && rec.ID == h.id && rec.Token == h.token
+}
+
+// CheckOps are the calls of an Engine that a CheckLease makes.
+type CheckOps interface {
+	BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error)
+	EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error)
+}
+
+// CheckLease is the right to run one verification check of a held record
+// and record its verdict, which no other check has meanwhile.
+type CheckLease struct {
+	ops   CheckOps
+	held  Held
+	token string
+}
+
+// BeginCheck takes the check lease of the record held as h on e for lease,
+// under a new check token (see Store.BeginCheck for when it is refused).
+// The lease is nil when it was refused; rec is the record as e left it
+// (nil when it does not exist).
+func BeginCheck(ctx context.Context, e CheckOps, h Held, lease time.Duration, due bool) (l *CheckLease, rec *Record, err error) {
+	token := NewToken()
+	rec, ok, err := e.BeginCheck(ctx, h.id, h.token, token, lease, due)
+	if err != nil || !ok {
+		return nil, rec, err
+	}
+	return &CheckLease{ops: e, held: h, token: token}, rec, nil
+}
+
+// End records the check and applies its verdict under the lease (see
+// Store.EndCheck): false, with the current record, when the record was
+// resolved meanwhile or the lease ran out and another check took over.
+func (l *CheckLease) End(ctx context.Context, r CheckReport) (*Record, bool, error) {
+	return l.ops.EndCheck(ctx, CheckOutcome{ID: l.held.id, ClaimToken: l.held.token, CheckToken: l.token, CheckReport: r})
+}
 
 // BeginCheck takes the check lease of record id for lease (the store's
 // clock): the right to run one check and end it with EndCheck under

@@ -28,8 +28,8 @@ func TestChecksSurviveReopen(t *testing.T) {
 	end := func(e *local.Engine, tok string) *store.Record {
 		t.Helper()
 		rec, ok, err := e.EndCheck(ctx, store.CheckOutcome{ID: id(1), ClaimToken: "A", CheckToken: tok,
-			Entry:          store.CheckEntry{Status: 200, Verdict: store.VerdictNotApplied},
-			NotFoundChecks: 2, Every: time.Hour, Next: time.Minute, TTL: time.Hour})
+			CheckReport: store.CheckReport{Entry: store.CheckEntry{Status: 200, Verdict: store.VerdictNotApplied},
+				NotFoundChecks: 2, Every: time.Hour, Next: time.Minute, TTL: time.Hour}})
 		if err != nil || !ok {
 			t.Fatalf("EndCheck %s: %v, %v", tok, ok, err)
 		}

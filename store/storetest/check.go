@@ -19,6 +19,7 @@ func init() {
 		test{"ClaimKeepsCheck", testClaimKeepsCheck},
 		test{"LeaseExpiryMakesCheckDue", testLeaseExpiryMakesCheckDue},
 		test{"BeginCheckFences", testBeginCheckFences},
+		test{"CheckLease", testCheckLease},
 		test{"EndCheckApplied", testEndCheckApplied},
 		test{"EndCheckNotApplied", testEndCheckNotApplied},
 		test{"EndCheckSchedules", testEndCheckSchedules},
@@ -50,8 +51,10 @@ func heldWithCheck(t *testing.T, e store.Engine, after time.Duration) string {
 func outcome(id, checkToken, verdict string, status int) store.CheckOutcome {
 	return store.CheckOutcome{
 		ID: id, ClaimToken: "tok-A", CheckToken: checkToken,
-		Entry:          store.CheckEntry{Status: status, Verdict: verdict},
-		NotFoundChecks: 2, Every: 10 * time.Second, Next: 10 * time.Second, TTL: time.Hour,
+		CheckReport: store.CheckReport{
+			Entry:          store.CheckEntry{Status: status, Verdict: verdict},
+			NotFoundChecks: 2, Every: 10 * time.Second, Next: 10 * time.Second, TTL: time.Hour,
+		},
 	}
 }
 
@@ -168,6 +171,46 @@ func testBeginCheckFences(t *testing.T, h Harness, e store.Engine) {
 	_, ok, err = e.EndCheck(ctx, outcome(short, "chk-1", store.VerdictNotApplied, 200))
 	mustLose(t, "EndCheck by a check whose lease ran out", ok, err)
 	mustEnd(t, e, outcome(short, "chk-2", store.VerdictError, 0))
+}
+
+// TestCheckLease: the handle the handler holds a check by. A record's
+// Held names it as seen; the lease is taken only while the record is so
+// held, one at a time, and End records the verdict under it.
+func testCheckLease(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := heldWithCheck(t, e, time.Hour)
+	rec, err := e.Get(ctx, id)
+	if err != nil || rec == nil {
+		t.Fatalf("Get: %v, %v", rec, err)
+	}
+	held := rec.Held()
+	if held.ID() != id || !held.Of(rec) {
+		t.Fatalf("Held of the held record: id %q, Of %v", held.ID(), held.Of(rec))
+	}
+	lease, got, err := store.BeginCheck(ctx, e, held, 5*time.Second, false)
+	if err != nil || lease == nil || got == nil || got.CheckLeaseUntil.IsZero() {
+		t.Fatalf("BeginCheck = %v, %+v, %v; want the lease", lease, got, err)
+	}
+	if other, got, err := store.BeginCheck(ctx, e, held, 5*time.Second, false); other != nil || err != nil || !held.Of(got) {
+		t.Fatalf("second BeginCheck while the lease lives = %v, %v; want refused with the record", other, err)
+	}
+	after, ok, err := lease.End(ctx, store.CheckReport{
+		Entry:          store.CheckEntry{Status: 404, Verdict: store.VerdictNotApplied},
+		NotFoundChecks: 1, Every: time.Second, TTL: time.Hour,
+	})
+	mustOK(t, "End", ok, err)
+	if after.State != store.StateReleased || after.Reason != store.ReasonVerifiedNotApplied || held.Of(after) {
+		t.Fatalf("after a not applied verdict with not_found_checks 1: %s %s, still held %v", after.State, after.Reason, held.Of(after))
+	}
+	if _, ok, err := lease.End(ctx, store.CheckReport{Entry: store.CheckEntry{Verdict: store.VerdictError}, NotFoundChecks: 1}); ok || err != nil {
+		t.Errorf("End again on a released record = %v, %v; want false", ok, err)
+	}
+	if l, _, err := store.BeginCheck(ctx, e, held, 5*time.Second, false); l != nil || err != nil {
+		t.Errorf("BeginCheck on the released record = %v, %v; want refused", l, err)
+	}
+	if held.Of(nil) {
+		t.Error("Held.Of(nil) is true")
+	}
 }
 
 // TestEndCheckApplied: an applied verdict completes the record with the
