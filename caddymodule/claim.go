@@ -101,9 +101,9 @@ func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method
 
 // expiredPolicy says what a claim does with a record whose lease ran out:
 // the gateway that held it died mid-call, so the outcome is unknown.
-func expiredPolicy(onUnknown config.OnUnknown) string {
+func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 	if onUnknown == config.OnUnknownRelease {
-		return "release"
+		return store.ExpiredRelease
 	}
-	return "hold"
+	return store.ExpiredHold
 }

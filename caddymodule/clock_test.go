@@ -58,7 +58,7 @@ routes:
 			id := older.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), "k1")
 			dead, err := older.store.Claim(context.Background(), store.ClaimRequest{
 				ID: id, Route: rt.Name, Operation: rt.Operation, Fingerprint: fp, FingerprintRule: rt.fpRule,
-				Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, OnExpired: "release",
+				Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, OnExpired: store.ExpiredRelease,
 			})
 			if err != nil || !dead.Claimed {
 				t.Fatalf("claim: %+v, %v", dead, err)

@@ -15,12 +15,25 @@ import (
 // bytes of [0-9A-Za-z_-].
 func ValidID(id string) bool { return validID(id) }
 
+// Expired is what a claim does with an in-flight record whose lease ran
+// out: its gateway died mid-call, so whether the call took effect is
+// unknown (ClaimRequest.OnExpired).
+type Expired string
+
+const (
+	// ExpiredHold holds the record as outcome_unknown with reason
+	// lease_expired, for an operator or a check (the default).
+	ExpiredHold Expired = "hold"
+	// ExpiredRelease lets this claim take the record over and execute:
+	// for upstreams that honour the forwarded key.
+	ExpiredRelease Expired = "release"
+)
+
 // ClaimArgs are a ClaimRequest's lease, hold TTL and on-expired policy with
 // the defaults applied.
 type ClaimArgs struct {
 	Lease, HoldTTL time.Duration
-	// OnExpired is "hold" or "release".
-	OnExpired string
+	OnExpired      Expired // ExpiredHold or ExpiredRelease
 }
 
 // CheckClaim validates a claim request as Claim does (ErrInvalidID, a
@@ -41,10 +54,10 @@ func CheckClaim(req ClaimRequest) (ClaimArgs, error) {
 		return ClaimArgs{}, errors.New("store: negative lease or hold TTL")
 	}
 	switch req.OnExpired {
-	case "", "hold", "store":
-		a.OnExpired = "hold"
-	case "release":
-		a.OnExpired = "release"
+	case "", ExpiredHold:
+		a.OnExpired = ExpiredHold
+	case ExpiredRelease:
+		a.OnExpired = ExpiredRelease
 	default:
 		return ClaimArgs{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
 	}

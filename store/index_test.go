@@ -70,7 +70,7 @@ func TestIndexFollowsTransitions(t *testing.T) {
 		want State
 		ttl  time.Duration
 	}
-	claim := func(token string, lease time.Duration, onExpired string) func(t *testing.T, s *Store, id string) {
+	claim := func(token string, lease time.Duration, onExpired Expired) func(t *testing.T, s *Store, id string) {
 		return func(t *testing.T, s *Store, id string) {
 			req := claimReq(id, token)
 			req.Lease, req.OnExpired, req.HoldTTL = lease, onExpired, 2*time.Hour

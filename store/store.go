@@ -429,11 +429,10 @@ type ClaimRequest struct {
 	// HoldTTL is the key's lifetime while in flight or held as unknown
 	// (default 720h).
 	HoldTTL time.Duration
-	// OnExpired decides what happens to an in-flight record whose lease ran
-	// out: "hold" (default; also "" and "store", since an expired lease has
-	// no result to store) turns it into outcome_unknown with reason
-	// lease_expired; "release" lets this request take it over.
-	OnExpired string
+	// OnExpired decides what happens to an in-flight record whose lease
+	// ran out (its gateway died mid-call): ExpiredHold (the default, also
+	// for "") or ExpiredRelease.
+	OnExpired Expired
 	// Check is the lookup that verifies the outcome if it turns out
 	// unknown (see BeginCheck), kept on the record by a claim that creates
 	// or takes it over; zero for a route without verification.
@@ -477,26 +476,8 @@ type ClaimResult struct {
 // fingerprint under the record's rule and, if it matches, Claim again with
 // that fingerprint and rule.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	if !validID(req.ID) {
-		return ClaimResult{}, ErrInvalidID
-	}
-	if req.Token == "" {
-		return ClaimResult{}, errors.New("store: claim without a token")
-	}
-	lease, hold := orDefault(req.Lease, DefaultLease), orDefault(req.HoldTTL, DefaultHoldTTL)
-	if lease < 0 || hold < 0 {
-		return ClaimResult{}, errors.New("store: negative lease or hold TTL")
-	}
-	var onExpired string
-	switch req.OnExpired {
-	case "", "hold", "store":
-		onExpired = "hold"
-	case "release":
-		onExpired = "release"
-	default:
-		return ClaimResult{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
-	}
-	if err := req.Check.Validate(); err != nil {
+	args, err := CheckClaim(req)
+	if err != nil {
 		return ClaimResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
@@ -515,7 +496,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		sent := time.Now()
 		var err error
 		v, err = s.run(ctx, "claim", req.ID, claimScript, s.keys(req.ID),
-			req.ID, req.Token, stored, s.notAfter(ctx), ms(hold), onExpired, ms(lease)).Slice()
+			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease)).Slice()
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -539,7 +520,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {
-		return ClaimResult{Claimed: true, Record: createdRecord(req, now, lease), Now: now}, nil
+		return ClaimResult{Claimed: true, Record: createdRecord(req, now, args.Lease), Now: now}, nil
 	}
 	if len(v) != 4 {
 		return ClaimResult{}, errShortReply

@@ -83,7 +83,7 @@ func claimReq(id, token string) ClaimRequest {
 		Token:           token,
 		Lease:           30 * time.Second,
 		HoldTTL:         720 * time.Hour,
-		OnExpired:       "hold",
+		OnExpired:       ExpiredHold,
 	}
 }
 

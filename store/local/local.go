@@ -384,7 +384,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
 		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
 		switch {
-		case expired && a.OnExpired != "release":
+		case expired && a.OnExpired != store.ExpiredRelease:
 			out.State, out.Reason, out.expireAt = store.StateUnknown, "lease_expired", now+hold
 			out.scheduleFirstCheck(now)
 			e.put(s, out)

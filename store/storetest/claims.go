@@ -180,7 +180,7 @@ func testFencingAfterTakeOver(t *testing.T, h Harness, e store.Engine) {
 			id := newID(t)
 			req := claimReq(id, "tok-old")
 			req.Lease = 300 * time.Millisecond
-			req.OnExpired = "release"
+			req.OnExpired = store.ExpiredRelease
 			old := mustClaim(t, e, req)
 			waitPast(t, h, e, old.Record.LeaseUntil)
 
@@ -244,7 +244,7 @@ func testCompleteWritesMissingRecord(t *testing.T, h Harness, e store.Engine) {
 func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
 	cases := []struct {
 		name        string
-		onExpired   string
+		onExpired   store.Expired
 		fingerprint string
 		wantClaimed bool
 		wantState   store.State
@@ -253,7 +253,6 @@ func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
 	}{
 		{"hold", "hold", "fp-1", false, store.StateUnknown, "lease_expired", 1},
 		{"default is hold", "", "fp-1", false, store.StateUnknown, "lease_expired", 1},
-		{"store holds too", "store", "fp-1", false, store.StateUnknown, "lease_expired", 1},
 		{"hold whatever the fingerprint", "hold", "fp-other", false, store.StateUnknown, "lease_expired", 1},
 		{"release takes over", "release", "fp-1", true, store.StateInFlight, "", 2},
 		{"release never for another fingerprint", "release", "fp-other", false, store.StateInFlight, "", 1},
@@ -328,7 +327,7 @@ func testRenewKeepsClaimAlive(t *testing.T, h Harness, e store.Engine) {
 	id := newID(t)
 	req := claimReq(id, "tok-A")
 	req.Lease = 300 * time.Millisecond
-	req.OnExpired = "release"
+	req.OnExpired = store.ExpiredRelease
 	first := mustClaim(t, e, req)
 
 	ok, err := e.Renew(ctx, id, "tok-A", time.Minute)

@@ -278,7 +278,7 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 		want store.State
 		ttl  time.Duration
 	}
-	claim := func(token string, lease time.Duration, onExpired string) func(t *testing.T, id string) {
+	claim := func(token string, lease time.Duration, onExpired store.Expired) func(t *testing.T, id string) {
 		return func(t *testing.T, id string) {
 			req := claimReq(id, token)
 			req.Lease, req.OnExpired, req.HoldTTL = lease, onExpired, 2*time.Hour

@@ -76,7 +76,7 @@ func claimReq(id, token string) store.ClaimRequest {
 		Token:           token,
 		Lease:           30 * time.Second,
 		HoldTTL:         720 * time.Hour,
-		OnExpired:       "hold",
+		OnExpired:       store.ExpiredHold,
 	}
 }
 
