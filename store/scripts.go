@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"embed"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -140,3 +142,66 @@ const (
 	codeCheckApplied  = 2 // recorded; completed with the lookup's answer
 	codeCheckReleased = 3 // recorded; released
 )
+
+// run runs a script on the record's slot: EVALSHA, or EVAL when the
+// server's script cache lost it (after a restart or a failover to a node
+// that never loaded it). For claims and completions on a store with
+// WaitReplicas, a WAIT follows in the same pipeline: one round trip, on the
+// connection that made the write, so it waits for exactly that write.
+func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.wait <= 0 || !waitedOp(op) {
+		return s.batch.do(ctx, sc, keys, args)
+	}
+	pipeline := s.client.Pipeline
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		// A keyless WAIT in a cluster pipeline would go to any node: pin
+		// the pipeline to the node that owns the record.
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		pipeline = node.Pipeline
+	}
+	cmd, wait := s.runWaiting(ctx, pipeline(), sc.EvalSha, keys, args)
+	if isNoScript(cmd.Err()) {
+		cmd, wait = s.runWaiting(ctx, pipeline(), sc.Eval, keys, args)
+	}
+	if isRedirect(cmd.Err()) {
+		// The slot moved between the cluster map and the call: the
+		// script did not run. Let the cluster client follow the
+		// redirection; this one write goes unwaited, and says so.
+		cmd = sc.Run(ctx, s.client, keys, args...)
+		if cmd.Err() == nil {
+			s.shortWait(op, id, 0, errors.New("slot moved; WAIT skipped"))
+		}
+		return cmd
+	}
+	if cmd.Err() != nil {
+		return cmd
+	}
+	n, err := wait.Int64()
+	if err != nil || int(n) < s.wait {
+		s.shortWait(op, id, int(n), err)
+	}
+	return cmd
+}
+
+type scriptCall func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+
+func (s *Store) runWaiting(ctx context.Context, pipe redis.Pipeliner, call scriptCall, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+	cmd := call(ctx, pipe, keys, args...)
+	// ms rounds up: the timeout is never 0, which would block for good.
+	wait := pipe.Do(ctx, "wait", s.wait, ms(s.waitTimeout))
+	_, _ = pipe.Exec(ctx) // errors are on the commands
+	return cmd, wait
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+func isRedirect(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK "))
+}
