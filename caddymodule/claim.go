@@ -20,21 +20,18 @@ import (
 // genuine retry into a mismatch, nor a different payload into a takeover.
 func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	req := h.claimRequest(g, fp, g.rt.fpRule)
-	res, err := h.claimOnce(ctx, req, g.rt.TTL)
+	res, err := h.claimOnce(ctx, req)
 	if err == nil {
 		if oldFP, ok := h.claimableUnderOldRule(res, g.rt, method, in); ok {
 			req = h.claimRequest(g, oldFP, res.Record.FingerprintRule)
-			res, err = h.claimOnce(ctx, req, g.rt.TTL)
+			res, err = h.claimOnce(ctx, req)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	g.rec, g.now = res.Record, res.Now
-	if !res.Claimed {
-		return nil, nil
-	}
-	return store.Hold(h.store, req, res.Record.StartedAt, g.rt.TTL), nil
+	return res.Claim, nil
 }
 
 // claimRequest asks for the request's key under a fingerprint and the
@@ -49,6 +46,7 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		Token:           store.NewToken(),
 		Lease:           g.rt.LockLease,
 		HoldTTL:         g.rt.HoldTTL,
+		TTL:             g.rt.TTL,
 		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
 		Check:           g.check,
 	}
@@ -57,8 +55,8 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 // claimOnce runs one claim. The claim must not be abandoned halfway
 // because the client hung up: a claim that landed but whose answer was
 // lost would sit until its lease ran out. The store bounds every call by
-// op_timeout itself. ttl is the route's, for a claim given back.
-func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest, ttl time.Duration) (store.ClaimResult, error) {
+// op_timeout itself.
+func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	began := time.Now()
 	res, err := h.store.Claim(context.WithoutCancel(ctx), req)
 	h.metrics.observeStore("claim", began, err)
@@ -66,7 +64,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest, ttl tim
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
 		h.enter()
-		go h.releaseLost(store.Hold(h.store, req, time.Time{}, ttl))
+		go h.releaseLost(store.Hold(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
 	return res, nil

@@ -429,6 +429,9 @@ type ClaimRequest struct {
 	// HoldTTL is the key's lifetime while in flight or held as unknown
 	// (default 720h).
 	HoldTTL time.Duration
+	// TTL is how long the record lives once the claim completes or
+	// releases it (default 24h): the Claim handle's.
+	TTL time.Duration
 	// OnExpired decides what happens to an in-flight record whose lease
 	// ran out (its gateway died mid-call): ExpiredHold (the default, also
 	// for "") or ExpiredRelease.
@@ -444,6 +447,9 @@ type ClaimResult struct {
 	// Claimed is true when the caller now owns the key with req.Token and
 	// must call the upstream.
 	Claimed bool
+	// Claim is the claim the caller holds when Claimed: the handle that
+	// renews, completes, releases or holds it; else nil.
+	Claim *Claim
 	// TakeOver is true when the claim replaced a released record or an
 	// in-flight one whose lease ran out (executions were incremented).
 	TakeOver bool
@@ -520,7 +526,8 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {
-		return ClaimResult{Claimed: true, Record: createdRecord(req, now, args.Lease), Now: now}, nil
+		rec := createdRecord(req, now, args.Lease)
+		return ClaimResult{Claimed: true, Claim: Hold(s, req, rec.StartedAt, req.TTL), Record: rec, Now: now}, nil
 	}
 	if len(v) != 4 {
 		return ClaimResult{}, errShortReply
@@ -531,12 +538,11 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		return ClaimResult{}, err
 	}
 	rec.Attempts, _ = v[3].(int64)
-	return ClaimResult{
-		Claimed:  code == codeTakeOver || code == codeOwned,
-		TakeOver: code == codeTakeOver,
-		Record:   rec,
-		Now:      now,
-	}, nil
+	res := ClaimResult{TakeOver: code == codeTakeOver, Record: rec, Now: now}
+	if code == codeTakeOver || code == codeOwned {
+		res.Claimed, res.Claim = true, Hold(s, req, rec.StartedAt, req.TTL)
+	}
+	return res, nil
 }
 
 // createdRecord is the record the claim script makes for a new key: what

@@ -407,6 +407,9 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 	}
 	res.Record = out.view()
+	if res.Claimed {
+		res.Claim = store.Hold(e, req, res.Record.StartedAt, req.TTL)
+	}
 	return res, nil
 }
 

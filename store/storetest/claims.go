@@ -18,6 +18,7 @@ import (
 func init() {
 	register(
 		test{"ClaimCompleteReplay", testClaimCompleteReplay},
+		test{"ClaimHandle", testClaimHandle},
 		test{"ClaimRetriedWithSameToken", testClaimRetriedWithSameToken},
 		test{"ClaimRace", testClaimRace},
 		test{"FencingAfterTakeOver", testFencingAfterTakeOver},
@@ -97,6 +98,33 @@ func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
 	if rec, err := e.Get(ctx, newID(t)); rec != nil || err != nil {
 		t.Fatalf("Get(absent) = %v, %v; want nil, nil", rec, err)
 	}
+}
+
+// TestClaimHandle: a claim that is taken comes with its handle, which
+// carries the id, the token, the lease and the TTLs of the request: it
+// renews and completes the record without them being passed again.
+func testClaimHandle(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	req := claimReq(id, "tok-A")
+	req.Lease, req.TTL = 20*time.Second, time.Hour
+	c := mustClaim(t, e, req).Claim
+	if c == nil || c.ID() != id || c.Lease() != 20*time.Second || c.TTL != time.Hour {
+		t.Fatalf("handle %+v; want id %s, lease 20s, TTL 1h", c, id)
+	}
+	if ok, err := c.Renew(ctx); !ok || err != nil {
+		t.Fatalf("Renew through the handle: %v, %v", ok, err)
+	}
+	if other := mustClaim(t, e, claimReq(id, "tok-B")); other.Claim != nil {
+		t.Fatalf("a second claimant got a handle: %+v", other.Claim)
+	}
+	if ok, err := c.Complete(ctx, sampleResult()); !ok || err != nil {
+		t.Fatalf("Complete through the handle: %v, %v", ok, err)
+	}
+	if rec := mustGet(t, e, id); rec.State != store.StateCompleted || rec.Status != 201 {
+		t.Fatalf("after Complete: %s %d", rec.State, rec.Status)
+	}
+	checkTTL(t, h, e, id, time.Hour)
 }
 
 func testClaimRetriedWithSameToken(t *testing.T, h Harness, e store.Engine) {

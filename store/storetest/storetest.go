@@ -95,6 +95,9 @@ func mustClaim(t testing.TB, e store.Engine, req store.ClaimRequest) store.Claim
 	if res.Record == nil {
 		t.Fatalf("Claim(%s): nil record", req.ID)
 	}
+	if (res.Claim != nil) != res.Claimed || res.Claim != nil && (res.Claim.ID() != req.ID || res.Claim.Held() != res.Record.Held()) {
+		t.Fatalf("Claim(%s): claimed %v with the handle %+v; want a handle of this claim exactly when claimed", req.ID, res.Claimed, res.Claim)
+	}
 	return res
 }
 
