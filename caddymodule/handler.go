@@ -195,38 +195,3 @@ func (h *Handler) decided(g *guarded) {
 		ce.Write(fields...)
 	}
 }
-
-// prepareUpstream readies a claimed request for its one upstream call.
-func prepareUpstream(r *http.Request, rt *route, key string, body *requestBody) {
-	body.forward(r)
-	if rt.ForwardKeyHeader != "" {
-		r.Header.Set(rt.ForwardKeyHeader, key)
-	}
-	hideReplayHints(r.Header)
-}
-
-// hideReplayHints keeps Go's http.Transport from resending the request on
-// its own. The transport treats a request as replayable when its body is
-// empty and it has an "Idempotency-Key" or "X-Idempotency-Key" header, and
-// then silently sends it again when a reused connection breaks, after the
-// upstream may already have acted. Header names are case-insensitive on
-// the wire, so moving the values under lower-case map keys keeps them for
-// the upstream and out of the transport's check.
-func hideReplayHints(h http.Header) {
-	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
-		if v, ok := h[name]; ok {
-			delete(h, name)
-			h[lowerASCII(name)] = v
-		}
-	}
-}
-
-func lowerASCII(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
