@@ -74,12 +74,7 @@ routes:
 // that upstream frameworks route alike are guarded as the route, and the
 // same key on any of them is the same operation (one execution).
 func TestMatchNormalisedRequest(t *testing.T) {
-	h, _ := newHandler(t, `
-routes:
-  - name: deals
-    match: { methods: [POST], path: /crm/deals }
-    key: ["{header.Idempotency-Key}"]
-`, testStores[0].cfg(t))
+	h := dealsHandler(t)
 	up := &counting{}
 	spellings := []struct{ method, path string }{
 		{"POST", "/crm/deals"},
@@ -147,12 +142,7 @@ func TestNormalisePath(t *testing.T) {
 // TestDecisionPlaceholders: the decision is visible to the handlers and
 // logs after the gateway as {http.idempotency.*} placeholders.
 func TestDecisionPlaceholders(t *testing.T) {
-	h, _ := newHandler(t, `
-routes:
-  - name: deals
-    match: { methods: [POST], path: /crm/deals }
-    key: ["{header.Idempotency-Key}"]
-`, testStores[0].cfg(t))
+	h := dealsHandler(t)
 	up := &counting{}
 	for i, want := range []struct{ outcome, replayed string }{{"executed", "false"}, {"replayed", "true"}} {
 		req := httptest.NewRequest("POST", "/crm/deals", strings.NewReader(`{}`))
@@ -186,4 +176,15 @@ func TestCaptureReadFrom(t *testing.T) {
 	if http.NewResponseController(cw).Flush() != nil || !rec.Flushed {
 		t.Error("flush did not reach the client's writer")
 	}
+}
+
+// dealsHandler guards POST /crm/deals by its Idempotency-Key header.
+func dealsHandler(t *testing.T) *Handler {
+	h, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { methods: [POST], path: /crm/deals }
+    key: ["{header.Idempotency-Key}"]
+`, testStores[0].cfg(t))
+	return h
 }

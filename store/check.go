@@ -195,7 +195,7 @@ type CheckLease struct {
 // under a new check token (see Store.BeginCheck for when it is refused).
 // The lease is nil when it was refused; rec is the record as e left it
 // (nil when it does not exist).
-func BeginCheck(ctx context.Context, e CheckOps, h Held, lease time.Duration, due bool) (l *CheckLease, rec *Record, err error) {
+func BeginCheck(ctx context.Context, e CheckOps, h Held, lease time.Duration, due bool) (*CheckLease, *Record, error) {
 	token := NewToken()
 	rec, ok, err := e.BeginCheck(ctx, h.id, h.token, token, lease, due)
 	if err != nil || !ok {
