@@ -41,19 +41,31 @@ var (
 // its headers) `after` the ambiguity, then every `every`, up to
 // `attempts` times, and once more whenever a retry finds the record held.
 //
-// A check whose status is in found.status and whose JSON body has a
-// non-empty value at found.id means applied: the record is completed with
-// the lookup's answer, which retries replay. A status in not_found.status,
-// or a found status with nothing at found.id, means not applied:
-// not_found_checks such answers in a row, `every` apart, release the
-// record and the next retry executes. Anything else leaves it held.
+// A check whose status is in found.status, whose JSON body has a
+// non-empty value at found.id, and whose found.match paths all equal
+// their templates means applied: the record is completed with the value
+// at found.object (default: the whole answer), which retries replay. A
+// status in not_found.status, or a found status with nothing at
+// found.id, means not applied: not_found_checks such answers in a row,
+// `every` apart, release the record and the next retry executes.
+// Anything else leaves it held, including an answer about another key (a
+// match path that differs) and a top-level array of more than one
+// element (a lookup that ignored its filter).
+//
+// Neither the URL nor the headers may copy the caller's credentials
+// (their Authorization, Proxy-Authorization or Cookie headers, a cookie,
+// anything the route's scope uses, a header, parameter or field whose
+// name says it is a credential): the resolved URL is stored on the record
+// and shown to operators. The lookup brings its own, in headers, from
+// {env.NAME}.
 type Verify struct {
 	// URL is the lookup, an absolute http or https URL template:
 	// "{env.CRM_URL}/crm/deals?source_key={key}". Placeholders: {key} (the
 	// derived key), {key_id} (the record id), {header.NAME},
 	// {query.NAME}, {form.NAME} and {body.PATH} of the request, each
 	// URL-escaped, and {env.NAME}, filled in as it is from the
-	// environment of the gateway that runs the check. Required.
+	// environment of the gateway that runs the check. Placeholders that
+	// copy the caller's credentials are a config error. Required.
 	URL string `json:"url,omitempty"`
 	// Method is the lookup's method. Default GET.
 	Method string `json:"method,omitempty"`
@@ -96,6 +108,19 @@ type VerifyFound struct {
 	// external id ("0.id" for the first element of a JSON array).
 	// Required.
 	ID string `json:"id,omitempty"`
+	// Object is a JSON path (gjson syntax) into the lookup's body to the
+	// value a retry replays, such as "0" for the first element of a
+	// search result, so that retries get the object as the operation's
+	// own endpoint answers it. An answer with nothing there is
+	// inconclusive. Default: the whole answer.
+	Object string `json:"object,omitempty"`
+	// Match maps JSON paths (gjson syntax) in the lookup's body to
+	// templates their values must equal, as text: {key}, {key_id},
+	// request placeholders and literal text, such as
+	// {"0.source_key": "{key}"}. An answer whose value at a path differs
+	// or is missing is about another operation: inconclusive, never
+	// applied. The resolved values are kept on the record with the check.
+	Match map[string]string `json:"match,omitempty"`
 }
 
 // VerifyNotFound is what an operation that did not take effect looks like.
@@ -118,7 +143,16 @@ type VerifyRule struct {
 	FoundStatus    []int
 	FoundID        string
 	NotFoundStatus []int
-	ReplayStatus   int // 0: the lookup's status
+	ReplayStatus   int           // 0: the lookup's status
+	FoundObject    string        // "": the whole answer
+	FoundMatch     []VerifyMatch // sorted by path; nil for none
+}
+
+// VerifyMatch is one path of found.match and the template its value
+// must equal.
+type VerifyMatch struct {
+	Path  string
+	Value keying.URLTemplate // a match template (keying.ParseMatchTemplate)
 }
 
 // VerifyHeader is one header a check sends: its canonical name and its
@@ -151,6 +185,11 @@ func resolveVerify(v *Verify) *VerifyRule {
 		FoundID:        v.Found.ID,
 		NotFoundStatus: slices.Clone(firstSlice(v.NotFound.Status, defaultNotFoundStatus)),
 		ReplayStatus:   v.ReplayStatus,
+		FoundObject:    v.Found.Object,
+	}
+	for _, path := range slices.Sorted(maps.Keys(v.Found.Match)) {
+		t, _ := keying.ParseMatchTemplate(v.Found.Match[path]) // validated
+		rule.FoundMatch = append(rule.FoundMatch, VerifyMatch{Path: path, Value: t})
 	}
 	for name, value := range v.Headers {
 		rule.Headers = append(rule.Headers, VerifyHeader{Name: http.CanonicalHeaderKey(name), Value: value})
@@ -175,8 +214,13 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 		c.add(route+"verify", "needs on_unknown_outcome hold or store (the route inherits release from defaults.on_unknown_outcome): under release nothing is held to verify")
 	}
 
+	creds := newCallerCredentials(firstSlice(rt.Scope, def.Scope, []string{defaultScope}))
 	if v.URL == "" {
 		c.add(f("url"), "is required, e.g. \"{env.CRM_URL}/crm/deals?source_key={key}\"")
+	} else if leaks := creds.in(v.URL); len(leaks) > 0 {
+		for _, l := range leaks {
+			c.add(f("url"), "placeholder {%s} copies the caller's credentials (%s), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}", l.name, l.why)
+		}
 	} else if _, err := keying.ParseURLTemplate(v.URL); err != nil {
 		c.add(f("url"), "%v", err)
 	}
@@ -197,7 +241,9 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 		case verifyReservedHeaders[canon]:
 			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
 		default:
-			if err := keying.CheckEnvText(v.Headers[name]); err != nil {
+			if leaks := creds.in(v.Headers[name]); len(leaks) > 0 {
+				c.add(field, "placeholder {%s} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", leaks[0].name)
+			} else if err := keying.CheckEnvText(v.Headers[name]); err != nil {
 				c.add(field, "%v", err)
 			}
 		}
@@ -218,6 +264,29 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 		c.add(f("found.id"), "is required: the JSON path of the external id in the lookup's answer, e.g. \"0.id\"")
 	} else if strings.TrimSpace(v.Found.ID) == "" {
 		c.add(f("found.id"), "must not be an empty path")
+	}
+	if v.Found.Object != "" && strings.TrimSpace(v.Found.Object) == "" {
+		c.add(f("found.object"), "must not be an empty path (leave it out to replay the whole answer)")
+	}
+	if v.Found.Match != nil && len(v.Found.Match) == 0 {
+		c.add(f("found.match"), "must not be empty (leave it out to match nothing)")
+	}
+	for _, path := range slices.Sorted(maps.Keys(v.Found.Match)) {
+		field, tmpl := f("found.match."+path), v.Found.Match[path]
+		switch leaks := creds.in(tmpl); {
+		case strings.TrimSpace(path) == "":
+			c.add(f("found.match"), "%s: a path must not be empty", quote(path))
+		case tmpl == "":
+			c.add(field, "must not be empty: a template such as \"{key}\"")
+		case len(leaks) > 0:
+			for _, l := range leaks {
+				c.add(field, "placeholder {%s} copies the caller's credentials (%s), and the resolved value is stored on the record and shown to operators", l.name, l.why)
+			}
+		default:
+			if _, err := keying.ParseMatchTemplate(tmpl); err != nil {
+				c.add(field, "%v", err)
+			}
+		}
 	}
 	c.statuses(f("found.status"), v.Found.Status)
 	c.statuses(f("not_found.status"), v.NotFound.Status)

@@ -18,7 +18,7 @@ const verifyRules = `routes:
     verify:
       url: "{env.CRM_URL}/crm/deals?source_key={key}&event={body.id}"
       headers: { Authorization: "Bearer {env.CRM_TOKEN}", X-Static: "demo" }
-      found: { status: [200], id: "0.id" }
+      found: { status: [200], id: "0.id", object: "0", match: { "0.source_key": "{key}", 0.event: "{body.id}" } }
       replay_status: 201
   - name: tuned
     match: { path: /tuned }
@@ -56,7 +56,8 @@ func TestVerifyResolve(t *testing.T) {
 		Timeout: 2 * time.Second, After: 2 * time.Second, Every: 10 * time.Second,
 		Attempts: 5, NotFoundChecks: 2,
 		FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
-		ReplayStatus: 201,
+		ReplayStatus: 201, FoundObject: "0",
+		FoundMatch: []VerifyMatch{{"0.event", keying.MustParseMatchTemplate("{body.id}")}, {"0.source_key", keying.MustParseMatchTemplate("{key}")}},
 	}
 	if !reflect.DeepEqual(v, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", v, want)
@@ -65,7 +66,7 @@ func TestVerifyResolve(t *testing.T) {
 	if v.Method != "GET" || v.Timeout != 500*time.Millisecond || v.After != 100*time.Millisecond ||
 		v.Every != 300*time.Millisecond || v.Attempts != 0 || v.NotFoundChecks != 3 ||
 		!reflect.DeepEqual(v.FoundStatus, []int{200, 203}) || !reflect.DeepEqual(v.NotFoundStatus, []int{404, 410}) ||
-		!v.Found(203) || v.Found(404) || !v.NotFound(410) || v.ReplayStatus != 0 {
+		!v.Found(203) || v.Found(404) || !v.NotFound(410) || v.ReplayStatus != 0 || v.FoundObject != "" || v.FoundMatch != nil {
 		t.Errorf("tuned: %+v", v)
 	}
 	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(); plain[0].Verify != nil {
@@ -125,7 +126,7 @@ func TestVerifyErrors(t *testing.T) {
 			`r.yaml:6: routes[0].verify.url: "ftp://crm/x?k={key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`,
 			`r.yaml:7: routes[0].verify.method: "G T" is not an HTTP method`,
 			`r.yaml:8: routes[0].verify.headers.Host: Host is set by the gateway itself and may not be configured`,
-			`r.yaml:8: routes[0].verify.headers.X-A: placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:8: routes[0].verify.headers.X-A: placeholder {header.Authorization} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
 			`r.yaml:8: routes[0].verify.headers.X-B: placeholder {env.1X}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
 			`r.yaml:9: routes[0].verify.timeout: must be at most 1m0s, got 2m0s: a retry waits for its check`,
 			`r.yaml:10: routes[0].verify.found.status[1]: 700 is not an HTTP status (100 to 599)`,
@@ -148,6 +149,42 @@ func TestVerifyErrors(t *testing.T) {
 		}},
 		{"url placeholders", head + "    verify:\n      url: \"http://crm/{nope}\"\n      found: { id: id }\n", []string{
 			`r.yaml:6: routes[0].verify.url: "http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`,
+		}},
+		{"caller credentials", "defaults: { scope: [\"{header.X-Api-Key}:{query.tenant}\"] }\n" + head + `    verify:
+      url: "http://crm/x?k={key}&a={header.Authorization}&b={header.x-api-key}&c={query.tenant}&d={query.access_token}&e={header.Cookie}"
+      headers: { X-A: "{http.request.header.Authorization}", X-B: "{cookie.sid}" }
+      found:
+        id: id
+        match: { a: "{header.Proxy-Authorization}", b: "{body.client_secret}", c: "{key}" }
+`, []string{
+			`r.yaml:7: routes[0].verify.url: placeholder {header.Authorization} copies the caller's credentials (the Authorization header), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:7: routes[0].verify.url: placeholder {header.x-api-key} copies the caller's credentials (the route's scope uses it), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:7: routes[0].verify.url: placeholder {query.tenant} copies the caller's credentials (the route's scope uses it), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:7: routes[0].verify.url: placeholder {query.access_token} copies the caller's credentials (its name says so), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:7: routes[0].verify.url: placeholder {header.Cookie} copies the caller's credentials (the Cookie header), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:8: routes[0].verify.headers.X-A: placeholder {http.request.header.Authorization} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:8: routes[0].verify.headers.X-B: placeholder {cookie.sid} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
+			`r.yaml:11: routes[0].verify.found.match.a: placeholder {header.Proxy-Authorization} copies the caller's credentials (the Proxy-Authorization header), and the resolved value is stored on the record and shown to operators`,
+			`r.yaml:11: routes[0].verify.found.match.b: placeholder {body.client_secret} copies the caller's credentials (its name says so), and the resolved value is stored on the record and shown to operators`,
+		}},
+		{"caddy placeholders in the url", head + "    verify:\n      url: \"http://crm/x?k={key}&a={http.request.header.Authorization}&b={http.request.cookie.sid}\"\n      found: { id: id }\n", []string{
+			`r.yaml:6: routes[0].verify.url: placeholder {http.request.header.Authorization} copies the caller's credentials (the Authorization header), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+			`r.yaml:6: routes[0].verify.url: placeholder {http.request.cookie.sid} copies the caller's credentials (a cookie), and the resolved URL is stored on the record and shown to operators: give the lookup its own in verify.headers with {env.NAME}`,
+		}},
+		{"found object and match", head + `    verify:
+      url: "http://crm/x?k={key}"
+      found:
+        id: id
+        object: " "
+        match: { "": "{key}", " ": x, a: "", b: "{nope}", c: "{env.CRM_TOKEN}", d: "has space" }
+`, []string{
+			`r.yaml:9: routes[0].verify.found.object: must not be an empty path (leave it out to replay the whole answer)`,
+			`r.yaml:10: routes[0].verify.found.match: "": a path must not be empty`,
+			`r.yaml:10: routes[0].verify.found.match: " ": a path must not be empty`,
+			`r.yaml:10: routes[0].verify.found.match.a: must not be empty: a template such as "{key}"`,
+			`r.yaml:10: routes[0].verify.found.match.b: "{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id})`,
+			`r.yaml:10: routes[0].verify.found.match.c: "{env.CRM_TOKEN}": placeholder {env.CRM_TOKEN}: {env.NAME} is not allowed here (the value is compared with the answer, not sent)`,
+			`r.yaml:10: routes[0].verify.found.match.d: "has space": byte 0x20 at offset 3 (literal text is visible ASCII)`,
 		}},
 		{"unknown field", head + "    verify:\n      url: http://crm/{key}\n      found: { id: id }\n      evry: 1s\n", []string{
 			`r.yaml:8: routes[0].verify.evry: unknown field; did you mean every?`,

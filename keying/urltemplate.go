@@ -94,6 +94,13 @@ func (t URLTemplate) IsZero() bool { return t.src == "" }
 // when the check runs. ok is false when a placeholder is empty: a lookup
 // for "" would find the wrong thing.
 func (t URLTemplate) Resolve(key, keyID string, in *Input) (resolved string, ok bool, err error) {
+	return t.resolve(key, keyID, in, urlEscape)
+}
+
+// urlEscape escapes every byte but A-Z a-z 0-9 - . _ ~.
+func urlEscape(v string) string { return strings.ReplaceAll(url.QueryEscape(v), "+", "%20") }
+
+func (t URLTemplate) resolve(key, keyID string, in *Input, escape func(string) string) (string, bool, error) {
 	var b strings.Builder
 	for _, p := range t.parts {
 		var v string
@@ -106,6 +113,7 @@ func (t URLTemplate) Resolve(key, keyID string, in *Input) (resolved string, ok 
 		case srcKeyID:
 			v = keyID
 		default:
+			var err error
 			if v, err = in.lookup(p); err != nil {
 				return "", false, err
 			}
@@ -113,9 +121,66 @@ func (t URLTemplate) Resolve(key, keyID string, in *Input) (resolved string, ok 
 		if v == "" {
 			return "", false, nil
 		}
-		b.WriteString(strings.ReplaceAll(url.QueryEscape(v), "+", "%20"))
+		b.WriteString(escape(v))
 	}
 	return b.String(), true, nil
+}
+
+// ParseMatchTemplate parses the template of a value a lookup's answer
+// must hold (a verify rule's found.match): literal text (visible ASCII),
+// {key}, {key_id} and the request placeholders of key templates. No
+// {env.NAME}: the value is compared with the answer, never sent.
+// Resolve it with ResolveText.
+func ParseMatchTemplate(s string) (URLTemplate, error) {
+	t := URLTemplate{src: s}
+	if len(s) > MaxURLTemplate {
+		return t, fmt.Errorf("is longer than %d bytes", MaxURLTemplate)
+	}
+	parts, serr := scan(s, parseMatchPlaceholder)
+	switch {
+	case serr == nil:
+	case serr.err != nil:
+		return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), serr.name, serr.err)
+	case serr.what == "":
+		return t, fmt.Errorf("%s: byte 0x%02x at offset %d (literal text is visible ASCII)", quote(s), s[serr.off], serr.off)
+	default:
+		return t, fmt.Errorf("%s: %s at offset %d", quote(s), serr.what, serr.off)
+	}
+	t.parts = parts
+	return t, nil
+}
+
+func parseMatchPlaceholder(name string) (part, error) {
+	switch {
+	case name == "key":
+		return part{src: srcKey}, nil
+	case name == "key_id":
+		return part{src: srcKeyID}, nil
+	case strings.HasPrefix(name, "env."):
+		return part{}, fmt.Errorf("{env.NAME} is not allowed here (the value is compared with the answer, not sent)")
+	}
+	p, err := parsePlaceholder(name)
+	if err != nil {
+		return part{}, fmt.Errorf("%v (or {key}, {key_id})", err)
+	}
+	return p, nil
+}
+
+// MustParseMatchTemplate is like ParseMatchTemplate but panics on error,
+// for templates fixed in code and tests.
+func MustParseMatchTemplate(s string) URLTemplate {
+	t, err := ParseMatchTemplate(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// ResolveText is Resolve without the escaping: the values as they are,
+// for a template made by ParseMatchTemplate. ok is false when a
+// placeholder is empty.
+func (t URLTemplate) ResolveText(key, keyID string, in *Input) (resolved string, ok bool, err error) {
+	return t.resolve(key, keyID, in, func(v string) string { return v })
 }
 
 // CheckEnvText checks the template of a header a lookup sends: text

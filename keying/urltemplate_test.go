@@ -101,3 +101,31 @@ func FuzzParseURLTemplate(f *testing.F) {
 		}
 	})
 }
+
+// TestMatchTemplate: a found.match template resolves to the values as
+// they are (no escaping), and takes no {env.NAME}.
+func TestMatchTemplate(t *testing.T) {
+	m, err := ParseMatchTemplate("{key}|{key_id}|{body.deal.id}|{header.X-Tenant}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput("POST", map[string][]string{"X-Tenant": {"acme corp"}}, "", []byte(`{"deal":{"id":"x/../y?"}}`))
+	if got, ok, err := m.ResolveText("evt 184&x=1", "0123abcd", in); err != nil || !ok || got != "evt 184&x=1|0123abcd|x/../y?|acme corp" {
+		t.Errorf("ResolveText = %q, %v, %v", got, ok, err)
+	}
+	if _, ok, err := m.ResolveText("k", "id", NewInput("POST", nil, "", []byte(`{}`))); ok || err != nil {
+		t.Errorf("an empty placeholder: ok %v, err %v; want not ok", ok, err)
+	}
+	for _, tt := range []struct{ in, want string }{
+		{"created", ""},
+		{"{env.CRM_TOKEN}", `"{env.CRM_TOKEN}": placeholder {env.CRM_TOKEN}: {env.NAME} is not allowed here (the value is compared with the answer, not sent)`},
+		{"{nope}", `"{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id})`},
+		{"a b", `"a b": byte 0x20 at offset 1 (literal text is visible ASCII)`},
+		{"{key", `"{key": unbalanced '{' at offset 0`},
+	} {
+		_, err := ParseMatchTemplate(tt.in)
+		if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && got != tt.want) {
+			t.Errorf("ParseMatchTemplate(%q) = %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}
