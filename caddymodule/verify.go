@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,21 +60,36 @@ func (h *Handler) provisionVerify() {
 }
 
 // resolveCheck resolves the route's check from the request, for the claim
-// to keep on the record; zero when the route has none or a placeholder is
-// empty (a lookup for "" would find the wrong thing: such a record is held
-// for an operator as without verify).
+// to keep on the record: its URL and the values of found.match. It is
+// zero when the route has none or a placeholder is empty (a lookup for ""
+// would find the wrong thing), or a match value is too long or not UTF-8:
+// such a record is held for an operator as without verify.
 func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
 	v := rt.Verify
 	if v == nil {
 		return store.Check{}
 	}
-	u, ok, err := v.URL.Resolve(key, id, in)
-	if err != nil || !ok {
-		h.logger.Debug("verify: the check URL cannot be resolved from this request; an unknown outcome will be held for an operator",
-			zap.String("route", rt.Name), zap.String("key_id", id), zap.Bool("empty_placeholder", err == nil))
+	unresolved := func(what string, err error) store.Check {
+		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
+			zap.String("route", rt.Name), zap.String("key_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
 		return store.Check{}
 	}
-	return store.Check{Method: v.Method, URL: u, After: v.After}
+	u, ok, err := v.URL.Resolve(key, id, in)
+	if err != nil || !ok {
+		return unresolved("url", err)
+	}
+	chk := store.Check{Method: v.Method, URL: u, After: v.After}
+	for _, m := range v.FoundMatch {
+		val, ok, err := m.Value.ResolveText(key, id, in)
+		if err != nil || !ok {
+			return unresolved("found.match", err)
+		}
+		if len(val) > store.MaxCheckMatchValue || !utf8.ValidString(val) {
+			return unresolved("found.match", errors.New("too long or not UTF-8"))
+		}
+		chk.Match = append(chk.Match, store.CheckMatch{Path: m.Path, Value: val})
+	}
+	return chk
 }
 
 // checkLease is how long a check may hold its record's check lease: the
@@ -207,23 +223,55 @@ func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Re
 	case keying.CheckDepth(body) != nil || !gjson.ValidBytes(body):
 		return entry, store.Result{}, "the answer is not JSON"
 	}
-	found := gjson.GetBytes(body, v.FoundID)
-	if !found.Exists() || found.Type == gjson.Null || found.String() == "" {
-		entry.Verdict = store.VerdictNotApplied
-		return entry, store.Result{}, ""
+	verdict, res, note := judge(v, chk, body)
+	if entry.Verdict = verdict; entry.Verdict != store.VerdictApplied {
+		return entry, store.Result{}, note
 	}
-	if len(found.String()) > adminMaxExternalID {
-		return entry, store.Result{}, "the external id in the answer is too long"
-	}
-	entry.Verdict = store.VerdictApplied
-	res := store.Result{Status: resp.StatusCode, Body: body, ExternalID: found.String()}
-	if v.ReplayStatus != 0 {
-		res.Status = v.ReplayStatus
-	}
+	res.Status = cmp.Or(v.ReplayStatus, resp.StatusCode)
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		res.Header = http.Header{"Content-Type": {ct}}
 	}
 	return entry, res, ""
+}
+
+// judge reads a lookup's answer with a found status, JSON within its
+// depth limit: not applied when nothing is at found.id; inconclusive when
+// its top level is an array of more than one element (a lookup that
+// ignored its filter lists everything), when a match value differs or
+// is missing (an answer about another operation), or when nothing is at
+// found.object; otherwise applied, with the value at found.object (or
+// the whole answer) as the result's body and the value at found.id as
+// its external id.
+func judge(v *config.VerifyRule, chk store.Check, body []byte) (string, store.Result, string) {
+	n := 0
+	if top := gjson.ParseBytes(body); top.IsArray() {
+		top.ForEach(func(_, _ gjson.Result) bool { n++; return n < 2 })
+	}
+	if n > 1 {
+		return store.VerdictInconclusive, store.Result{}, "the answer lists more than one object"
+	}
+	found := gjson.GetBytes(body, v.FoundID)
+	if !found.Exists() || found.Type == gjson.Null || found.String() == "" {
+		return store.VerdictNotApplied, store.Result{}, ""
+	}
+	for _, m := range chk.Match {
+		got := gjson.GetBytes(body, m.Path)
+		if m.Path == "" || !got.Exists() || got.Type == gjson.Null || got.IsObject() || got.IsArray() || got.String() != m.Value {
+			return store.VerdictInconclusive, store.Result{}, "the answer is about another operation (a found.match value differs)"
+		}
+	}
+	if len(found.String()) > adminMaxExternalID {
+		return store.VerdictInconclusive, store.Result{}, "the external id in the answer is too long"
+	}
+	res := store.Result{Body: body, ExternalID: found.String()}
+	if v.FoundObject != "" {
+		obj := gjson.GetBytes(body, v.FoundObject)
+		if !obj.Exists() || obj.Type == gjson.Null {
+			return store.VerdictInconclusive, store.Result{}, "nothing at found.object in the answer"
+		}
+		res.Body = []byte(obj.Raw)
+	}
+	return store.VerdictApplied, res, ""
 }
 
 // lookupError describes a failed lookup without its URL.
@@ -476,13 +524,15 @@ func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Re
 // verification: the check (its URL may hold the key, never a header),
 // the checks made, and the next one.
 type verificationView struct {
-	Method         string      `json:"method,omitempty"`
-	URL            string      `json:"url,omitempty"`
-	Checks         []checkView `json:"checks"`
-	CheckCount     int64       `json:"check_count"`
-	NextCheck      time.Time   `json:"next_check,omitzero"`
-	NotFoundStreak int64       `json:"not_found_streak,omitempty"`
-	Running        bool        `json:"running,omitempty"`
+	Method string `json:"method,omitempty"`
+	URL    string `json:"url,omitempty"`
+	// Match: the values the answer must hold, by JSON path.
+	Match          map[string]string `json:"match,omitempty"`
+	Checks         []checkView       `json:"checks"`
+	CheckCount     int64             `json:"check_count"`
+	NextCheck      time.Time         `json:"next_check,omitzero"`
+	NotFoundStreak int64             `json:"not_found_streak,omitempty"`
+	Running        bool              `json:"running,omitempty"`
 }
 
 // checkView is one check on the record view.
@@ -502,6 +552,12 @@ func verification(rec *store.Record) *verificationView {
 		Method: rec.Check.Method, URL: rec.Check.URL,
 		Checks:     make([]checkView, 0, len(rec.Checks)),
 		CheckCount: rec.CheckCount, NotFoundStreak: rec.NotFoundStreak,
+	}
+	for _, m := range rec.Check.Match {
+		if v.Match == nil {
+			v.Match = make(map[string]string, len(rec.Check.Match))
+		}
+		v.Match[m.Path] = m.Value
 	}
 	for _, c := range rec.Checks {
 		v.Checks = append(v.Checks, checkView{At: c.At.UTC(), Status: c.Status, Verdict: c.Verdict})

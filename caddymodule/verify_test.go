@@ -5,11 +5,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -26,6 +30,8 @@ func TestLookupVerdicts(t *testing.T) {
 			fmt.Fprint(w, `[{"id":"D-9021"}]`)
 		case "empty":
 			fmt.Fprint(w, `[]`)
+		case "everything": // an API that ignored the filter
+			fmt.Fprint(w, `[{"id":"D-9021","source_key":"evt_1"},{"id":"D-1","source_key":"someone-else"}]`)
 		case "null":
 			fmt.Fprint(w, `[{"id":null}]`)
 		case "404":
@@ -66,6 +72,7 @@ func TestLookupVerdicts(t *testing.T) {
 	}{
 		{"{env.LOOKUP_URL}/?case=found", store.VerdictApplied, 200},
 		{"{env.LOOKUP_URL}/?case=empty", store.VerdictNotApplied, 200},
+		{"{env.LOOKUP_URL}/?case=everything", store.VerdictInconclusive, 200},
 		{"{env.LOOKUP_URL}/?case=null", store.VerdictNotApplied, 200},
 		{"{env.LOOKUP_URL}/?case=404", store.VerdictNotApplied, 404},
 		{"{env.LOOKUP_URL}/?case=500", store.VerdictInconclusive, 500},
@@ -92,6 +99,102 @@ func TestLookupVerdicts(t *testing.T) {
 			if gotAuth != "Bearer tok-123" {
 				t.Errorf("Authorization sent: %q", gotAuth)
 			}
+		}
+	}
+}
+
+// TestLookupMatchAndObject: found.match keeps an answer about another
+// key from being applied, and found.object is what a retry replays (the
+// deal, not the search result around it), with replay_status.
+func TestLookupMatchAndObject(t *testing.T) {
+	answers := map[string]string{
+		"found":      `[{"id":"D-9021","source_key":"evt_1","amount":9900}]`,
+		"other":      `[{"id":"D-1","source_key":"someone-else"}]`,
+		"no_key":     `[{"id":"D-1"}]`,
+		"number":     `[{"id":"D-1","source_key":42}]`,
+		"empty":      `[]`,
+		"everything": `[{"id":"D-9021","source_key":"evt_1"},{"id":"D-1","source_key":"someone-else"}]`,
+		"object":     `{"id":"D-9021","source_key":"evt_1"}`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, answers[r.URL.Query().Get("case")])
+	}))
+	defer srv.Close()
+
+	rt := &route{Resolved: config.Resolved{Name: "r", MaxResponse: 1000, Verify: &config.VerifyRule{
+		Method: "GET", Timeout: time.Second, FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
+		ReplayStatus: 201, FoundObject: "0",
+	}}}
+	h := &Handler{}
+	match := []store.CheckMatch{{Path: "0.source_key", Value: "evt_1"}}
+	for _, tc := range []struct {
+		answer  string
+		match   []store.CheckMatch
+		verdict string
+		body    string
+	}{
+		{"found", match, store.VerdictApplied, `{"id":"D-9021","source_key":"evt_1","amount":9900}`},
+		{"found", nil, store.VerdictApplied, `{"id":"D-9021","source_key":"evt_1","amount":9900}`},
+		{"other", match, store.VerdictInconclusive, ""},
+		{"no_key", match, store.VerdictInconclusive, ""},
+		{"number", []store.CheckMatch{{Path: "0.source_key", Value: "42"}}, store.VerdictApplied, `{"id":"D-1","source_key":42}`},
+		{"empty", match, store.VerdictNotApplied, ""},
+		{"everything", match, store.VerdictInconclusive, ""},
+		{"everything", nil, store.VerdictInconclusive, ""},
+		{"object", nil, store.VerdictNotApplied, ""}, // no "0.id" in an object: nothing found
+	} {
+		entry, res, note := h.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=" + tc.answer, Match: tc.match})
+		if entry.Verdict != tc.verdict {
+			t.Errorf("%s (match %v): %s (%s), want %s", tc.answer, tc.match, entry.Verdict, note, tc.verdict)
+			continue
+		}
+		if tc.verdict != store.VerdictApplied {
+			if res.Status != 0 || res.Body != nil {
+				t.Errorf("%s: a result for a %s answer: %+v", tc.answer, tc.verdict, res)
+			}
+			continue
+		}
+		if res.Status != 201 || string(res.Body) != tc.body || res.ExternalID == "" || res.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: applied result %d %s (external id %q, %v), want 201 %s", tc.answer, res.Status, res.Body, res.ExternalID, res.Header, tc.body)
+		}
+	}
+
+	// An object path with nothing there: inconclusive, not the whole answer.
+	rt.Verify.FoundObject = "0.deal"
+	if entry, res, _ := h.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=found", Match: match}); entry.Verdict != store.VerdictInconclusive || res.Body != nil {
+		t.Errorf("object path missing: %s %s, want inconclusive", entry.Verdict, res.Body)
+	}
+}
+
+// TestResolveCheckMatch: the claim keeps found.match resolved from the
+// request, as text; a match value that is empty, too long or not UTF-8
+// leaves the record without a check (held for an operator).
+func TestResolveCheckMatch(t *testing.T) {
+	u, _ := keying.ParseURLTemplate("http://crm/deals?source_key={key}")
+	rt := &route{Resolved: config.Resolved{Name: "r", Verify: &config.VerifyRule{
+		URL: u, Method: "GET", After: time.Second,
+		FoundMatch: []config.VerifyMatch{
+			{Path: "0.event", Value: keying.MustParseMatchTemplate("{body.id}")},
+			{Path: "0.source_key", Value: keying.MustParseMatchTemplate("{key}")},
+		},
+	}}}
+	h := &Handler{logger: zap.NewNop()}
+	in := keying.NewInput("POST", nil, "", []byte(`{"id":"evt 1/ä"}`))
+	got := h.resolveCheck(rt, "k&1", "0123", in)
+	want := store.Check{Method: "GET", URL: "http://crm/deals?source_key=k%261", After: time.Second,
+		Match: []store.CheckMatch{{Path: "0.event", Value: "evt 1/ä"}, {Path: "0.source_key", Value: "k&1"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("resolveCheck:\n got %+v\nwant %+v", got, want)
+	}
+	for name, body := range map[string]string{
+		"empty":     `{"id":""}`,
+		"missing":   `{}`,
+		"too long":  `{"id":"` + strings.Repeat("x", store.MaxCheckMatchValue+1) + `"}`,
+		"not UTF-8": "{\"id\":\"\xff\"}",
+	} {
+		if c := h.resolveCheck(rt, "k", "0123", keying.NewInput("POST", nil, "", []byte(body))); !c.IsZero() {
+			t.Errorf("%s: a check %+v, want none", name, c)
 		}
 	}
 }

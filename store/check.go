@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,7 +32,8 @@ const (
 	// take effect.
 	VerdictNotApplied = "not_applied"
 	// VerdictInconclusive: the lookup answered something else (another
-	// status, a body that is not JSON, one too large).
+	// status, a body that is not JSON, one too large, an answer about
+	// another operation or a list of several).
 	VerdictInconclusive = "inconclusive"
 	// VerdictError: the lookup gave no answer (connection refused, a
 	// timeout, a check URL that does not resolve).
@@ -58,7 +61,25 @@ type Check struct {
 	// After is how long after the record is held the first scheduled
 	// check is due.
 	After time.Duration
+	// Match lists the values the lookup's answer must hold for the
+	// operation to be found (the route's found.match, resolved from the
+	// request), sorted by path; nil for none.
+	Match []CheckMatch
 }
+
+// CheckMatch is a value a lookup's answer must hold: the text at a JSON
+// path (gjson syntax).
+type CheckMatch struct {
+	Path  string
+	Value string
+}
+
+// Limits of a check's Match.
+const (
+	MaxCheckMatches    = 16
+	MaxCheckMatchPath  = 256
+	MaxCheckMatchValue = 1024
+)
 
 // IsZero reports whether c is no check.
 func (c Check) IsZero() bool { return c.URL == "" }
@@ -80,6 +101,13 @@ func (c Check) Validate() error {
 		return fmt.Errorf("%w: check: the URL is longer than 4096 bytes or has white space or control characters", ErrInvalidArgument)
 	case c.After < 0:
 		return fmt.Errorf("%w: check: negative after", ErrInvalidArgument)
+	case len(c.Match) > MaxCheckMatches:
+		return fmt.Errorf("%w: check: more than %d match values", ErrInvalidArgument, MaxCheckMatches)
+	}
+	for _, m := range c.Match {
+		if m.Path == "" || len(m.Path) > MaxCheckMatchPath || len(m.Value) > MaxCheckMatchValue || !utf8.ValidString(m.Path) || !utf8.ValidString(m.Value) {
+			return fmt.Errorf("%w: check: a match path must be 1 to %d bytes and its value at most %d, both UTF-8", ErrInvalidArgument, MaxCheckMatchPath, MaxCheckMatchValue)
+		}
 	}
 	return nil
 }
@@ -99,20 +127,68 @@ func isToken(s string) bool {
 	return true
 }
 
-// stored is the check's stored form, "METHOD URL" ("" for none).
+// stored is the check's stored form, "METHOD URL" ("" for none), and
+// when it has match values, a line feed (never in a URL) and their
+// EncodeCheckMatch form.
 func (c Check) stored() string {
 	if c.IsZero() {
 		return ""
 	}
+	if len(c.Match) > 0 {
+		return c.Method + " " + c.URL + "\n" + EncodeCheckMatch(c.Match)
+	}
 	return c.Method + " " + c.URL
 }
 
-// Normalized is c as a record gives it back: After in whole milliseconds.
+// checkOf reads a check's stored form.
+func checkOf(stored string, after time.Duration) Check {
+	line, match, _ := strings.Cut(stored, "\n")
+	method, url, _ := strings.Cut(line, " ")
+	return Check{Method: method, URL: url, After: after, Match: DecodeCheckMatch(match)}
+}
+
+// EncodeCheckMatch encodes match values for an engine to store: a JSON
+// array of [path, value] pairs ("" for none).
+func EncodeCheckMatch(m []CheckMatch) string {
+	if len(m) == 0 {
+		return ""
+	}
+	pairs := make([][2]string, len(m))
+	for i, v := range m {
+		pairs[i] = [2]string{v.Path, v.Value}
+	}
+	b, _ := json.Marshal(pairs)
+	return string(b)
+}
+
+// DecodeCheckMatch decodes what EncodeCheckMatch made; nil for "" (and
+// for text it never made, which then matches nothing and is no check of
+// anything: see caddymodule's lookup).
+func DecodeCheckMatch(s string) []CheckMatch {
+	if s == "" {
+		return nil
+	}
+	var pairs [][2]string
+	if json.Unmarshal([]byte(s), &pairs) != nil {
+		return []CheckMatch{{Path: "", Value: s}}
+	}
+	m := make([]CheckMatch, len(pairs))
+	for i, p := range pairs {
+		m[i] = CheckMatch{Path: p[0], Value: p[1]}
+	}
+	return m
+}
+
+// Normalized is c as a record gives it back: After in whole
+// milliseconds, no empty Match.
 func (c Check) Normalized() Check {
 	if c.IsZero() {
 		return Check{}
 	}
 	c.After = time.Duration(msCeil(c.After)) * time.Millisecond
+	if len(c.Match) == 0 {
+		c.Match = nil
+	}
 	return c
 }
 
@@ -348,8 +424,7 @@ func (s *Store) recordReply(cmd *redis.Cmd, id string) (int64, *Record, error) {
 // decodeChecks fills the verification fields of r from its claim part.
 func decodeChecks(r *Record, c *[numClaimFields]string) {
 	if c[cCheck] != "" {
-		method, url, _ := strings.Cut(c[cCheck], " ")
-		r.Check = Check{Method: method, URL: url, After: time.Duration(intOf(c[cCheckAfter])) * time.Millisecond}
+		r.Check = checkOf(c[cCheck], time.Duration(intOf(c[cCheckAfter]))*time.Millisecond)
 	}
 	r.Checks = decodeCheckLog(c[cChecks])
 	r.CheckCount, r.NotFoundStreak = intOf(c[cCheckCount]), intOf(c[cNotFoundStreak])

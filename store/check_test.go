@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -27,11 +28,12 @@ func claimFieldsOf(stored string) (c [numClaimFields]string, ok bool) {
 func TestCheckFieldsOnRedis(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		check := Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?source_key=evt_184", After: 2 * time.Second}
+		check := Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?source_key=evt_184", After: 2 * time.Second,
+			Match: []CheckMatch{{Path: "0.source_key", Value: "evt_184"}}}
 		with, plain := newID(t), newID(t)
 		req := claimReq(with, "tok-A")
 		req.Check = check
-		if res := mustClaim(t, e.s, req); res.Record.Check != check {
+		if res := mustClaim(t, e.s, req); !reflect.DeepEqual(res.Record.Check, check) {
 			t.Errorf("claim reply check %+v, want %+v", res.Record.Check, check)
 		}
 		mustClaim(t, e.s, claimReq(plain, "tok-B"))
@@ -40,7 +42,7 @@ func TestCheckFieldsOnRedis(t *testing.T) {
 			mustOK(t, "MarkUnknown", ok, err)
 		}
 		r := mustGet(t, e.s, with)
-		if r.Check != check || r.NextCheck.IsZero() {
+		if !reflect.DeepEqual(r.Check, check) || r.NextCheck.IsZero() {
 			t.Errorf("record with a check: %+v", r)
 		}
 		stored, err := e.s.Client().Get(ctx, e.s.Key(plain)).Result()

@@ -15,7 +15,11 @@ import (
 // rules, which are the same).
 
 // normalCheck is a claim's check as a record keeps it.
-func normalCheck(c store.Check) store.Check { return c.Normalized() }
+func normalCheck(c store.Check) store.Check {
+	c = c.Normalized()
+	c.Match = slices.Clone(c.Match) // not the caller's
+	return c
+}
 
 // scheduleFirstCheck makes a record that was just held due for its first
 // scheduled check its After from now.

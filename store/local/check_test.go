@@ -9,7 +9,7 @@ import (
 	"github.com/idemgate/idemgate/store/local"
 )
 
-// TestChecksSurviveReopen: a record's check, its checks, streak, next
+// TestChecksSurviveReopen: a record's check (with its match values), its checks, streak, next
 // check and a running check's lease are on disk: after a reopen the
 // record reads the same, the lease still fences a second check, and the
 // check that held it can end.
@@ -20,7 +20,8 @@ func TestChecksSurviveReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := claimReq(id(1), "A")
-	req.Check = store.Check{Method: "GET", URL: "http://crm/deals?source_key=k", After: time.Hour}
+	req.Check = store.Check{Method: "GET", URL: "http://crm/deals?source_key=k", After: time.Hour,
+		Match: []store.CheckMatch{{Path: "0.source_key", Value: "k"}, {Path: "0.title", Value: "Acme \"renewal\"\n"}}}
 	mustClaim(t, e, req)
 	if ok, err := e.MarkUnknown(ctx, id(1), "A", "upstream_5xx", time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -51,7 +52,7 @@ func TestChecksSurviveReopen(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(after, before) {
 		t.Fatalf("after a reopen:\n got %+v, %v\nwant %+v", after, err, before)
 	}
-	if after.Check != req.Check || len(after.Checks) != 1 || after.NotFoundStreak != 1 || after.CheckLeaseUntil.IsZero() {
+	if !reflect.DeepEqual(after.Check, req.Check) || len(after.Checks) != 1 || after.NotFoundStreak != 1 || after.CheckLeaseUntil.IsZero() {
 		t.Fatalf("record: %+v", after)
 	}
 	if _, ok, err := e.BeginCheck(ctx, id(1), "A", "c3", time.Minute, false); ok || err != nil {

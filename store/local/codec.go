@@ -150,7 +150,8 @@ func appendChecks(b []byte, r *rec) []byte {
 	b = binary.AppendVarint(b, r.NotFoundStreak)
 	b = binary.AppendVarint(b, r.notFoundAt)
 	b = appendString(b, r.checkToken)
-	return appendTime(b, r.CheckLeaseUntil)
+	b = appendTime(b, r.CheckLeaseUntil)
+	return appendString(b, store.EncodeCheckMatch(r.Check.Match))
 }
 
 // decodeChecks is the inverse of appendChecks; nothing when the payload
@@ -174,6 +175,9 @@ func decodeChecks(d *reader, r *rec) {
 	r.notFoundAt = d.varint()
 	r.checkToken = d.string()
 	r.CheckLeaseUntil = timeOf(d.varint())
+	if len(d.b) > 0 { // records made before match values lack them
+		r.Check.Match = store.DecodeCheckMatch(d.string())
+	}
 }
 
 func appendAttempt(b []byte, id string, attempts int64) []byte {

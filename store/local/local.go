@@ -203,6 +203,7 @@ func (r *rec) view() *store.Record {
 	}
 	v.Audit = slices.Clone(r.Audit)
 	v.Checks = slices.Clone(r.Checks)
+	v.Check.Match = slices.Clone(r.Check.Match)
 	return &v
 }
 

@@ -30,8 +30,10 @@ func init() {
 	)
 }
 
-// crmCheck is the resolved lookup of the example CRM's deals by key.
-var crmCheck = store.Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?source_key=evt_184", After: 2 * time.Second}
+// crmCheck is the resolved lookup of the example CRM's deals by key,
+// with the values the answer must hold.
+var crmCheck = store.Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?source_key=evt_184", After: 2 * time.Second,
+	Match: []store.CheckMatch{{Path: "0.source_key", Value: "evt_184"}, {Path: `0.note`, Value: "a \"quoted\"\nline, ünïcode"}}}
 
 // heldWithCheck claims a record with crmCheck (after as given) and holds
 // it as outcome unknown under tok-A.
@@ -94,10 +96,10 @@ func testClaimKeepsCheck(t *testing.T, h Harness, e store.Engine) {
 	req := claimReq(id, "tok-A")
 	req.Check = crmCheck
 	res := mustClaim(t, e, req)
-	if res.Record.Check != crmCheck {
+	if !reflect.DeepEqual(res.Record.Check, crmCheck) {
 		t.Errorf("claim reply check = %+v, want %+v", res.Record.Check, crmCheck)
 	}
-	if got := mustGet(t, e, id); got.Check != crmCheck || !got.NextCheck.IsZero() {
+	if got := mustGet(t, e, id); !reflect.DeepEqual(got.Check, crmCheck) || !got.NextCheck.IsZero() {
 		t.Errorf("in flight: check %+v, next %v; want %+v and no next check", got.Check, got.NextCheck, crmCheck)
 	}
 	before := h.Now(t, e)
@@ -106,6 +108,14 @@ func testClaimKeepsCheck(t *testing.T, h Harness, e store.Engine) {
 	got := mustGet(t, e, id)
 	if lo, hi := before.Add(crmCheck.After-time.Second), h.Now(t, e).Add(crmCheck.After); got.NextCheck.Before(lo) || got.NextCheck.After(hi) {
 		t.Errorf("held: next check %v, want %v after the hold (%v..%v)", got.NextCheck, crmCheck.After, lo, hi)
+	}
+	// A check's lease and its end keep the check, match values and all.
+	mustBegin(t, e, id, "tok-A", "chk-1", false)
+	if r := mustEnd(t, e, outcome(id, "chk-1", store.VerdictInconclusive, 200)); !reflect.DeepEqual(r.Check, crmCheck) {
+		t.Errorf("after a check: check %+v, want %+v", r.Check, crmCheck)
+	}
+	if r := mustGet(t, e, id); !reflect.DeepEqual(r.Check, crmCheck) {
+		t.Errorf("read after a check: check %+v, want %+v", r.Check, crmCheck)
 	}
 
 	plain := newID(t)
