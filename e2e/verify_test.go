@@ -62,6 +62,18 @@ routes:
       after: 100ms
       every: 200ms
       attempts: 3
+  - name: strict
+    match: { path: /strict/deals }
+    key: ["{header.Idempotency-Key}"]
+    verify:
+      url: "{env.VERIFY_CRM_URL}/crm/deals?source_key={key}"
+      headers: { Authorization: "Bearer {env.VERIFY_CRM_TOKEN}" }
+      timeout: 1s
+      found: { status: [200], id: "0.id", object: "0", match: { "0.source_key": "{key}" } }
+      replay_status: 201
+      after: 200ms
+      every: 2s
+      attempts: 3
   - name: manual
     match: { path: /manual/deals }
     key: ["{header.Idempotency-Key}"]
@@ -88,6 +100,7 @@ type verifyCRM struct {
 	auth    map[string]bool // Authorization values seen on lookups
 
 	lookupFails  atomic.Bool                   // every lookup answers 500
+	lookupMode   atomic.Value                  // "other": another key's deal; "everything": every deal, the filter ignored
 	lookupGate   atomic.Pointer[chan struct{}] // lookups wait for it when set
 	lookups      atomic.Int64
 	inLookup     atomic.Int64
@@ -199,8 +212,21 @@ func (c *verifyCRM) lookup(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.URL.Query().Get("source_key")
 	out := []map[string]string{}
-	for _, id := range c.dealsOf(key) {
-		out = append(out, map[string]string{"id": id, "source_key": key})
+	switch mode, _ := c.lookupMode.Load().(string); mode {
+	case "other":
+		out = append(out, map[string]string{"id": "D-1", "source_key": "someone-else"})
+	case "everything":
+		c.mu.Lock()
+		for k, ids := range c.deals {
+			for _, id := range ids {
+				out = append(out, map[string]string{"id": id, "source_key": k})
+			}
+		}
+		c.mu.Unlock()
+	default:
+		for _, id := range c.dealsOf(key) {
+			out = append(out, map[string]string{"id": id, "source_key": key})
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)

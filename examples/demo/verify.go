@@ -46,15 +46,18 @@ func actTwo(client *http.Client, gateway, crm, event string) error {
 		ids[i] = d.ID
 	}
 	fmt.Printf("\ndelivery attempts: 2\ndeals in the CRM for event %s: %d (%s)\n", event, len(deals), strings.Join(ids, ", "))
-	var got []struct {
-		ID string `json:"id"`
+	// The retry gets the deal as the create endpoint answers it: the deal
+	// object with 201, not the search result around it.
+	var got struct {
+		ID        string `json:"id"`
+		SourceKey string `json:"source_key"`
 	}
 	switch {
 	case len(deals) != 1:
 		return fmt.Errorf("event %s made %d deals, want 1", event, len(deals))
 	case second.status != http.StatusCreated || second.replayed != "true" ||
-		json.Unmarshal([]byte(second.body), &got) != nil || len(got) != 1 || got[0].ID != deals[0].ID:
-		return fmt.Errorf("the retry got %d %s, want the replay of %s", second.status, second.body, deals[0].ID)
+		json.Unmarshal([]byte(second.body), &got) != nil || got.ID != deals[0].ID || got.SourceKey != event:
+		return fmt.Errorf("the retry got %d %s, want the replay of deal %s (the deal object, 201)", second.status, second.body, deals[0].ID)
 	}
 	return nil
 }
