@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemgate/idemgate/store"
@@ -114,4 +115,43 @@ func TestVerifyListEverything(t *testing.T) {
 			t.Errorf("the other client's deals: %d, want 1", n)
 		}
 	})
+}
+
+// TestVerifyRefusesCallerCredentials: a lookup URL that copies the
+// caller's Authorization header (or the route's scope header) would put
+// the caller's token on the record and in the admin API: the real
+// binary refuses the config, naming the file, line and field.
+func TestVerifyRefusesCallerCredentials(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, rules, want string }{
+		{"authorization", `
+routes:
+  - name: leaky
+    match: { path: /crm/deals }
+    key: ["{header.Idempotency-Key}"]
+    verify:
+      url: "http://127.0.0.1:9/crm/deals?source_key={key}&token={header.Authorization}"
+      found: { id: "0.id" }
+`, "routes.yaml:7: routes[0].verify.url: placeholder {header.Authorization} copies the caller's credentials (the Authorization header)"},
+		{"scope header", `
+defaults:
+  scope: ["{header.X-Api-Key}"]
+routes:
+  - name: leaky
+    match: { path: /crm/deals }
+    key: ["{header.Idempotency-Key}"]
+    verify:
+      url: "http://127.0.0.1:9/crm/deals?source_key={key}"
+      found: { id: "0.id", match: { "0.owner": "{header.X-Api-Key}" } }
+`, "routes.yaml:10: routes[0].verify.found.match.0.owner: placeholder {header.X-Api-Key} copies the caller's credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			gw := writeGateway(t, gatewayConfig{store: "embedded", upstream: "127.0.0.1:9", rules: tc.rules})
+			out, err := gw.command("validate", "--config", gw.caddyfile, "--adapter", "caddyfile").CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("validate: %v\n%s\nwant a failure naming %q", err, out, tc.want)
+			}
+		})
+	}
 }
