@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -437,9 +438,13 @@ func testCheckArguments(t *testing.T, h Harness, e store.Engine) {
 		}
 	}
 	for name, c := range map[string]store.Check{
-		"method":     {Method: "GE T", URL: "http://x/"},
-		"url spaces": {Method: "GET", URL: "http://x/ y"},
-		"no url":     {Method: "GET"},
+		"method":      {Method: "GE T", URL: "http://x/"},
+		"url spaces":  {Method: "GET", URL: "http://x/ y"},
+		"no url":      {Method: "GET"},
+		"match path":  {Method: "GET", URL: "http://x/", Match: []store.CheckMatch{{Path: "", Value: "k"}}},
+		"match value": {Method: "GET", URL: "http://x/", Match: []store.CheckMatch{{Path: "0.k", Value: strings.Repeat("v", store.MaxCheckMatchValue+1)}}},
+		"match UTF-8": {Method: "GET", URL: "http://x/", Match: []store.CheckMatch{{Path: "0.k", Value: "\xff"}}},
+		"matches":     {Method: "GET", URL: "http://x/", Match: make([]store.CheckMatch, store.MaxCheckMatches+1)},
 	} {
 		req := claimReq(newID(t), "tok-A")
 		req.Check = c
