@@ -103,8 +103,9 @@ type confirmPage struct {
 	BodySize int
 }
 
-// serveAction answers POST /records/{id}/{release|complete}: checks
-// origin and token, the record and the form, asks again on confirm
+// serveAction answers POST /records/{id}/{release|complete|verify}:
+// checks origin, the signed-in operator (unless allow_anonymous), token,
+// the record and the form, asks again on confirm
 // routes, then takes the action through the store's fenced operator call
 // and sends the browser back to the record.
 func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageContext, id, action string) {
@@ -112,6 +113,16 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		c.logger.Warn("console: cross-origin action refused", zap.String("key_id", safeID(id)), zap.String("action", action))
 		p.renderError(w, http.StatusForbidden, "Refused: request from another site",
 			"The browser says this form was sent from another site. Open the console itself and act from there.")
+		return
+	}
+	if p.Anonymous && !c.AllowAnonymous {
+		c.logger.Warn("console: action without a signed-in operator refused",
+			zap.String("key_id", safeID(id)), zap.String("action", action))
+		p.renderError(w, http.StatusForbidden, "Refused: nobody is signed in",
+			"Every action is kept on the record with the operator who took it, read from "+c.Actor+
+				", which Caddy's authentication in front of the console sets (basic_auth, or another authentication provider)."+
+				" Here it names nobody, so nothing was changed. Mount the console behind basic_auth and sign in;"+
+				" for a console reachable only from a trusted network, the console option allow_anonymous lets actions through as \"anonymous\".")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)

@@ -515,14 +515,57 @@ func TestPagesAndHeaders(t *testing.T) {
 	// mount path.
 	page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
 	mustContain(t, page, `href="../static/console.css"`, `href="../">`, `action="../records/`+id+`/release"`)
-	// Without a signed-in user, pages say so and actions are recorded as
-	// anonymous.
+	// Without a signed-in user, pages say so.
 	anon := f.do(req{method: "GET", path: "/", user: ""}).Body.String()
 	mustContain(t, anon, "Nobody is signed in")
-	w := f.do(req{method: "POST", path: "/records/" + id + "/release", form: url.Values{
-		"csrf_token": {f.token(id, "")}, "reason": {"r"}}})
-	if w.Code != http.StatusSeeOther || f.get(id).Audit[0].Actor != anonymous {
-		t.Fatalf("anonymous release: %d, audit %+v", w.Code, f.get(id).Audit)
+}
+
+// TestActionsNeedAnOperator: an action needs the user that Caddy's
+// authentication signed in ({http.auth.user.id}); without one it is
+// refused with 403 and a page that says why, and nothing changes, unless
+// the console sets allow_anonymous.
+func TestActionsNeedAnOperator(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		user      string
+		allow     bool
+		action    string
+		code      int
+		wantActor string // "" : refused, the record unchanged
+		page      []string
+	}{
+		{"anonymous release", "", false, actionRelease, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in", "{http.auth.user.id}", "basic_auth", "allow_anonymous"}},
+		{"anonymous complete", "", false, actionComplete, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in"}},
+		{"anonymous verify", "", false, actionVerify, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in"}},
+		{"anonymous release, allow_anonymous", "", true, actionRelease, http.StatusSeeOther, anonymous, nil},
+		{"signed-in release", "alice", false, actionRelease, http.StatusSeeOther, "alice", nil},
+		{"signed-in complete", "bob", false, actionComplete, http.StatusSeeOther, "bob", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.c.AllowAnonymous = tc.allow
+			id := f.held("create_crm_deal", "upstream_5xx")
+			page := f.do(req{method: "GET", path: "/records/" + id, user: tc.user}).Body.String()
+			if tc.user == "" && !tc.allow {
+				mustContain(t, page, "Nobody is signed in", "actions are refused")
+			}
+			w := f.do(req{method: "POST", path: "/records/" + id + "/" + tc.action, user: tc.user, form: url.Values{
+				"csrf_token": {f.token(id, tc.user)}, "reason": {"checked"}, "status": {"201"}, "body": {`{"id":"D-1"}`}}})
+			if w.Code != tc.code {
+				t.Fatalf("POST %s: %d, want %d: %s", tc.action, w.Code, tc.code, w.Body)
+			}
+			mustContain(t, w.Body.String(), tc.page...)
+			rec := f.get(id)
+			switch {
+			case tc.wantActor == "" && (rec.State != store.StateUnknown || len(rec.Audit) != 0):
+				t.Fatalf("a refused action changed the record: %+v", rec)
+			case tc.wantActor != "" && (len(rec.Audit) != 1 || rec.Audit[0].Actor != tc.wantActor):
+				t.Fatalf("audit %+v, want one entry by %s", rec.Audit, tc.wantActor)
+			}
+		})
 	}
 }
 
