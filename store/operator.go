@@ -44,6 +44,10 @@ const (
 	MaxReasonLen    = 2000
 )
 
+// MaxExternalID is the longest external id (bytes) a record keeps, from
+// an upstream's answer, a verification check or an operator.
+const MaxExternalID = 255
+
 // Audit actions.
 const (
 	AuditRelease  = "release"
