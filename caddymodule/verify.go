@@ -212,7 +212,7 @@ func (h *Handler) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Re
 		entry.Verdict = store.VerdictNotApplied
 		return entry, store.Result{}, ""
 	}
-	if len(found.String()) > adminMaxExternalID {
+	if len(found.String()) > store.MaxExternalID {
 		return entry, store.Result{}, "the external id in the answer is too long"
 	}
 	entry.Verdict = store.VerdictApplied
@@ -455,21 +455,7 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 // meanwhile), ErrNoVerify, store.ErrInvalidArgument (act), or the
 // store's failure.
 func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
-	for _, s := range stores.live() {
-		if s.tag != tag {
-			continue
-		}
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if rec == nil {
-			return nil, fmt.Errorf("%w: %s", store.ErrNotFound, id)
-		}
-		rec, _, err = operatorCheck(s, rec, act)
-		return rec, err
-	}
-	return nil, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
+	return stores.verifyNow(ctx, tag, id, act)
 }
 
 // verificationView is what the record view shows of a record's
@@ -536,7 +522,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 	a.log().Info("record verified by an operator",
 		zap.String("route", found.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
 		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
-	return writeJSON(w, view(rec))
+	return writeJSON(w, view(rec, s.redactor(rec.Route)))
 }
 
 // verifyRequest is the body of POST /idempotency/records/{id}/verify,
