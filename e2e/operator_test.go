@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -64,4 +69,73 @@ func TestOperatorWaitsForCheck(t *testing.T) {
 		t.Logf("after the refused complete and release: record %s (%s), deals %d, executions %d",
 			rec.State, rec.Reason, len(crm.dealsOf(key)), rec.Executions)
 	})
+}
+
+// tokenAnswers are upstream answers that carry credentials, by path:
+// what an OAuth token endpoint or a careless API sends back.
+var tokenAnswers = map[string]struct{ contentType, body string }{
+	"/json-as-text": {"text/plain; charset=utf-8", `{"id":"T-1","client_secret":"e2e-secret-1","api_key":"e2e-secret-2"}`},
+	"/json-bom":     {"application/json", "\ufeff" + `{"id":"T-2","password":"e2e-secret-3","nested":{"authorization":"Bearer e2e-secret-4"}}`},
+	"/form":         {"application/x-www-form-urlencoded", `access_token=e2e-secret-5&expires_in=3600&scope=deals`},
+	"/custom":       {"application/json", `{"id":"T-4","card_number":"e2e-secret-6"}`},
+}
+
+const redactRules = `
+defaults:
+  redact_fields: [card_number]
+routes:
+  - name: tokens
+    match: { path: /* }
+    key: ["{header.Idempotency-Key}"]
+`
+
+// TestOperatorRedactsBodies: on the real binary, the admin API's record
+// view and the console's record page (behind basic_auth) show none of
+// the credentials in stored answers that are JSON served as text/plain,
+// JSON with a BOM, a URL-encoded form, or a field named in
+// redact_fields; the replay still carries them.
+//
+// Expected: "[redacted]" in every view, no "e2e-secret-" anywhere in
+// them, the other values kept; replays byte for byte.
+func TestOperatorRedactsBodies(t *testing.T) {
+	up := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		a, ok := tokenAnswers[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", a.contentType)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(a.body))
+	})
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: redactRules, extra: withSecret(""),
+		sites: consoleSite(port, "basic_auth {\n\t\t\talice "+string(hash)+"\n\t\t}", "")})
+	console := fmt.Sprintf("http://127.0.0.1:%d/ops/", port)
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))
+	for path, a := range tokenAnswers {
+		key := "tok" + strings.ReplaceAll(path, "/", "-")
+		first := send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
+		replay := send(t, "POST", gw.url+path, []byte(`{}`), "Idempotency-Key", key)
+		if first.status != http.StatusOK || replay.header.Get("Idempotent-Replayed") != "true" || string(replay.body) != a.body {
+			t.Fatalf("%s: %d, replay %q %q, want the stored answer replayed as sent", path, first.status, replay.header.Get("Idempotent-Replayed"), replay.body)
+		}
+		id := recordID("tokens", "", key)
+		_, view := adminDo(t, gw, http.MethodGet, "/idempotency/records/"+id, "")
+		page := send(t, "GET", console+"records/"+id, nil, "Authorization", auth)
+		for what, text := range map[string]string{"admin API": string(view), "console": string(page.body)} {
+			if strings.Contains(text, "e2e-secret-") || !strings.Contains(text, "[redacted]") {
+				t.Errorf("%s, %s: a credential is shown or nothing is redacted:\n%s", path, what, text)
+			}
+		}
+		var shown struct {
+			Body string `json:"body"`
+		}
+		_ = json.Unmarshal(view, &shown)
+		t.Logf("%s (%s): the admin API shows %s", path, a.contentType, shown.Body)
+	}
 }
