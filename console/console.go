@@ -97,7 +97,7 @@ type Console struct {
 	stores func() []caddymodule.LiveStore
 	origin *http.CrossOriginProtection
 	// verifyNow runs an operator's check; nil: the running gateways'.
-	verifyNow verifyFunc
+	verifyNow caddymodule.VerifyFunc
 }
 
 // CaddyModule returns the Caddy module information.

@@ -161,11 +161,7 @@ func validRecordID(id string) bool {
 // operator is the operator service over the console's stores, the admin
 // API's too.
 func (c *Console) operator() *caddymodule.Operator {
-	var verify caddymodule.VerifyFunc
-	if c.verifyNow != nil {
-		verify = caddymodule.VerifyFunc(c.verifyNow)
-	}
-	return caddymodule.NewOperator(c.stores, verify)
+	return caddymodule.NewOperator(c.stores, c.verifyNow)
 }
 
 // lookup finds a record for a page through the operator service,
