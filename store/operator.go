@@ -162,8 +162,8 @@ func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, act
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
-	if res.Status < 100 || res.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d is not an HTTP status (100-599)", ErrInvalidArgument, res.Status)
+	if err := CheckOperatorResult(res); err != nil {
+		return nil, err
 	}
 	if res.Digest == "" && !res.BodyOmitted {
 		sum := sha256.Sum256(res.Body)
@@ -196,6 +196,19 @@ func ConflictOf(rec *Record) error {
 			ErrConflict, rec.ID, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
 	}
 	return fmt.Errorf("%w: %s is already %s", ErrConflict, rec.ID, rec.State)
+}
+
+// CheckOperatorResult checks an operator's result as every engine's
+// OperatorComplete does: an HTTP status (100 to 599) and an external id
+// of at most MaxExternalID bytes. Errors wrap ErrInvalidArgument.
+func CheckOperatorResult(res Result) error {
+	switch {
+	case res.Status < 100 || res.Status > 599:
+		return fmt.Errorf("%w: status %d is not an HTTP status (100-599)", ErrInvalidArgument, res.Status)
+	case len(res.ExternalID) > MaxExternalID:
+		return fmt.Errorf("%w: the external id is longer than %d bytes", ErrInvalidArgument, MaxExternalID)
+	}
+	return nil
 }
 
 // operator runs an operator script (reply: code + record) and maps its code

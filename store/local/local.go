@@ -601,8 +601,8 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
-	if res.Status < 100 || res.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d is not an HTTP status (100-599)", store.ErrInvalidArgument, res.Status)
+	if err := store.CheckOperatorResult(res); err != nil {
+		return nil, err
 	}
 	if res.Digest == "" && !res.BodyOmitted {
 		sum := sha256.Sum256(res.Body)
