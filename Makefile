@@ -17,9 +17,15 @@ build:
 # example CRM on 127.0.0.1:9001. Ctrl-C stops both. It refuses to start
 # when a port it needs is taken: Caddy listens with SO_REUSEPORT, so a
 # second gateway would bind too and split the traffic with the first.
+# The operator console (127.0.0.1:8443/ops/) gets a password made for the
+# run, printed with its user name.
 run: build
-	@bin/demo -check-ports :8080,127.0.0.1:9001,localhost:2019 -who 'make run'
-	@bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
+	@bin/demo -check-ports :8080,127.0.0.1:9001,localhost:2019,127.0.0.1:8443 -who 'make run'
+	@pw=$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'); \
+	IDEMGATE_CONSOLE_HASH=$$($(BIN) hash-password --plaintext "$$pw") || exit 1; \
+	export IDEMGATE_CONSOLE_HASH; \
+	echo "operator console: http://127.0.0.1:8443/ops/ (user operator, password $$pw)"; \
+	bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
 	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
 	CRM_URL=http://127.0.0.1:9001 $(BIN) run --config Caddyfile.example --adapter caddyfile
 

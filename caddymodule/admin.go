@@ -2,9 +2,7 @@ package caddymodule
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,12 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -39,9 +34,6 @@ const (
 	// adminMaxRequest bounds the JSON body of a complete request (the
 	// response body it carries, possibly base64-encoded, plus headers).
 	adminMaxRequest = 16 << 20
-	// adminMaxExternalID is the longest external id stored, as for ids
-	// taken from upstream responses.
-	adminMaxExternalID = 255
 )
 
 // AdminAPI is the operator API on Caddy's admin endpoint (module
@@ -55,7 +47,9 @@ const (
 //	POST /idempotency/records/{id}/complete   {"status": 201, ..., "reason": "..."}
 //
 // Resolutions are kept on the record as audit entries (actor "admin-api")
-// and logged.
+// and logged. The actions, their checks, the redaction of stored bodies
+// and the statuses of errors are the operator service's (Operator), the
+// same as the console's.
 //
 //	POST /idempotency/records/{id}/verify     {"reason": "..."} (or no body)
 //
@@ -65,7 +59,7 @@ const (
 // empty when they are cleaned up. Responses never carry request data:
 // records hold no key, no scope input and no request body; the single
 // record view shows the stored response only, its credential headers
-// redacted. The POST endpoints accept only application/json bodies (415
+// and the credential-like fields of its body redacted. The POST endpoints accept only application/json bodies (415
 // otherwise), so a cross-site form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
@@ -96,6 +90,13 @@ func (a *AdminAPI) owner() *storeOwner {
 		return a.stores
 	}
 	return stores
+}
+
+// operator is the operator service over this API's stores.
+func (a *AdminAPI) operator() *Operator {
+	return NewOperator(a.owner().exported, func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
+		return a.owner().verifyNow(ctx, tag, id, act)
+	})
 }
 
 func (a *AdminAPI) log() *zap.Logger {
@@ -183,14 +184,18 @@ type recordSummary struct {
 
 // recordView is one record in full: the summary plus the stored response's
 // headers, credentials redacted (store.RedactHeader), and body ("body"
-// when it is valid UTF-8, else "body_base64"), and the operator actions
-// taken on it.
+// when it is valid UTF-8, JSON and URL-encoded forms with their
+// credential-like fields redacted by the route's store.Redactor, else
+// "body_base64"), and the operator actions taken on it.
 type recordView struct {
 	recordSummary
-	Headers    http.Header  `json:"headers,omitempty"`
-	Body       *string      `json:"body,omitempty"`
-	BodyBase64 string       `json:"body_base64,omitempty"`
-	Audit      []auditEntry `json:"audit,omitempty"`
+	Headers    http.Header `json:"headers,omitempty"`
+	Body       *string     `json:"body,omitempty"`
+	BodyBase64 string      `json:"body_base64,omitempty"`
+	// BodyRedactions counts the values of the body replaced by
+	// "[redacted]".
+	BodyRedactions int          `json:"body_redactions,omitempty"`
+	Audit          []auditEntry `json:"audit,omitempty"`
 	// Verification lists the checks of the record's outcome and the next
 	// one, for a record whose route has a verify rule.
 	Verification *verificationView `json:"verification,omitempty"`
@@ -238,18 +243,18 @@ func summarize(rec *store.Record) recordSummary {
 	return sum
 }
 
-func view(rec *store.Record) recordView {
+// view is rec in full, its body redacted by red.
+func view(rec *store.Record, red store.Redactor) recordView {
 	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec)}
 	for _, a := range rec.Audit {
 		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
 	}
-	switch {
-	case len(rec.Body) == 0:
-	case utf8.Valid(rec.Body):
-		s := string(rec.Body)
-		v.Body = &s
-	default:
+	switch shown := red.Body(rec.Body, rec.Header.Get("Content-Type"), ""); shown.Kind {
+	case store.BodyEmpty:
+	case store.BodyBinary:
 		v.BodyBase64 = base64.StdEncoding.EncodeToString(rec.Body)
+	default:
+		v.Body, v.BodyRedactions = &shown.Text, shown.Redactions
 	}
 	return v
 }
@@ -268,17 +273,14 @@ func writeJSON(w http.ResponseWriter, v any) error {
 	return err
 }
 
-// storeError turns a store failure into an API error.
+// storeError turns what went wrong with an operator request into an API
+// error, with the operator service's status (OperatorStatus).
 func storeError(err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return apiError(http.StatusNotFound, "%v", err)
-	case errors.Is(err, store.ErrConflict):
-		return apiError(http.StatusConflict, "%v", err)
-	case errors.Is(err, store.ErrInvalidID), errors.Is(err, store.ErrInvalidArgument):
-		return apiError(http.StatusBadRequest, "%v", err)
+	status := OperatorStatus(err)
+	if status == http.StatusServiceUnavailable {
+		return apiError(status, "record store: %v", err)
 	}
-	return apiError(http.StatusServiceUnavailable, "record store: %v", err)
+	return apiError(status, "%v", err)
 }
 
 // list answers GET /idempotency/records: the records of every live store,
@@ -347,21 +349,19 @@ func joinStates(states []store.State) string {
 	return strings.Join(s, ", ")
 }
 
-// find looks the record up in every live store; the first that has it
-// wins.
+// find looks the record up through the operator service (the first live
+// store that has it wins) and returns it with its store.
 func (a *AdminAPI) find(ctx context.Context, id string) (*store.Record, liveStore, error) {
-	if !validRecordID(id) {
-		return nil, liveStore{}, apiError(http.StatusBadRequest, "%q is not a record id (32 lowercase hex characters)", id)
-	}
-	live := a.owner().live()
-	rec, i, err := FirstHolding(ctx, id, len(live), func(i int) RecordStore { return live[i].store })
-	switch {
-	case rec != nil:
-		return rec, live[i], nil
-	case err != nil:
+	t, err := a.operator().Find(ctx, id)
+	if err != nil {
 		return nil, liveStore{}, storeError(err)
 	}
-	return nil, liveStore{}, apiError(http.StatusNotFound, "record %s not found", id)
+	for _, s := range a.owner().live() {
+		if s.tag == t.Store.Tag {
+			return t.Rec, s, nil
+		}
+	}
+	return nil, liveStore{}, apiError(http.StatusNotFound, "record %s: its store is no longer in use", id)
 }
 
 // validRecordID accepts what keying.KeyID makes: 32 lowercase hex
@@ -380,11 +380,11 @@ func validRecordID(id string) bool {
 
 // get answers GET /idempotency/records/{id}.
 func (a *AdminAPI) get(w http.ResponseWriter, r *http.Request, id string) error {
-	rec, _, err := a.find(r.Context(), id)
+	t, err := a.operator().Find(r.Context(), id)
 	if err != nil {
-		return err
+		return storeError(err)
 	}
-	return writeJSON(w, view(rec))
+	return writeJSON(w, view(t.Rec, t.Redactor()))
 }
 
 // releaseRequest is the body of POST /idempotency/records/{id}/release,
@@ -418,19 +418,20 @@ func (a *AdminAPI) release(w http.ResponseWriter, r *http.Request, id string) er
 	if err := decodeBody(w, r, &req, true); err != nil {
 		return err
 	}
-	found, s, err := a.find(r.Context(), id)
+	op := a.operator()
+	t, err := op.Find(r.Context(), id)
 	if err != nil {
-		return err
+		return storeError(err)
 	}
 	act := store.Action{Actor: adminActor, Reason: req.Reason}
-	rec, err := s.store.OperatorRelease(r.Context(), id, act, s.ttl(found.Route))
+	rec, err := op.Release(r.Context(), t, act)
 	if err != nil {
 		return storeError(err)
 	}
 	a.log().Info("record released by an operator",
 		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
-		zap.String("previous_state", string(found.State)), zap.Int64("executions", rec.Executions))
-	return writeJSON(w, view(rec))
+		zap.String("previous_state", string(t.Rec.State)), zap.Int64("executions", rec.Executions))
+	return writeJSON(w, view(rec, t.Redactor()))
 }
 
 // completeRequest is the body of POST /idempotency/records/{id}/complete:
@@ -464,60 +465,40 @@ func (v *headerValues) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// result checks the request and turns it into the result to store. route
-// (nil when the record's route is not configured any more) supplies the
-// external id path when the request names no external id.
-func (c completeRequest) result(rt *route) (store.Result, error) {
-	var res store.Result
-	if c.Status < 200 || c.Status > 599 {
-		return res, fmt.Errorf("status %d is not a final HTTP status (200 to 599)", c.Status)
-	}
-	res.Status = c.Status
+// completion turns the request into the operator service's Completion.
+func (c completeRequest) completion() (Completion, error) {
+	comp := Completion{Status: c.Status, ExternalID: c.ExternalID, Header: http.Header{}}
 	switch {
 	case c.Body != nil && c.BodyBase64 != nil:
-		return res, errors.New("give body or body_base64, not both")
+		return comp, invalid("give body or body_base64, not both")
 	case c.Body != nil:
-		res.Body = []byte(*c.Body)
+		comp.Body = []byte(*c.Body)
 	case c.BodyBase64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*c.BodyBase64)
 		if err != nil {
-			return res, fmt.Errorf("body_base64: %v", err)
+			return comp, invalid("body_base64: %v", err)
 		}
-		res.Body = b
+		comp.Body = b
 	}
-	if len(res.Body) > 0 && (c.Status == http.StatusNoContent || c.Status == http.StatusNotModified) {
-		return res, fmt.Errorf("status %d has no body", c.Status)
-	}
-	res.Header = http.Header{}
 	for name, values := range c.Headers {
-		if !httpguts.ValidHeaderFieldName(name) {
-			return res, fmt.Errorf("header name %q is not valid", name)
-		}
-		for _, v := range values {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return res, fmt.Errorf("header %s: value %q is not valid (control characters)", name, v)
-			}
-		}
-		key := http.CanonicalHeaderKey(name)
-		res.Header[key] = append(res.Header[key], values...)
+		comp.Header[name] = values
 	}
-	// The replaying server sets these itself; hop-by-hop headers are never
-	// replayed.
-	res.Header = storableHeader(res.Header)
-	sum := sha256.Sum256(res.Body)
-	res.Digest = hex.EncodeToString(sum[:])
-	switch {
-	case c.ExternalID != nil:
-		res.ExternalID = *c.ExternalID
-	case rt != nil && rt.ExternalID != "" && len(res.Body) > 0:
-		if v := gjson.GetBytes(res.Body, rt.ExternalID); v.Exists() {
-			res.ExternalID = v.String()
-		}
+	return comp, nil
+}
+
+// result checks the request as the operator service does for a record of
+// route rt (nil when the record's route is not configured any more) and
+// turns it into the result to store.
+func (c completeRequest) result(rt *route) (store.Result, error) {
+	comp, err := c.completion()
+	if err != nil {
+		return store.Result{}, err
 	}
-	if len(res.ExternalID) > adminMaxExternalID {
-		return res, fmt.Errorf("external_id is longer than %d bytes", adminMaxExternalID)
+	t := Target{}
+	if rt != nil {
+		t.Route, t.Known = rt.Resolved, true
 	}
-	return res, nil
+	return comp.Result(t)
 }
 
 // complete answers POST /idempotency/records/{id}/complete: the record
@@ -528,23 +509,24 @@ func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) e
 	if err := decodeBody(w, r, &req, false); err != nil {
 		return err
 	}
-	found, s, err := a.find(r.Context(), id)
+	comp, err := req.completion()
 	if err != nil {
-		return err
+		return storeError(err)
 	}
-	res, err := req.result(s.routes[found.Route])
+	op := a.operator()
+	t, err := op.Find(r.Context(), id)
 	if err != nil {
-		return apiError(http.StatusBadRequest, "%v", err)
+		return storeError(err)
 	}
 	act := store.Action{Actor: adminActor, Reason: req.Reason}
-	rec, err := s.store.OperatorComplete(r.Context(), id, res, act, s.ttl(found.Route))
+	rec, res, err := op.Complete(r.Context(), t, comp, act)
 	if err != nil {
 		return storeError(err)
 	}
 	a.log().Info("record completed by an operator",
 		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
-		zap.String("previous_state", string(found.State)), zap.Int("status", res.Status))
-	return writeJSON(w, view(rec))
+		zap.String("previous_state", string(t.Rec.State)), zap.Int("status", res.Status))
+	return writeJSON(w, view(rec, t.Redactor()))
 }
 
 // Interface guards

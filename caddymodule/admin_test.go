@@ -470,7 +470,7 @@ func TestAdminCompleteRequest(t *testing.T) {
 		{name: "bad header name", body: `{"status":200,"headers":{"Bad Name":"x"}}`, err: `header name "Bad Name"`},
 		{name: "empty header name", body: `{"status":200,"headers":{"":"x"}}`, err: `header name ""`},
 		{name: "header value with newline", body: `{"status":200,"headers":{"X-A":"a\r\nX-B: b"}}`, err: "header X-A"},
-		{name: "external id too long", body: `{"status":200,"external_id":"` + strings.Repeat("x", 256) + `"}`, err: "external_id is longer than 255"},
+		{name: "external id too long", body: `{"status":200,"external_id":"` + strings.Repeat("x", 256) + `"}`, err: "external id must be at most 255 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var req completeRequest

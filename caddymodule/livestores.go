@@ -33,8 +33,11 @@ type LiveStore struct {
 // LiveStores returns the record stores of every idempotency handler in
 // the running config, in a stable order: what the admin API sees, for the
 // operator console (http.handlers.idempotency_console).
-func LiveStores() []LiveStore {
-	snap := stores.live()
+func LiveStores() []LiveStore { return stores.exported() }
+
+// exported is o's live stores as LiveStores.
+func (o *storeOwner) exported() []LiveStore {
+	snap := o.live()
 	out := make([]LiveStore, len(snap))
 	for i, s := range snap {
 		out[i] = LiveStore{Tag: s.tag, Store: s.store, Routes: make(map[string]config.Resolved, len(s.routes))}

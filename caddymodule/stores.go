@@ -252,6 +252,15 @@ func (s liveStore) ttl(routeName string) time.Duration {
 	return store.DefaultTTL
 }
 
+// redactor hides credentials in the stored bodies of records of route
+// routeName (its redact_fields, when it is configured).
+func (s liveStore) redactor(routeName string) store.Redactor {
+	if rt := s.routes[routeName]; rt != nil {
+		return store.NewRedactor(rt.RedactFields)
+	}
+	return store.NewRedactor(nil)
+}
+
 // embeddedDir is the embedded store's directory: Dir, or Caddy's data
 // directory + /idemgate.
 func (c StoreConfig) embeddedDir() string {

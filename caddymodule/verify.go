@@ -260,7 +260,7 @@ func judge(v *config.VerifyRule, chk store.Check, body []byte) (string, store.Re
 			return store.VerdictInconclusive, store.Result{}, "the answer is about another operation (a found.match value differs)"
 		}
 	}
-	if len(found.String()) > adminMaxExternalID {
+	if len(found.String()) > store.MaxExternalID {
 		return store.VerdictInconclusive, store.Result{}, "the external id in the answer is too long"
 	}
 	res := store.Result{Body: body, ExternalID: found.String()}
@@ -503,21 +503,7 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 // meanwhile), ErrNoVerify, store.ErrInvalidArgument (act), or the
 // store's failure.
 func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
-	for _, s := range stores.live() {
-		if s.tag != tag {
-			continue
-		}
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if rec == nil {
-			return nil, fmt.Errorf("%w: %s", store.ErrNotFound, id)
-		}
-		rec, _, err = operatorCheck(s, rec, act)
-		return rec, err
-	}
-	return nil, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
+	return stores.verifyNow(ctx, tag, id, act)
 }
 
 // verificationView is what the record view shows of a record's
@@ -592,7 +578,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 	a.log().Info("record verified by an operator",
 		zap.String("route", found.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
 		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
-	return writeJSON(w, view(rec))
+	return writeJSON(w, view(rec, s.redactor(rec.Route)))
 }
 
 // verifyRequest is the body of POST /idempotency/records/{id}/verify,

@@ -62,6 +62,8 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml: routes: at least one route is required`}},
 	{"no routes", "defaults:\n  ttl: 1h\nroutes: []\n",
 		[]string{`r.yaml:3: routes: at least one route is required`}},
+	{"empty redact field", "defaults:\n  redact_fields: [card, \"\"]\nroutes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n",
+		[]string{`r.yaml:2: defaults.redact_fields[1]: "" is not a field name (1 to 128 characters, no control characters)`}},
 	{"not a mapping", "- name: x\n",
 		[]string{`r.yaml:1: the rules must be a mapping with defaults and routes, not a list`}},
 	{"scalar document", "just text\n",

@@ -124,6 +124,8 @@ func TestResolveInheritance(t *testing.T) {
 				r.ExternalID = "data.id"
 			}},
 		{"empty fingerprint lists", "", "\n    fingerprint: { body: [], ignore: [] }", func(r *Resolved) {}},
+		{"redact_fields of defaults and route add up, lower case, once", "\n  redact_fields: [Card_Number, iban]", "\n    redact_fields: [IBAN, cvv]",
+			func(r *Resolved) { r.RedactFields = []string{"card_number", "iban", "cvv"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -83,6 +83,12 @@ type Policy struct {
 	// Confirm: true makes the operator console ask for every action on the
 	// route's records (release, complete) a second time. Default false.
 	Confirm *bool `json:"confirm,omitempty"`
+	// RedactFields names more fields (JSON members, URL-encoded form
+	// fields; case-insensitive, whole names) whose values the admin API
+	// and the console hide in stored bodies, beyond the built-in
+	// credential-like names (password, secret, token, api_key, …). The
+	// route's names add to those under defaults.
+	RedactFields []string `json:"redact_fields,omitempty"`
 }
 
 // Match selects the requests a route guards.
@@ -167,6 +173,9 @@ type Resolved struct {
 	OnUnknownOutcome OnUnknown
 	OnStoreError     OnStoreError
 	Confirm          bool // the console asks twice before an action
+	// RedactFields are the route's and the defaults' redact_fields, lower
+	// case, each once; nil when none.
+	RedactFields []string
 
 	Verify *VerifyRule // nil when the route has no verify rule
 }
@@ -214,6 +223,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		OnStoreError:     cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
 		Confirm:          *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
 		Verify:           resolveVerify(rt.Verify),
+		RedactFields:     redactFields(def.RedactFields, rt.RedactFields),
 	}
 	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))
@@ -248,4 +258,18 @@ func cloneOrNil[T any](s []T) []T {
 		return nil
 	}
 	return slices.Clone(s)
+}
+
+// redactFields joins the defaults' and a route's redact_fields: lower
+// case, each once, in order; nil when none.
+func redactFields(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, name := range l {
+			if n := strings.ToLower(strings.TrimSpace(name)); !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

@@ -177,6 +177,11 @@ func (c *errorList) policy(f string, p *Policy) {
 			c.add(at(f+"retry_statuses", j), "%d is a success status; only failures can be retried", s)
 		}
 	}
+	for j, name := range p.RedactFields {
+		if n := strings.TrimSpace(name); n == "" || len(n) > 128 || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			c.add(at(f+"redact_fields", j), "%s is not a field name (1 to 128 characters, no control characters)", quote(name))
+		}
+	}
 	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
 	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }

@@ -7,11 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -22,19 +20,9 @@ const (
 	// actionVerify is in verify.go.
 )
 
-// Form limits.
-const (
-	// maxForm bounds a POSTed form.
-	maxForm = 4 << 20
-	// defaultMaxBody bounds a completion's body when the route is not
-	// configured any more (else its max_response does).
-	defaultMaxBody = 1 << 20
-	// maxExternalID is the longest external id, as for ids taken from
-	// upstream responses.
-	maxExternalID = 255
-	// maxContentType bounds the Content-Type of a completion.
-	maxContentType = 256
-)
+// maxForm bounds a POSTed form (the limits of what it carries are the
+// operator service's: caddymodule.Completion).
+const maxForm = 4 << 20
 
 // actionForm is what an action's form sends.
 type actionForm struct {
@@ -58,44 +46,24 @@ func readForm(r *http.Request) actionForm {
 	}
 }
 
-// result checks a completion's fields and turns them into the result to
-// store. When no external id is given, the route's external_id path is
-// read from a JSON body, as for upstream responses.
-func (f actionForm) result(rt config.Resolved, known bool) (store.Result, error) {
-	var res store.Result
+// completion turns a completion's fields into the operator service's
+// Completion, which checks them by the same rules as the admin API's. A
+// content type counts only with a body; an empty external id lets the
+// service read it from the body at the route's external_id path.
+func (f actionForm) completion() (caddymodule.Completion, error) {
 	status, err := strconv.Atoi(f.Status)
-	if err != nil || status < 200 || status > 599 {
-		return res, fmt.Errorf("the status must be a final HTTP status, 200 to 599 (got %q)", f.Status)
+	if err != nil {
+		return caddymodule.Completion{}, fmt.Errorf("the status must be a final HTTP status, 200 to 599 (got %q)", f.Status)
 	}
-	res.Status = status
-	res.Body = []byte(f.Body)
-	limit := int64(defaultMaxBody)
-	if known && rt.MaxResponse > 0 {
-		limit = rt.MaxResponse
+	c := caddymodule.Completion{Status: status, Body: []byte(f.Body)}
+	if f.ContentType != "" && len(c.Body) > 0 {
+		c.Header = http.Header{"Content-Type": {f.ContentType}}
 	}
-	switch {
-	case int64(len(res.Body)) > limit:
-		return res, fmt.Errorf("the body is larger than the route's max_response (%d bytes)", limit)
-	case len(res.Body) > 0 && (status == http.StatusNoContent || status == http.StatusNotModified):
-		return res, fmt.Errorf("status %d has no body: leave the body empty", status)
-	case len(f.ContentType) > maxContentType || strings.ContainsFunc(f.ContentType, isControl):
-		return res, errors.New("the content type is not a valid header value")
-	case len(f.ExternalID) > maxExternalID || strings.ContainsFunc(f.ExternalID, isControl):
-		return res, fmt.Errorf("the external id must be at most %d characters, without control characters", maxExternalID)
+	if f.ExternalID != "" {
+		c.ExternalID = &f.ExternalID
 	}
-	if f.ContentType != "" && len(res.Body) > 0 {
-		res.Header = http.Header{"Content-Type": {f.ContentType}}
-	}
-	res.ExternalID = f.ExternalID
-	if res.ExternalID == "" && known && rt.ExternalID != "" && isJSONType(f.ContentType) {
-		if v := gjson.GetBytes(res.Body, rt.ExternalID); v.Exists() && len(v.String()) <= maxExternalID {
-			res.ExternalID = v.String()
-		}
-	}
-	return res, nil
+	return c, nil
 }
-
-func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
 
 // confirmPage is the data of the second confirmation step.
 type confirmPage struct {
@@ -103,8 +71,9 @@ type confirmPage struct {
 	BodySize int
 }
 
-// serveAction answers POST /records/{id}/{release|complete}: checks
-// origin and token, the record and the form, asks again on confirm
+// serveAction answers POST /records/{id}/{release|complete|verify}:
+// checks origin, the signed-in operator (unless allow_anonymous), token,
+// the record and the form, asks again on confirm
 // routes, then takes the action through the store's fenced operator call
 // and sends the browser back to the record.
 func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageContext, id, action string) {
@@ -112,6 +81,16 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		c.logger.Warn("console: cross-origin action refused", zap.String("key_id", safeID(id)), zap.String("action", action))
 		p.renderError(w, http.StatusForbidden, "Refused: request from another site",
 			"The browser says this form was sent from another site. Open the console itself and act from there.")
+		return
+	}
+	if p.Anonymous && !c.AllowAnonymous {
+		c.logger.Warn("console: action without a signed-in operator refused",
+			zap.String("key_id", safeID(id)), zap.String("action", action))
+		p.renderError(w, http.StatusForbidden, "Refused: nobody is signed in",
+			"Every action is kept on the record with the operator who took it, read from "+c.Actor+
+				", which Caddy's authentication in front of the console sets (basic_auth, or another authentication provider)."+
+				" Here it names nobody, so nothing was changed. Mount the console behind basic_auth and sign in;"+
+				" for a console reachable only from a trusted network, the console option allow_anonymous lets actions through as \"anonymous\".")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
@@ -131,14 +110,19 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 			"This form has expired or was not made by this console for you ("+err.Error()+"). Go back, reload the page and try again.")
 		return
 	}
-	rec, ls, ok := c.lookup(w, r, p, id)
+	op := c.operator()
+	t, ok := c.lookup(w, r, p, id)
 	if !ok {
 		return
 	}
-	rt, known := ls.Routes[rec.Route]
+	rec := t.Rec
 	form := readForm(r)
 	refuse := func(status int, msg string, cur *store.Record) {
-		pg := newRecordPage(p, cur, rt, known)
+		shown := t
+		if cur != nil {
+			shown.Rec = cur
+		}
+		pg := newRecordPage(p, shown)
 		pg.Action, pg.Error = action, msg
 		switch action {
 		case actionComplete:
@@ -151,73 +135,53 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		p.render(w, status, "record", pg)
 	}
 	if form.Reason == "" {
-		refuse(http.StatusUnprocessableEntity, "Give a reason: it is kept on the record with your name.", rec)
+		refuse(http.StatusBadRequest, "Give a reason: it is kept on the record with your name.", nil)
 		return
 	}
-	if len(form.Reason) > store.MaxReasonLen {
-		refuse(http.StatusUnprocessableEntity, fmt.Sprintf("The reason is longer than %d bytes.", store.MaxReasonLen), rec)
-		return
-	}
+	var comp caddymodule.Completion
 	var res store.Result
 	if action == actionComplete {
 		var err error
-		if res, err = form.result(rt, known); err != nil {
-			refuse(http.StatusUnprocessableEntity, sentence(err.Error())+".", rec)
+		if comp, err = form.completion(); err == nil {
+			res, err = comp.Result(t)
+		}
+		if err != nil {
+			refuse(http.StatusBadRequest, sentence(err.Error())+".", nil)
 			return
 		}
 	}
-	if known && rt.Confirm && r.PostForm.Get("confirmed") != "yes" {
-		pg := newRecordPage(p, rec, rt, known)
+	if t.Known && t.Route.Confirm && r.PostForm.Get("confirmed") != "yes" {
+		pg := newRecordPage(p, t)
 		pg.Action, pg.Form = action, form
 		p.render(w, http.StatusOK, "confirm", confirmPage{recordPage: pg, BodySize: len(res.Body)})
 		return
 	}
 
 	act := store.Action{Actor: p.Actor, Reason: form.Reason}
-	ttl := store.DefaultTTL
-	if known && rt.TTL > 0 {
-		ttl = rt.TTL
-	}
 	var (
 		done *store.Record
 		err  error
 	)
 	switch action {
 	case actionRelease:
-		done, err = ls.Store.OperatorRelease(r.Context(), id, act, ttl)
+		done, err = op.Release(r.Context(), t, act)
 	case actionVerify:
-		done, err = c.verifier()(r.Context(), ls.Tag, id, act)
-		switch {
-		case errors.Is(err, caddymodule.ErrNoVerify):
-			refuse(http.StatusConflict, "Not done: the route has no verify rule in the running config.", rec)
-			return
-		case errors.Is(err, store.ErrConflict):
-			cur := done
-			if cur == nil {
-				cur = rec
-			}
-			refuse(http.StatusConflict, "Not done: "+verifyConflict(err)+".", cur)
-			return
-		}
+		done, err = op.Verify(r.Context(), t, act)
 	default:
-		done, err = ls.Store.OperatorComplete(r.Context(), id, res, act, ttl)
+		done, res, err = op.Complete(r.Context(), t, comp, act)
 	}
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		cur := done
-		if cur == nil {
-			cur = rec
-		}
-		refuse(http.StatusConflict, "Not done: the record changed meanwhile and is now "+stateTag(cur.State).Long+
-			". Read it again before you act.", cur)
+	switch status := caddymodule.OperatorStatus(err); status {
+	case http.StatusOK:
+	case http.StatusConflict:
+		refuse(status, "Not done: "+conflictText(action, err, done, rec)+".", done)
 		return
-	case errors.Is(err, store.ErrNotFound):
-		p.renderError(w, http.StatusNotFound, "No such record", "The record expired or was removed before the action took effect.")
+	case http.StatusNotFound:
+		p.renderError(w, status, "No such record", "The record expired or was removed before the action took effect.")
 		return
-	case errors.Is(err, store.ErrInvalidArgument):
-		refuse(http.StatusUnprocessableEntity, "The store refused the action: "+err.Error(), rec)
+	case http.StatusBadRequest:
+		refuse(status, "Not done: "+sentence(strings.TrimPrefix(err.Error(), store.ErrInvalidArgument.Error()+": "))+".", done)
 		return
-	case err != nil:
+	default:
 		c.logger.Error("console: operator action failed", zap.String("key_id", id), zap.String("action", action), zap.Error(err))
 		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable",
 			"The action could not be stored; nothing changed. Try again in a moment.")
@@ -237,6 +201,24 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	// would resolve the target against the stripped path).
 	w.Header().Set("Location", p.Root+"records/"+id+"?done="+action)
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// conflictText says in words why the record's state refused the action
+// (cur: the record as the refusal left it, nil when unknown; rec: as
+// found).
+func conflictText(action string, err error, cur, rec *store.Record) string {
+	if cur == nil {
+		cur = rec
+	}
+	switch {
+	case errors.Is(err, caddymodule.ErrNoVerify):
+		return "the route has no verify rule in the running config"
+	case errors.Is(err, store.ErrCheckRunning):
+		return "a verification check is asking the upstream right now, and its answer may resolve the record. Act once it has ended (reload the page in a moment)"
+	case action == actionVerify:
+		return verifyConflict(err)
+	}
+	return "the record changed meanwhile and is now " + stateTag(cur.State).Long + ". Read it again before you act"
 }
 
 // safeID is id for a log line when it may not be a record id.

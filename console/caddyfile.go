@@ -25,10 +25,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	idempotency_console {
 //	    actor       <placeholder>   # who acts; default {http.auth.user.id}
 //	    csrf_secret <secret>        # form-token key shared by several gateways; default: random per process
+//	    allow_anonymous             # let actions through when actor names nobody (trusted networks only)
 //	}
 //
-// Both options are optional; a bare `idempotency_console` is the usual
-// form.
+// Every option is optional; a bare `idempotency_console` behind
+// basic_auth is the usual form.
 func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -44,6 +45,11 @@ func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&c.CSRFSecret) {
 				return d.ArgErr()
 			}
+		case "allow_anonymous":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			c.AllowAnonymous = true
 		default:
 			return d.Errf("unrecognized idempotency_console option '%s'", opt)
 		}

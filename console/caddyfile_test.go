@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -58,6 +59,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"idempotency_console extra", Console{}, "wrong argument count"},
 		{"idempotency_console {\n colour red\n}", Console{}, "unrecognized idempotency_console option 'colour'"},
 		{"idempotency_console {\n actor\n}", Console{}, "wrong argument count"},
+		{"idempotency_console {\n allow_anonymous\n}", Console{AllowAnonymous: true}, ""},
+		{"idempotency_console {\n allow_anonymous yes\n}", Console{}, "wrong argument count"},
 	} {
 		var c Console
 		err := c.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.src))
@@ -66,8 +69,32 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			t.Errorf("%q: %v", tc.src, err)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%q: %v, want %q", tc.src, err, tc.err)
-		case tc.err == "" && (c.Actor != tc.want.Actor || c.CSRFSecret != tc.want.CSRFSecret):
+		case tc.err == "" && (c.Actor != tc.want.Actor || c.CSRFSecret != tc.want.CSRFSecret || c.AllowAnonymous != tc.want.AllowAnonymous):
 			t.Errorf("%q: %+v, want %+v", tc.src, c, tc.want)
 		}
+	}
+}
+
+// TestCaddyfileExampleConsoleBehindAuth: the example Caddyfile mounts the
+// console behind basic_auth, so its actions name the signed-in user.
+func TestCaddyfileExampleConsoleBehindAuth(t *testing.T) {
+	const file = "../Caddyfile.example"
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": file})
+	if err != nil {
+		t.Fatalf("adapt %s: %v", file, err)
+	}
+	js := string(out)
+	auth, console := strings.Index(js, `"handler":"authentication"`), strings.Index(js, `"handler":"idempotency_console"`)
+	switch {
+	case console < 0:
+		t.Fatalf("%s mounts no console:\n%s", file, js)
+	case auth < 0 || auth > console || !strings.Contains(js[auth:console], `"http_basic"`):
+		t.Fatalf("%s: the console is not behind basic_auth:\n%s", file, js)
+	case strings.Contains(js, "allow_anonymous"):
+		t.Fatalf("%s lets anonymous operators act", file)
 	}
 }

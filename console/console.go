@@ -21,9 +21,12 @@
 //     with a per-route summary;
 //   - a record (GET /records/{id}): its timeline, the stored response with
 //     credentials redacted, and the actions;
-//   - the actions (POST /records/{id}/release, /records/{id}/complete):
-//     each needs a reason, goes through the store's fenced operator call,
-//     is kept on the record as an audit entry and is logged.
+//   - the actions (POST /records/{id}/release, /records/{id}/complete,
+//     /records/{id}/verify): each needs a signed-in operator (the actor,
+//     {http.auth.user.id} by default; without one, 403 unless
+//     allow_anonymous) and a reason, goes through the store's fenced
+//     operator call, is kept on the record as an audit entry and is
+//     logged.
 //
 // Pages are plain HTML (html/template, embedded CSS, no JavaScript). Every
 // response is Cache-Control: no-store. POSTs must be same-origin (checked
@@ -57,7 +60,8 @@ func init() {
 const defaultActor = "{http.auth.user.id}"
 
 // anonymous is the actor recorded when the actor placeholder resolves to
-// nothing (the console is not behind authentication).
+// nothing (the console is not behind authentication) and the console
+// sets allow_anonymous.
 const anonymous = "anonymous"
 
 // Console is the operator console handler (module
@@ -68,8 +72,9 @@ type Console struct {
 	// placeholder template resolved for each request. Default
 	// "{http.auth.user.id}", the user that basic_auth signed in. Behind
 	// forward_auth, name the header it copies, for example
-	// "{http.request.header.Remote-User}". When it resolves to nothing the
-	// actor is "anonymous" and every page says so.
+	// "{http.request.header.Remote-User}". When it resolves to nothing,
+	// nobody is signed in: every page says so and actions are refused
+	// (403) unless AllowAnonymous is set.
 	Actor string `json:"actor,omitempty"`
 
 	// CSRFSecret keys the forms' csrf_token. Default: a random key made
@@ -80,12 +85,19 @@ type Console struct {
 	// different gateways.
 	CSRFSecret string `json:"csrf_secret,omitempty"`
 
+	// AllowAnonymous lets actions through when the actor resolves to
+	// nobody (recorded as "anonymous"), for a console reachable only from
+	// a trusted network. Default false: without a signed-in operator,
+	// pages show but every action is refused with 403 and a page that says
+	// why.
+	AllowAnonymous bool `json:"allow_anonymous,omitempty"`
+
 	key    []byte
 	logger *zap.Logger
 	stores func() []caddymodule.LiveStore
 	origin *http.CrossOriginProtection
 	// verifyNow runs an operator's check; nil: the running gateways'.
-	verifyNow verifyFunc
+	verifyNow caddymodule.VerifyFunc
 }
 
 // CaddyModule returns the Caddy module information.

@@ -423,7 +423,7 @@ func TestActionsRefused(t *testing.T) {
 			header: http.Header{"Sec-Fetch-Site": {"cross-site"}}}, 403, "another site"},
 		{"foreign origin", req{form: url.Values{"reason": {"r"}, "csrf_token": {tok}}, user: "alice",
 			header: http.Header{"Origin": {"https://evil.example"}}}, 403, "another site"},
-		{"no reason", req{form: url.Values{"reason": {"  "}, "csrf_token": {tok}}, user: "alice"}, 422, "Give a reason"},
+		{"no reason", req{form: url.Values{"reason": {"  "}, "csrf_token": {tok}}, user: "alice"}, 400, "Give a reason"},
 	} {
 		tc.r.method, tc.r.path = "POST", "/records/"+id+"/release"
 		w := f.do(tc.r)
@@ -443,7 +443,7 @@ func TestActionsRefused(t *testing.T) {
 		tc.form.Set("csrf_token", tok)
 		tc.form.Set("reason", "r")
 		w := f.do(req{method: "POST", path: "/records/" + id + "/complete", user: "alice", form: tc.form})
-		if w.Code != 422 || !strings.Contains(w.Body.String(), tc.msg) {
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), tc.msg) {
 			t.Errorf("%s: %d %s", tc.name, w.Code, w.Body)
 		}
 	}
@@ -496,7 +496,7 @@ func TestPagesAndHeaders(t *testing.T) {
 		{"GET", "/records/" + id, 200, "Held: outcome unknown"},
 		{"GET", "/records/" + live, 200, "The call is still running"},
 		{"GET", "/records/0123456789abcdef0123456789abcdef", 404, "No such record"},
-		{"GET", "/records/NOT-AN-ID", 404, "Not a record"},
+		{"GET", "/records/NOT-AN-ID", 400, "Not a record"},
 		{"GET", "/nowhere", 404, "Not found"},
 		{"POST", "/", 405, "GET only"},
 		{"GET", "/records/" + id + "/release", 405, "POST only"},
@@ -515,14 +515,57 @@ func TestPagesAndHeaders(t *testing.T) {
 	// mount path.
 	page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
 	mustContain(t, page, `href="../static/console.css"`, `href="../">`, `action="../records/`+id+`/release"`)
-	// Without a signed-in user, pages say so and actions are recorded as
-	// anonymous.
+	// Without a signed-in user, pages say so.
 	anon := f.do(req{method: "GET", path: "/", user: ""}).Body.String()
 	mustContain(t, anon, "Nobody is signed in")
-	w := f.do(req{method: "POST", path: "/records/" + id + "/release", form: url.Values{
-		"csrf_token": {f.token(id, "")}, "reason": {"r"}}})
-	if w.Code != http.StatusSeeOther || f.get(id).Audit[0].Actor != anonymous {
-		t.Fatalf("anonymous release: %d, audit %+v", w.Code, f.get(id).Audit)
+}
+
+// TestActionsNeedAnOperator: an action needs the user that Caddy's
+// authentication signed in ({http.auth.user.id}); without one it is
+// refused with 403 and a page that says why, and nothing changes, unless
+// the console sets allow_anonymous.
+func TestActionsNeedAnOperator(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		user      string
+		allow     bool
+		action    string
+		code      int
+		wantActor string // "" : refused, the record unchanged
+		page      []string
+	}{
+		{"anonymous release", "", false, actionRelease, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in", "{http.auth.user.id}", "basic_auth", "allow_anonymous"}},
+		{"anonymous complete", "", false, actionComplete, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in"}},
+		{"anonymous verify", "", false, actionVerify, http.StatusForbidden, "",
+			[]string{"Refused: nobody is signed in"}},
+		{"anonymous release, allow_anonymous", "", true, actionRelease, http.StatusSeeOther, anonymous, nil},
+		{"signed-in release", "alice", false, actionRelease, http.StatusSeeOther, "alice", nil},
+		{"signed-in complete", "bob", false, actionComplete, http.StatusSeeOther, "bob", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.c.AllowAnonymous = tc.allow
+			id := f.held("create_crm_deal", "upstream_5xx")
+			page := f.do(req{method: "GET", path: "/records/" + id, user: tc.user}).Body.String()
+			if tc.user == "" && !tc.allow {
+				mustContain(t, page, "Nobody is signed in", "actions are refused")
+			}
+			w := f.do(req{method: "POST", path: "/records/" + id + "/" + tc.action, user: tc.user, form: url.Values{
+				"csrf_token": {f.token(id, tc.user)}, "reason": {"checked"}, "status": {"201"}, "body": {`{"id":"D-1"}`}}})
+			if w.Code != tc.code {
+				t.Fatalf("POST %s: %d, want %d: %s", tc.action, w.Code, tc.code, w.Body)
+			}
+			mustContain(t, w.Body.String(), tc.page...)
+			rec := f.get(id)
+			switch {
+			case tc.wantActor == "" && (rec.State != store.StateUnknown || len(rec.Audit) != 0):
+				t.Fatalf("a refused action changed the record: %+v", rec)
+			case tc.wantActor != "" && (len(rec.Audit) != 1 || rec.Audit[0].Actor != tc.wantActor):
+				t.Fatalf("audit %+v, want one entry by %s", rec.Audit, tc.wantActor)
+			}
+		})
 	}
 }
 
@@ -557,7 +600,7 @@ func TestCSRFToken(t *testing.T) {
 }
 
 func TestShowBody(t *testing.T) {
-	deep := strings.Repeat(`{"a":`, maxJSONDepth+5) + `{"token":"deep-secret"}` + strings.Repeat("}", maxJSONDepth+5)
+	deep := strings.Repeat(`{"a":`, 40) + `{"token":"deep-secret"}` + strings.Repeat("}", 40)
 	for _, tc := range []struct {
 		name, ct, body string
 		want, lack     []string
@@ -571,7 +614,7 @@ func TestShowBody(t *testing.T) {
 		{"invalid json as text", "application/json", `{"a":`, []string{`{"a":`}, nil},
 	} {
 		rec := &store.Record{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}
-		v := showBody(rec)
+		v := showBody(rec, store.NewRedactor(nil))
 		for _, w := range tc.want {
 			if !strings.Contains(v.Text, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, v.Text, w)
@@ -583,10 +626,10 @@ func TestShowBody(t *testing.T) {
 			}
 		}
 	}
-	if v := showBody(&store.Record{Body: []byte{0xff, 0, 1}}); !v.Binary || v.Text != "" {
+	if v := showBody(&store.Record{Body: []byte{0xff, 0, 1}}, store.NewRedactor(nil)); !v.Binary || v.Text != "" {
 		t.Errorf("binary body: %+v", v)
 	}
-	big := showBody(&store.Record{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))})
+	big := showBody(&store.Record{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}, store.NewRedactor(nil))
 	if !big.Truncated || len(big.Text) > maxShownBody {
 		t.Errorf("large body: truncated %v, %d bytes shown", big.Truncated, len(big.Text))
 	}
@@ -628,6 +671,31 @@ func TestAdviceOnExecutions(t *testing.T) {
 		a := adviceFor(tc.rec, now)
 		if a.Alarm != tc.alarm || !strings.Contains(a.Next, tc.next) {
 			t.Errorf("%s: alarm %v, next %q; want alarm %v and %q", tc.name, a.Alarm, a.Next, tc.alarm, tc.next)
+		}
+	}
+}
+
+// TestRecordPageRedactsEveryBody: the record page hides credential-like
+// values in JSON bodies whatever their Content-Type (a UTF-8 BOM
+// allowed) and in URL-encoded forms, as the admin API does (one
+// redaction: caddymodule.Operator); the route's redact_fields add names.
+func TestRecordPageRedactsEveryBody(t *testing.T) {
+	f := newFixture(t)
+	rt := f.routes["create_crm_deal"]
+	rt.RedactFields = []string{"card_number"}
+	f.routes["create_crm_deal"] = rt
+	for _, tc := range []struct {
+		name, ct, body, keep string
+	}{
+		{"json as text/plain", "text/plain", `{"id":"D-2","client_secret":"s-secret-1"}`, "D-2"},
+		{"json with a BOM", "application/json", "\ufeff" + `{"id":"D-3","access_token":"t-secret-2"}`, "D-3"},
+		{"url-encoded form", "application/x-www-form-urlencoded", `access_token=t-secret-3&expires_in=3600`, "expires_in=3600"},
+		{"redact_fields", "application/json", `{"id":"D-4","card_number":"4111-secret-4"}`, "D-4"},
+	} {
+		id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)})
+		page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
+		if strings.Contains(page, "secret-") || !strings.Contains(page, store.Redacted) || !strings.Contains(page, tc.keep) {
+			t.Errorf("%s: the record page shows the credential or lost %q", tc.name, tc.keep)
 		}
 	}
 }

@@ -55,9 +55,11 @@ type pageContext struct {
 	// ("./", "../", "../../"), so that links work under any mount path.
 	Root string
 	// Actor is who acts from this page; Anonymous when nobody is signed
-	// in.
-	Actor     string
-	Anonymous bool
+	// in, and then AnonymousActs when the console lets them act anyway
+	// (allow_anonymous).
+	Actor         string
+	Anonymous     bool
+	AnonymousActs bool
 	// CSRF is the csrf_token of the page's forms.
 	CSRF string
 	// Now is when the page was made.
@@ -68,7 +70,7 @@ func newPageContext(c *Console, r *http.Request) *pageContext {
 	p := &pageContext{c: c, r: r, Root: rootFrom(r.URL.Path), Now: time.Now()}
 	p.Actor = resolveActor(r, c.Actor)
 	if p.Actor == "" {
-		p.Actor, p.Anonymous = anonymous, true
+		p.Actor, p.Anonymous, p.AnonymousActs = anonymous, true, c.AllowAnonymous
 	}
 	p.CSRF = c.csrfToken(p.Actor, p.Now)
 	return p

@@ -1,8 +1,6 @@
 package console
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -61,8 +58,9 @@ type recordPage struct {
 	Notice        string
 }
 
-// newRecordPage lays out rec.
-func newRecordPage(p *pageContext, rec *store.Record, rt config.Resolved, known bool) recordPage {
+// newRecordPage lays out the record t found.
+func newRecordPage(p *pageContext, t caddymodule.Target) recordPage {
+	rec, rt, known := t.Rec, t.Route, t.Known
 	pg := recordPage{
 		pageContext: p,
 		Rec:         rec,
@@ -80,12 +78,14 @@ func newRecordPage(p *pageContext, rec *store.Record, rt config.Resolved, known 
 	if rec.State == store.StateCompleted {
 		pg.Response = true
 		pg.Headers = redactHeader(rec.Header)
-		pg.Body = showBody(rec)
+		pg.Body = showBody(rec, t.Redactor())
 	}
 	live := rec.State == store.StateInFlight && rec.LeaseUntil.After(p.Now)
 	switch {
 	case live:
 		pg.NoAction = "The call is still running: it cannot be resolved by hand until it ends or its lease runs out."
+	case t.CheckRunning(p.Now):
+		pg.NoAction = "A verification check is asking the upstream right now: its answer may resolve the record. Reload in a moment to act."
 	case rec.State == store.StateCompleted:
 		pg.CanRelease, pg.ReleaseReruns = true, true
 	default:
@@ -158,51 +158,39 @@ func validRecordID(id string) bool {
 	return true
 }
 
-// errNotFound: no live store holds the record.
-var errNotFound = errors.New("record not found")
-
-// find looks id up in every live store; the first that has it wins. A
-// store error is reported only when no store has the record.
-func (c *Console) find(ctx context.Context, id string) (*store.Record, caddymodule.LiveStore, error) {
-	stores := c.stores()
-	rec, i, err := caddymodule.FirstHolding(ctx, id, len(stores), func(i int) caddymodule.RecordStore { return stores[i].Store })
-	switch {
-	case rec != nil:
-		return rec, stores[i], nil
-	case err != nil:
-		return nil, caddymodule.LiveStore{}, err
-	}
-	return nil, caddymodule.LiveStore{}, errNotFound
+// operator is the operator service over the console's stores, the admin
+// API's too.
+func (c *Console) operator() *caddymodule.Operator {
+	return caddymodule.NewOperator(c.stores, c.verifyNow)
 }
 
-// lookup finds a record for a page, answering the error page itself when
-// it cannot (ok false).
-func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext, id string) (*store.Record, caddymodule.LiveStore, bool) {
-	if !validRecordID(id) {
-		p.renderError(w, http.StatusNotFound, "Not a record", "Record ids are 32 hexadecimal characters, as in the 409 \"outcome unknown\" problem and the logs.")
-		return nil, caddymodule.LiveStore{}, false
-	}
-	rec, ls, err := c.find(r.Context(), id)
-	switch {
-	case errors.Is(err, errNotFound):
+// lookup finds a record for a page through the operator service,
+// answering the error page itself (with the service's status) when it
+// cannot (ok false).
+func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext, id string) (caddymodule.Target, bool) {
+	t, err := c.operator().Find(r.Context(), id)
+	switch caddymodule.OperatorStatus(err) {
+	case http.StatusOK:
+		return t, true
+	case http.StatusBadRequest:
+		p.renderError(w, http.StatusBadRequest, "Not a record", "Record ids are 32 hexadecimal characters, as in the 409 \"outcome unknown\" problem and the logs.")
+	case http.StatusNotFound:
 		p.renderError(w, http.StatusNotFound, "No such record", "No record store holds this record: it was never made, or it expired.")
-		return nil, ls, false
-	case err != nil:
-		c.logger.Error("console: reading a record", zap.String("key_id", id), zap.Error(err))
+	default:
+		c.logger.Error("console: reading a record", zap.String("key_id", safeID(id)), zap.Error(err))
 		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable", "The record store could not be read. Try again in a moment.")
-		return nil, ls, false
 	}
-	return rec, ls, true
+	return t, false
 }
 
 // serveRecord answers GET /records/{id}.
 func (c *Console) serveRecord(w http.ResponseWriter, r *http.Request, p *pageContext, id string) {
-	rec, ls, ok := c.lookup(w, r, p, id)
+	t, ok := c.lookup(w, r, p, id)
 	if !ok {
 		return
 	}
-	rt, known := ls.Routes[rec.Route]
-	pg := newRecordPage(p, rec, rt, known)
+	rec := t.Rec
+	pg := newRecordPage(p, t)
 	switch r.URL.Query().Get("done") {
 	case actionRelease:
 		pg.Notice = "Released. The next retry with the same payload runs the operation, once. Your reason is on the timeline."

@@ -1,12 +1,10 @@
 package console
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
@@ -14,18 +12,6 @@ import (
 // actionVerify asks the upstream now (the route's verify rule), through
 // the same fenced store path as the admin API's verify.
 const actionVerify = "verify"
-
-// verifyFunc runs an operator's check (caddymodule.VerifyNow).
-type verifyFunc func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error)
-
-// verifier is the console's way to run a check: c.verifyNow, or the
-// running gateways' when unset.
-func (c *Console) verifier() verifyFunc {
-	if c.verifyNow != nil {
-		return c.verifyNow
-	}
-	return caddymodule.VerifyNow
-}
 
 // verificationView is what the record page shows of a record's checks.
 type verificationView struct {

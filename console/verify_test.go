@@ -103,3 +103,31 @@ func TestVerifyFromTheConsole(t *testing.T) {
 	}
 	mustContain(t, w.Body.String(), "Not done: record "+id+" is completed: only a record held as outcome unknown is verified.")
 }
+
+// TestActionsWaitForCheck: while a verification check holds a record,
+// the page offers no action and says why, and a release or completion
+// sent anyway is refused with 409 (the store refuses it): the check's
+// verdict is not lost.
+func TestActionsWaitForCheck(t *testing.T) {
+	f := newFixture(t)
+	id := f.heldWithCheck("create_crm_deal")
+	lease, _, err := store.BeginCheck(context.Background(), f.s, f.get(id).Held(), time.Minute, false)
+	if err != nil || lease == nil {
+		t.Fatalf("BeginCheck: %v, %v", lease, err)
+	}
+	page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
+	mustContain(t, page, "A verification check is asking the upstream right now")
+	// The page offers no form: send what an earlier page's would.
+	tok := f.c.csrfToken("alice", time.Now())
+	for _, action := range []string{actionRelease, actionComplete} {
+		w := f.do(req{method: "POST", path: "/records/" + id + "/" + action, user: "alice", form: url.Values{
+			"csrf_token": {tok}, "reason": {"no deal"}, "status": {"201"}, "body": {`{"id":"D-1"}`}}})
+		if w.Code != http.StatusConflict {
+			t.Fatalf("%s during a check: %d, want 409", action, w.Code)
+		}
+		mustContain(t, w.Body.String(), "a verification check is asking the upstream right now")
+	}
+	if rec := f.get(id); rec.State != store.StateUnknown || len(rec.Audit) != 0 {
+		t.Fatalf("the refused actions changed the record: %+v", rec)
+	}
+}

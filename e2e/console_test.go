@@ -139,6 +139,8 @@ type browser struct {
 	shots string // where screenshots go
 }
 
+// newBrowser opens a tab that signs in as user with basic auth (nobody
+// when user is "").
 func newBrowser(t *testing.T, exe, user, password string) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -159,6 +161,11 @@ func newBrowser(t *testing.T, exe, user, password string) *browser {
 	ctx, cancelTab := chromedp.NewContext(ctx)
 	t.Cleanup(cancelTab)
 	b := &browser{t: t, ctx: ctx, shots: t.TempDir()}
+	if user == "" {
+		// Nobody signs in.
+		b.do(chromedp.EmulateViewport(1280, 900))
+		return b
+	}
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
 	b.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {

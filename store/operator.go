@@ -24,6 +24,12 @@ var ErrNotFound = errors.New("store: record not found")
 // claim.
 var ErrConflict = errors.New("store: record is in a state that does not allow this")
 
+// ErrCheckRunning is returned (wrapped, with details) by the operator
+// calls while a verification check holds the record (a live check lease,
+// see BeginCheck): the operator acts once the check has ended. It is an
+// ErrConflict.
+var ErrCheckRunning = fmt.Errorf("%w: a verification check holds it", ErrConflict)
+
 // ErrInvalidArgument is returned (wrapped, with details) for arguments the
 // store refuses before reaching Redis: an unknown list state, a malformed
 // list cursor, an operator result whose status is not an HTTP status.
@@ -37,6 +43,10 @@ const (
 	MaxActorLen     = 256
 	MaxReasonLen    = 2000
 )
+
+// MaxExternalID is the longest external id (bytes) a record keeps, from
+// an upstream's answer, a verification check or an operator.
+const MaxExternalID = 255
 
 // Audit actions.
 const (
@@ -152,8 +162,8 @@ func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, act
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
-	if res.Status < 100 || res.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d is not an HTTP status (100-599)", ErrInvalidArgument, res.Status)
+	if err := CheckOperatorResult(res); err != nil {
+		return nil, err
 	}
 	if res.Digest == "" && !res.BodyOmitted {
 		sum := sha256.Sum256(res.Body)
@@ -172,6 +182,35 @@ func (s *Store) OperatorComplete(ctx context.Context, id string, res Result, act
 		res.Digest, res.ExternalID, ms(ttl), entry)
 }
 
+// ConflictOf is the error of an operator call that rec's state refuses,
+// as every engine words it: ErrCheckRunning while a verification check
+// holds the record (a held record is refused for no other reason), else
+// ErrConflict naming the live in-flight lease or the state.
+func ConflictOf(rec *Record) error {
+	switch rec.State {
+	case StateUnknown:
+		return fmt.Errorf("%w: %s, its check lease runs until %s; act once the check has ended",
+			ErrCheckRunning, rec.ID, rec.CheckLeaseUntil.UTC().Format(time.RFC3339Nano))
+	case StateInFlight:
+		return fmt.Errorf("%w: %s is in flight, its lease runs until %s",
+			ErrConflict, rec.ID, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
+	}
+	return fmt.Errorf("%w: %s is already %s", ErrConflict, rec.ID, rec.State)
+}
+
+// CheckOperatorResult checks an operator's result as every engine's
+// OperatorComplete does: an HTTP status (100 to 599) and an external id
+// of at most MaxExternalID bytes. Errors wrap ErrInvalidArgument.
+func CheckOperatorResult(res Result) error {
+	switch {
+	case res.Status < 100 || res.Status > 599:
+		return fmt.Errorf("%w: status %d is not an HTTP status (100-599)", ErrInvalidArgument, res.Status)
+	case len(res.ExternalID) > MaxExternalID:
+		return fmt.Errorf("%w: the external id is longer than %d bytes", ErrInvalidArgument, MaxExternalID)
+	}
+	return nil
+}
+
 // operator runs an operator script (reply: code + record) and maps its code
 // to the record or ErrNotFound / ErrConflict.
 func (s *Store) operator(ctx context.Context, op string, sc *redis.Script, id string, args ...any) (*Record, error) {
@@ -188,11 +227,7 @@ func (s *Store) operator(ctx context.Context, op string, sc *redis.Script, id st
 	case code == codeNotFound || rec == nil:
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case code == codeConflict:
-		if rec.State == StateInFlight {
-			return rec, fmt.Errorf("%w: %s is in flight, its lease runs until %s",
-				ErrConflict, id, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
-		}
-		return rec, fmt.Errorf("%w: %s is already %s", ErrConflict, id, rec.State)
+		return rec, ConflictOf(rec)
 	case code != codeDone:
 		return nil, fmt.Errorf("store: operator %s %s: unexpected reply code %d", op, id, code)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,43 @@ func TestRedactHeader(t *testing.T) {
 	RedactHeader(in)["X-Deal"][0] = "changed"
 	if in.Get("X-Deal") != "D-1" {
 		t.Error("RedactHeader's result aliases the input")
+	}
+}
+
+func TestRedactorBody(t *testing.T) {
+	r := NewRedactor([]string{"Card_Number"})
+	for _, tc := range []struct {
+		name, ct, body, indent string
+		kind, text             string
+		n                      int
+	}{
+		{"empty", "application/json", "", "", BodyEmpty, "", 0},
+		{"binary", "application/octet-stream", "\xff\xfe\x00", "", BodyBinary, "", 0},
+		{"json, one line", "application/json", `{"id":"D-1","password":"p","n":[1,{"api_key":"k"}]}`, "",
+			BodyJSON, `{"id":"D-1","password":"[redacted]","n":[1,{"api_key":"[redacted]"}]}`, 2},
+		{"json, indented", "application/json", `{"a":{"token":"t"},"e":{},"l":[]}`, "  ",
+			BodyJSON, "{\n  \"a\": {\n    \"token\": \"[redacted]\"\n  },\n  \"e\": {},\n  \"l\": []\n}", 1},
+		{"json as text/plain", "text/plain", `{"client_secret":"s","id":1}`, "", BodyJSON, `{"client_secret":"[redacted]","id":1}`, 1},
+		{"json with a BOM", "application/json", "\ufeff" + `{"access_token":"t"}`, "", BodyJSON, `{"access_token":"[redacted]"}`, 1},
+		{"json scalar", "application/json", `"just a string"`, "", BodyJSON, `"just a string"`, 0},
+		{"redact_fields, any case", "application/json", `{"CARD_NUMBER":"4111","card":"x"}`, "", BodyJSON, `{"CARD_NUMBER":"[redacted]","card":"x"}`, 1},
+		{"credential-like names", "application/json", `{"Authorization":"a","secret":"b","private_key":"c","apikey":"d","credentials":"e","keep":"f"}`, "",
+			BodyJSON, `{"Authorization":"[redacted]","secret":"[redacted]","private_key":"[redacted]","apikey":"[redacted]","credentials":"[redacted]","keep":"f"}`, 5},
+		{"form", "application/x-www-form-urlencoded", "access_token=t%20x&token_type=bearer&scope=a+b", "", BodyForm, "access_token=[redacted]&token_type=[redacted]&scope=a+b", 2},
+		{"form, escaped name", "application/x-www-form-urlencoded", "client%5Fsecret=s&id=1", "", BodyForm, "client%5Fsecret=[redacted]&id=1", 1},
+		{"form shaped text/plain", "text/plain; charset=utf-8", "id=D-5&api_key=k", "", BodyForm, "id=D-5&api_key=[redacted]", 1},
+		{"form shaped, no Content-Type", "", "password=p", "", BodyForm, "password=[redacted]", 1},
+		{"prose is text", "text/plain", "token expired, try again", "", BodyText, "token expired, try again", 0},
+		{"html is text", "text/html", "password=p", "", BodyText, "password=p", 0},
+		{"invalid json is text", "application/json", `{"password":`, "", BodyText, `{"password":`, 0},
+	} {
+		got := r.Body([]byte(tc.body), tc.ct, tc.indent)
+		if got.Kind != tc.kind || got.Text != tc.text || got.Redactions != tc.n {
+			t.Errorf("%s: %+v, want kind %q, %d redactions, text %q", tc.name, got, tc.kind, tc.n, tc.text)
+		}
+	}
+	deep := strings.Repeat(`{"a":`, maxRedactDepth+5) + `{"token":"deep"}` + strings.Repeat("}", maxRedactDepth+5)
+	if got := r.Body([]byte(deep), "application/json", ""); strings.Contains(got.Text, `"deep"`) || !strings.Contains(got.Text, "nested too deeply") {
+		t.Errorf("too deep: %s", got.Text)
 	}
 }

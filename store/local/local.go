@@ -584,7 +584,7 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
 	return e.operator(ctx, "release", id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now {
+		if cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
 			return nil, conflict(cur)
 		}
 		r := cur.clone()
@@ -602,8 +602,8 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
-	if res.Status < 100 || res.Status > 599 {
-		return nil, fmt.Errorf("%w: status %d is not an HTTP status (100-599)", store.ErrInvalidArgument, res.Status)
+	if err := store.CheckOperatorResult(res); err != nil {
+		return nil, err
 	}
 	if res.Digest == "" && !res.BodyOmitted {
 		sum := sha256.Sum256(res.Body)
@@ -611,7 +611,7 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 	}
 	result := newResult(res)
 	return e.operator(ctx, "complete", id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateCompleted || cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now {
+		if cur.State == store.StateCompleted || cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
 			return nil, conflict(cur)
 		}
 		r := cur.clone()
@@ -667,13 +667,13 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	return v, nil
 }
 
-func conflict(cur *rec) error {
-	if cur.State == store.StateInFlight {
-		return fmt.Errorf("%w: %s is in flight, its lease runs until %s",
-			store.ErrConflict, cur.ID, cur.LeaseUntil.UTC().Format(time.RFC3339Nano))
-	}
-	return fmt.Errorf("%w: %s is already %s", store.ErrConflict, cur.ID, cur.State)
+// checking reports whether a verification check holds the record (a live
+// check lease): operators wait for its verdict.
+func (r *rec) checking(now int64) bool {
+	return r.State == store.StateUnknown && msOf(r.CheckLeaseUntil) > now
 }
+
+func conflict(cur *rec) error { return store.ConflictOf(&cur.Record) }
 
 // secretFile holds the deployment secret.
 const secretFile = "secret"

@@ -5,6 +5,9 @@ if not r then
   code = $codeNotFound
 elseif r.st == 'c' or (r.st == 'f' and r.lu > now) then
   code, s = $codeConflict, cur
+elseif r.st == 'u' and (tonumber(r.clu) or 0) > now then
+  -- a verification check holds the record: its verdict must land
+  code, s = $codeConflict, cur
 else
   local was = r.st
   r.st, r.tok, r.ca, r.sc, r.hd, r.bd = 'c', ARGV[2], now, ARGV[3], ARGV[4], ARGV[5]

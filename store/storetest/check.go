@@ -28,6 +28,7 @@ func init() {
 		test{"OneCheckAtATime", testOneCheckAtATime},
 		test{"OperatorCheckAudited", testOperatorCheckAudited},
 		test{"CheckArguments", testCheckArguments},
+		test{"OperatorRefusedDuringCheck", testOperatorRefusedDuringCheck},
 	)
 }
 
@@ -344,8 +345,9 @@ func testEndCheckSchedules(t *testing.T, h Harness, e store.Engine) {
 }
 
 // TestLateCheckChangesNothing: a check that ends after an operator's
-// release, an operator's completion or a real late result is refused and
-// leaves the record as it was.
+// release or completion (made once its check lease had run out: a live
+// one refuses them) or a real late result is refused and leaves the
+// record as it was.
 func testLateCheckChangesNothing(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	for name, resolve := range map[string]func(id string){
@@ -366,13 +368,17 @@ func testLateCheckChangesNothing(t *testing.T, h Harness, e store.Engine) {
 	} {
 		for _, verdict := range []string{store.VerdictApplied, store.VerdictNotApplied} {
 			id := heldWithCheck(t, e, time.Hour)
-			mustBegin(t, e, id, "tok-A", "chk-1", false)
+			rec, ok, err := e.BeginCheck(ctx, id, "tok-A", "chk-1", 200*time.Millisecond, false)
+			mustOK(t, "BeginCheck", ok, err)
+			if name != "late result" {
+				waitPast(t, h, e, rec.CheckLeaseUntil)
+			}
 			resolve(id)
 			before := mustGet(t, e, id)
 			o := outcome(id, "chk-1", verdict, 200)
 			o.NotFoundChecks = 1
 			o.Result = store.Result{Status: 200, Body: []byte(`[{"id":"D-1"}]`), ExternalID: "D-1"}
-			rec, ok, err := e.EndCheck(ctx, o)
+			rec, ok, err = e.EndCheck(ctx, o)
 			if err != nil || ok {
 				t.Errorf("%s, then a late %s check: %v, %v; want refused", name, verdict, ok, err)
 			}
@@ -476,5 +482,50 @@ func testOperatorCheckAudited(t *testing.T, h Harness, e store.Engine) {
 	o.Operator = &store.Action{}
 	if _, _, err := e.EndCheck(ctx, o); !errors.Is(err, store.ErrInvalidArgument) {
 		t.Errorf("an operator without a name: %v", err)
+	}
+}
+
+// TestOperatorRefusedDuringCheck: while a verification check holds the
+// record (a live check lease), an operator's release and completion are
+// refused with a conflict that says so, and change nothing: the check's
+// verdict lands. Once the lease has run out, the operator may act.
+func testOperatorRefusedDuringCheck(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := heldWithCheck(t, e, time.Hour)
+	mustBegin(t, e, id, "tok-A", "chk-1", false)
+	before := mustGet(t, e, id)
+	for name, op := range map[string]func() (*store.Record, error){
+		"release":  func() (*store.Record, error) { return e.OperatorRelease(ctx, id, act, time.Hour) },
+		"complete": func() (*store.Record, error) { return e.OperatorComplete(ctx, id, sampleResult(), act, time.Hour) },
+	} {
+		rec, err := op()
+		if !errors.Is(err, store.ErrConflict) || !errors.Is(err, store.ErrCheckRunning) || !strings.Contains(err.Error(), id) {
+			t.Errorf("operator %s during a check: %v, want a conflict (check running) naming the record", name, err)
+		}
+		if !reflect.DeepEqual(rec, before) {
+			t.Errorf("operator %s during a check returned %+v, want the unchanged record %+v", name, rec, before)
+		}
+		if got := mustGet(t, e, id); !reflect.DeepEqual(got, before) {
+			t.Fatalf("operator %s during a check changed the record:\n got %+v\nwant %+v", name, got, before)
+		}
+	}
+	o := outcome(id, "chk-1", store.VerdictApplied, 200)
+	o.Result = store.Result{Status: 201, Body: []byte(`{"id":"D-1"}`), ExternalID: "D-1"}
+	if rec := mustEnd(t, e, o); rec.State != store.StateCompleted || rec.Reason != store.ReasonVerified || rec.ExternalID != "D-1" || len(rec.Audit) != 0 {
+		t.Fatalf("the check's verdict after the refused operators: %+v, want completed (verified), no audit", rec)
+	}
+
+	// A lease that ran out (its gateway died mid-check) holds nothing.
+	id = heldWithCheck(t, e, time.Hour)
+	rec, ok, err := e.BeginCheck(ctx, id, "tok-A", "chk-1", 300*time.Millisecond, false)
+	mustOK(t, "BeginCheck", ok, err)
+	waitPast(t, h, e, rec.CheckLeaseUntil)
+	if rec, err := e.OperatorRelease(ctx, id, act, time.Hour); err != nil || rec.State != store.StateReleased {
+		t.Fatalf("operator release after the check lease ran out: %+v, %v", rec, err)
+	}
+	late := outcome(id, "chk-1", store.VerdictApplied, 200)
+	late.Result = store.Result{Status: 201}
+	if _, ok, err := e.EndCheck(ctx, late); err != nil || ok {
+		t.Errorf("the expired check's late end: %v, %v; want refused", ok, err)
 	}
 }

@@ -311,6 +311,10 @@ func testOperatorArguments(t *testing.T, h Harness, e store.Engine) {
 			t.Errorf("status %d: err = %v, want ErrInvalidArgument", status, err)
 		}
 	}
+	long := store.Result{Status: 200, ExternalID: strings.Repeat("x", store.MaxExternalID+1)}
+	if _, err := e.OperatorComplete(ctx, id, long, act, time.Hour); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Errorf("external id of %d bytes: err = %v, want ErrInvalidArgument", len(long.ExternalID), err)
+	}
 	if _, err := e.OperatorComplete(ctx, "a}b", store.Result{Status: 200}, act, time.Hour); !errors.Is(err, store.ErrInvalidID) {
 		t.Errorf("bad id: %v", err)
 	}
