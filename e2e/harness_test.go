@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
+
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -691,6 +693,19 @@ func newUpstream(t testing.TB) *upstream {
 	}
 	u.fake = startFake(t, u.serve)
 	return u
+}
+
+// forwardedKey is the key the gateway forwards in Idempotency-Key, read
+// as an upstream that follows the IETF Idempotency-Key draft reads it: a
+// Structured Field string ("evt_184"); a bare value is taken as it is.
+func forwardedKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
+		if s, ok := item.Value.(string); ok {
+			return s
+		}
+	}
+	return v
 }
 
 func (u *upstream) count(path string) int { return u.calls.count(path) }

@@ -22,6 +22,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // deal is one created deal.
@@ -75,7 +77,7 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	d := deal{
 		ID:        fmt.Sprintf("D-%d", 9020+c.next),
 		Status:    "created",
-		SourceKey: r.Header.Get("Idempotency-Key"),
+		SourceKey: sourceKey(r),
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 		Request:   payload,
 	}
@@ -96,6 +98,20 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/crm/deals/"+d.ID)
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(d)
+}
+
+// sourceKey is the request's Idempotency-Key: a Structured Field string
+// ("order-1"), as the IETF Idempotency-Key draft has clients send it and
+// the gateway forwards it, or a bare value from a client that calls the
+// CRM directly.
+func sourceKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
+		if s, ok := item.Value.(string); ok {
+			return s
+		}
+	}
+	return v
 }
 
 // findDeals answers GET /crm/deals?source_key=K with the deals that
