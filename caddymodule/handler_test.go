@@ -218,6 +218,11 @@ func TestClassify(t *testing.T) {
 		{"nothing written", 0, nil, nil, callResult{verdictComplete, 200, "", false}},
 		{"retry status 429", 429, nil, nil, callResult{verdictRelease, 429, "retry_status", false}},
 		{"retry status 503", 503, nil, nil, callResult{verdictRelease, 503, "retry_status", false}},
+		{"temporary redirect", 307, nil, nil, callResult{verdictRelease, 307, "redirect", false}},
+		{"permanent redirect", 308, nil, nil, callResult{verdictRelease, 308, "redirect", false}},
+		{"moved permanently is a result", 301, nil, nil, callResult{verdictComplete, 301, "", false}},
+		{"found is a result", 302, nil, nil, callResult{verdictComplete, 302, "", false}},
+		{"see other is a result", 303, nil, nil, callResult{verdictComplete, 303, "", false}},
 		{"upstream 500", 500, nil, nil, callResult{verdictUnknown, 500, "upstream_5xx", false}},
 		{"upstream 502", 502, nil, nil, callResult{verdictUnknown, 502, "upstream_5xx", false}},
 		{"client closed", 499, nil, nil, callResult{verdictUnknown, 499, "client_closed", true}},
@@ -232,6 +237,12 @@ func TestClassify(t *testing.T) {
 	short := &capture{status: 200, declared: 1000, size: 500}
 	if got, want := classify(rt, short, nil, nil), (callResult{verdictUnknown, 200, "response_cut_off", true}); got != want {
 		t.Errorf("a body shorter than its Content-Length: classify = %+v, want %+v", got, want)
+	}
+	stored := &route{Resolved: config.Resolved{OnRedirect: config.OnRedirectStore}}
+	for _, code := range []int{307, 308} {
+		if got, want := classify(stored, &capture{status: code, declared: -1}, nil, nil), (callResult{verdictComplete, code, "", false}); got != want {
+			t.Errorf("%d under on_redirect: store: classify = %+v, want %+v", code, got, want)
+		}
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
