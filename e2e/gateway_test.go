@@ -59,7 +59,7 @@ func TestGateway(t *testing.T) {
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
 		for _, tc := range behaviourCases {
-			t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.ReplaceAll(be.name+"-"+tc.name, " ", "_")) })
+			t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.NewReplacer(" ", "_", ",", "").Replace(be.name+"-"+tc.name)) })
 		}
 	})
 }
