@@ -27,8 +27,16 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	panicked, err := callNext(next, cw, r)
 	stopRenewing()
 
+	// The upstream's answer is all here (unless it was too large to hold
+	// back): record it, then hand it to the client at whatever pace the
+	// client reads. A duplicate meanwhile replays it. A response that
+	// broke off reaches the client as it came, broken.
 	h.settle(g, c, classify(g.rt, cw, err, panicked), cw)
+	cw.deliver()
 	if panicked != nil {
+		// Out before the abort closes the connection, or the client
+		// would see no answer at all (and its transport might resend).
+		_ = cw.FlushError()
 		panic(panicked)
 	}
 	return err

@@ -170,6 +170,7 @@ func TestCaptureReadFrom(t *testing.T) {
 	if _, err := io.Copy(cw, strings.NewReader("hello, world")); err != nil {
 		t.Fatal(err)
 	}
+	cw.deliver()
 	if got := string(cw.body()); got != "hello, world" || rec.Body.String() != "hello, world" || cw.size != 12 {
 		t.Fatalf("captured %q, client got %q, size %d", got, rec.Body.String(), cw.size)
 	}
