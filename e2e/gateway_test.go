@@ -59,7 +59,9 @@ func TestGateway(t *testing.T) {
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
 		for _, tc := range behaviourCases {
-			t.Run(tc.name, func(t *testing.T) { tc.run(t, gw, up, strings.NewReplacer(" ", "_", ",", "").Replace(be.name+"-"+tc.name)) })
+			t.Run(tc.name, func(t *testing.T) {
+				tc.run(t, gw, up, strings.NewReplacer(" ", "_", ",", "").Replace(be.name+"-"+tc.name))
+			})
 		}
 	})
 }
