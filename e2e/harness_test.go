@@ -117,6 +117,7 @@ type gateway struct {
 	logs      *syncBuffer
 	exited    chan struct{}
 	caddyfile string
+	env       []string // more environment variables, NAME=value
 }
 
 type gatewayConfig struct {
@@ -199,6 +200,7 @@ func (g *gateway) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = g.dir
 	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+g.dir, "XDG_CONFIG_HOME="+g.dir, "HOME="+g.dir)
+	cmd.Env = append(cmd.Env, g.env...)
 	return cmd
 }
 
