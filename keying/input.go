@@ -141,6 +141,9 @@ func (in *Input) keyHeaderValue(name string) (string, error) {
 // as the IETF Idempotency-Key draft requires of a client: "evt_184".
 // A key that ValidateKey accepts always has one.
 func FormatKeyHeader(key string) (string, error) {
+	if plainSFChars(key) {
+		return `"` + key + `"`, nil // nothing to escape: one allocation
+	}
 	return httpsfv.Marshal(httpsfv.NewItem(key))
 }
 
