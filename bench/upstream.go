@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // upstream is the API behind the gateway: every POST creates a "deal" and
@@ -81,7 +83,7 @@ func startUpstream() (*upstream, error) {
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	n := u.calls.Add(1)
-	set := keySet(r.Header.Get("Idempotency-Key"))
+	set := keySet(forwardedKey(r))
 	u.mu.Lock()
 	u.byKey[set]++
 	u.mu.Unlock()
@@ -106,3 +108,15 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *upstream) close() { _ = u.srv.Close() }
+
+// forwardedKey is the key the gateway forwards: a Structured Field string
+// ("k-1-2"), as the IETF Idempotency-Key draft has clients send it.
+func forwardedKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
+		if s, ok := item.Value.(string); ok {
+			return s
+		}
+	}
+	return v
+}

@@ -5,6 +5,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,8 +13,15 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// capture passes a guarded response through to the client while keeping a
+// capture receives a guarded response from the upstream, keeping a
 // bounded copy and a SHA-256 digest of the whole body.
+//
+// A response of at most max bytes is held back from the client until the
+// upstream has sent all of it: execute records the result first and then
+// delivers it, so a client that reads slowly, or stops reading, never
+// keeps the claim in flight, and duplicates replay meanwhile. A response
+// that grows past max, an event stream and a protocol switch pass through
+// to the client as they arrive (the body of a large one is not stored).
 //
 // When the client has gone away, writes to it fail; capture then keeps
 // accepting the upstream's bytes so the call finishes and its result is
@@ -33,6 +41,7 @@ type capture struct {
 	digest    hash.Hash
 	overflow  bool // body exceeded max: only status, headers and digest are kept
 	streaming bool // an event stream: never replayable
+	passing   bool // the status went to the client: the rest passes through as it comes
 	clientErr error
 }
 
@@ -81,17 +90,82 @@ func (c *capture) WriteHeader(status int) {
 	if c.status != 0 {
 		return // superfluous; the client already has a status
 	}
-	if status >= 200 || status == http.StatusSwitchingProtocols {
-		c.status = status
-		hdr := c.ResponseWriter.Header()
-		c.header = storableHeader(hdr)
-		if strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") {
-			c.streaming = true
-		}
-		c.sizeFor(hdr.Get("Content-Length"))
+	if status < 200 && status != http.StatusSwitchingProtocols {
+		// Informational (100 Continue, 103 Early Hints): to the client
+		// now, never stored.
+		c.writeClientHeader(status)
+		return
 	}
+	c.status = status
+	hdr := c.ResponseWriter.Header()
+	c.header = storableHeader(hdr)
+	if strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") {
+		c.streaming = true
+	}
+	c.sizeFor(hdr.Get("Content-Length"))
+	if c.streaming || c.overflow || status == http.StatusSwitchingProtocols {
+		c.pass()
+	}
+}
+
+// writeClientHeader sends a status to the client, unless it has gone.
+func (c *capture) writeClientHeader(status int) {
 	if c.clientErr == nil {
 		c.ResponseWriter.WriteHeader(status)
+	}
+}
+
+// pass sends what is held back to the client, and lets the rest of the
+// response through as it comes.
+func (c *capture) pass() {
+	if c.passing {
+		return
+	}
+	c.passing = true
+	c.writeClientHeader(c.status)
+	if b := c.body(); len(b) > 0 {
+		c.writeClient(b)
+	}
+}
+
+// writeClient writes p to the client, unless it has gone.
+func (c *capture) writeClient(p []byte) {
+	if c.clientErr == nil {
+		if _, err := c.ResponseWriter.Write(p); err != nil {
+			c.clientErr = err
+		}
+	}
+}
+
+// deliver sends a held-back response to the client, once the result is
+// recorded. The names the response announced in Trailer stay out of the
+// header block (the upstream's trailers were added to the header map after
+// the body): they are sent as trailers when the request ends.
+func (c *capture) deliver() {
+	if c.passing || c.status == 0 {
+		return
+	}
+	c.passing = true
+	hdr := c.ResponseWriter.Header()
+	var trailers http.Header
+	for _, v := range hdr["Trailer"] {
+		for _, name := range strings.Split(v, ",") {
+			name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))
+			if vv, ok := hdr[name]; ok {
+				if trailers == nil {
+					trailers = http.Header{}
+				}
+				trailers[name] = vv
+				delete(hdr, name)
+			}
+		}
+	}
+	c.writeClientHeader(c.status)
+	if b := c.body(); len(b) > 0 {
+		c.writeClient(b)
+	}
+	for name, vv := range trailers {
+		hdr[name] = vv
 	}
 }
 
@@ -123,25 +197,30 @@ func (c *capture) Write(p []byte) (int, error) {
 	c.digest.Write(p)
 	c.size += int64(len(p))
 	if !c.overflow {
-		if c.size > c.max {
-			c.overflow = true
-			c.release()
-		} else {
+		if c.size <= c.max {
 			*c.buf = appendBounded(*c.buf, p, c.max)
+			if !c.passing {
+				return len(p), nil // held back until the result is recorded
+			}
+		} else {
+			// Past max: what was held back goes out, the rest streams
+			// through, and only status, headers and digest are kept.
+			c.overflow = true
+			c.pass()
+			c.release()
 		}
 	}
-	if c.clientErr == nil {
-		if _, err := c.ResponseWriter.Write(p); err != nil {
-			c.clientErr = err
-		}
+	if c.passing {
+		c.writeClient(p)
 	}
 	return len(p), nil
 }
 
-// FlushError flushes to the client; a client that has gone away is not an
-// error for the upstream call.
+// FlushError flushes to the client what passes through; a held-back
+// response has nothing to flush yet. A client that has gone away is not
+// an error for the upstream call.
 func (c *capture) FlushError() error {
-	if c.clientErr != nil {
+	if c.clientErr != nil || !c.passing {
 		return nil
 	}
 	if err := http.NewResponseController(c.ResponseWriter).Flush(); err != nil {

@@ -9,15 +9,16 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
 // execute forwards a claimed request once and records what came back.
 func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body *requestBody, c *store.Claim) error {
-	prepareUpstream(r, g.rt, key, body)
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
+	prepareUpstream(r, g.rt, key, body)
 
 	cw := newCapture(w, g.rt.MaxResponse)
 	defer cw.release()
@@ -26,18 +27,35 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	panicked, err := callNext(next, cw, r)
 	stopRenewing()
 
+	// The upstream's answer is all here (unless it was too large to hold
+	// back): record it, then hand it to the client at whatever pace the
+	// client reads. A duplicate meanwhile replays it. A response that
+	// broke off reaches the client as it came, broken.
 	h.settle(g, c, classify(g.rt, cw, err, panicked), cw)
+	cw.deliver()
 	if panicked != nil {
+		// Out before the abort closes the connection, or the client
+		// would see no answer at all (and its transport might resend).
+		_ = cw.FlushError()
 		panic(panicked)
 	}
 	return err
 }
 
-// prepareUpstream readies a claimed request for its one upstream call.
+// prepareUpstream readies a claimed request for its one upstream call. r
+// is the handler's own copy of the request: its header map is cloned
+// before it is changed, so the request that Caddy's logs write (its error
+// log, access logs) keeps the client's header names, which their filters
+// name, and never shows the forwarded key under another name.
 func prepareUpstream(r *http.Request, rt *route, key string, body *requestBody) {
+	r.Header = r.Header.Clone()
 	body.forward(r)
 	if rt.ForwardKeyHeader != "" {
-		r.Header.Set(rt.ForwardKeyHeader, key)
+		// As the IETF Idempotency-Key draft requires of a client: a
+		// Structured Field string. A valid key always has one.
+		if sf, err := keying.FormatKeyHeader(key); err == nil {
+			r.Header.Set(rt.ForwardKeyHeader, sf)
+		}
 	}
 	hideReplayHints(r.Header)
 }

@@ -77,6 +77,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
+	if errors.Is(err, keying.ErrInvalidKey) {
+		// A key header in two field lines, a list or a malformed
+		// Structured Field string: never the first of several keys.
+		g.outcome = outcomeInvalid
+		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
+	}
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)

@@ -170,6 +170,7 @@ func TestCaptureReadFrom(t *testing.T) {
 	if _, err := io.Copy(cw, strings.NewReader("hello, world")); err != nil {
 		t.Fatal(err)
 	}
+	cw.deliver()
 	if got := string(cw.body()); got != "hello, world" || rec.Body.String() != "hello, world" || cw.size != 12 {
 		t.Fatalf("captured %q, client got %q, size %d", got, rec.Body.String(), cw.size)
 	}
@@ -187,4 +188,31 @@ routes:
     key: ["{header.Idempotency-Key}"]
 `, testStores[0].cfg(t))
 	return h
+}
+
+// TestForwardedKeyLeavesRequestHeaders: the upstream gets the key as a
+// Structured Field string, on a header map of its own; the request that
+// Caddy's logs write keeps the client's header names and values, so a log
+// filter naming Idempotency-Key removes it.
+func TestForwardedKeyLeavesRequestHeaders(t *testing.T) {
+	h := dealsHandler(t)
+	var upstream http.Header
+	next := func(w http.ResponseWriter, r *http.Request) error {
+		upstream = r.Header.Clone()
+		w.WriteHeader(http.StatusCreated)
+		return nil
+	}
+	req := httptest.NewRequest("POST", "/crm/deals", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "evt_184")
+	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), httptest.NewRecorder(), &caddyhttp.Server{})
+	if err := h.ServeHTTP(httptest.NewRecorder(), req, caddyhttp.HandlerFunc(next)); err != nil {
+		t.Fatal(err)
+	}
+	// Under a lower-case name (see hideReplayHints): one field all the same.
+	if got := append(upstream["Idempotency-Key"], upstream["idempotency-key"]...); len(got) != 1 || got[0] != `"evt_184"` {
+		t.Errorf("upstream got Idempotency-Key %q, want the sf-string \"evt_184\"", got)
+	}
+	if len(req.Header) != 1 || len(req.Header["Idempotency-Key"]) != 1 || req.Header["Idempotency-Key"][0] != "evt_184" {
+		t.Errorf("the client's request headers became %v, want only Idempotency-Key: evt_184", req.Header)
+	}
 }

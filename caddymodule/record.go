@@ -26,8 +26,9 @@ type verdict int
 const (
 	// verdictComplete: a result to store and replay.
 	verdictComplete verdict = iota
-	// verdictRelease: the upstream said "not done" (a retry status) or
-	// never received the request; the next retry executes.
+	// verdictRelease: the upstream said "not done" (a retry status, a
+	// 307 or 308 redirect) or never received the request; the next retry
+	// executes.
 	verdictRelease
 	// verdictUnknown: the upstream may have acted and nobody knows; the
 	// route's on_unknown_outcome decides.
@@ -70,11 +71,22 @@ func classify(rt *route, cw *capture, err error, panicked any) callResult {
 		return callResult{verdictUnknown, cw.status, "client_closed", true}
 	case rt.retry[cw.status]:
 		return callResult{verdictRelease, cw.status, "retry_status", false}
+	case isRedirect(cw.status) && rt.OnRedirect != config.OnRedirectStore:
+		// The upstream asks for the same request at another URL: it did
+		// nothing here, and the redirected request runs under this key.
+		return callResult{verdictRelease, cw.status, "redirect", false}
 	case cw.status >= 500:
 		return callResult{verdictUnknown, cw.status, "upstream_5xx", false}
 	default:
 		return callResult{verdictComplete, cw.status, "", false}
 	}
+}
+
+// isRedirect reports whether status asks for the same request (method and
+// body) at another URL: 307 and 308. 301, 302 and 303 let clients switch
+// to GET, and are results.
+func isRedirect(status int) bool {
+	return status == http.StatusTemporaryRedirect || status == http.StatusPermanentRedirect
 }
 
 // neverSent reports whether the proxy failed before the request left: a

@@ -16,6 +16,7 @@ func Example() {
   scope: ["{header.Authorization}"]   # hashed into every key: clients never share keys
   forward_key_header: Idempotency-Key # send the derived key upstream ("" = don't)
   retry_statuses: [429, 503]          # upstream said "not done": release, let retries execute
+  on_redirect: release                # 307/308: release (the redirected request executes) | store
   on_unknown_outcome: hold            # hold | release | store
   on_store_error: fail_closed         # fail_closed (503) | fail_open (forward unguarded)
 routes:
@@ -75,5 +76,5 @@ routes:
 	// retry_crm_deal create_crm_deal [POST PUT PATCH DELETE] /internal/crm/deals/*/retry 24h0m0s hold
 	// capture_payment capture_payment [POST] /payments/*/capture 24h0m0s release
 	// ingest_event ingest_event [POST PUT] /events 24h0m0s hold
-	// routes.yaml:51: routes[3].on_store_error: is set twice (first on line 50)
+	// routes.yaml:52: routes[3].on_store_error: is set twice (first on line 51)
 }

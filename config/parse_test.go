@@ -247,6 +247,8 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml:2: defaults.forward_key_header: "Authorization" is a header the upstream needs from the request itself; choose another name, e.g. Idempotency-Key`}},
 	{"forward_key_header hop-by-hop", "routes:\n" + route + "    forward_key_header: proxy-connection\n",
 		[]string{`r.yaml:5: routes[0].forward_key_header: "proxy-connection" is a hop-by-hop header, dropped on the way upstream; choose another name, e.g. Idempotency-Key`}},
+	{"on_redirect enum", "defaults:\n  on_redirect: follow\nroutes:\n" + route,
+		[]string{`r.yaml:2: defaults.on_redirect: "follow" is not one of release, store`}},
 	{"enum in defaults", "defaults:\n  on_store_error: fail_softly\nroutes:\n" + route,
 		[]string{`r.yaml:2: defaults.on_store_error: "fail_softly" is not one of fail_closed, fail_open`}},
 	{"enum explicitly empty", "routes:\n" + route + "    on_unknown_outcome: \"\"\n",

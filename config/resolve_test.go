@@ -30,6 +30,7 @@ func builtin() Resolved {
 		ForwardKeyHeader: "Idempotency-Key",
 		RetryStatuses:    []int{429, 503},
 		OnUnknownOutcome: "hold",
+		OnRedirect:       "release",
 		OnStoreError:     "fail_closed",
 		Fingerprint:      keying.FingerprintRule{},
 	}
@@ -95,6 +96,8 @@ func TestResolveInheritance(t *testing.T) {
 			r.RetryStatuses = []int{429}
 			r.OnUnknownOutcome = "store"
 		}},
+		{"on_redirect in defaults applies", "\n  on_redirect: store", "", func(r *Resolved) { r.OnRedirect = "store" }},
+		{"on_redirect in the route wins", "\n  on_redirect: store", "\n    on_redirect: release", func(r *Resolved) {}},
 		{"confirm in defaults applies", "\n  confirm: true", "", func(r *Resolved) { r.Confirm = true }},
 		{"confirm: false in the route wins", "\n  confirm: true", "\n    confirm: false", func(r *Resolved) {}},
 		{"scope: [] in defaults means no scope", "\n  scope: []", "", func(r *Resolved) { r.Scope = nil }},

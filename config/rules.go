@@ -29,6 +29,16 @@ const (
 	OnStoreErrorFailOpen   OnStoreError = "fail_open"   // forward the request unguarded, and count it
 )
 
+// OnRedirect is a value of Policy.OnRedirect: what a 307 or 308 from the
+// upstream does to the claim. Such an answer asks for the same request at
+// another URL: the upstream did nothing here.
+type OnRedirect string
+
+const (
+	OnRedirectRelease OnRedirect = "release" // the claim is released; the redirected request executes under the same key (default)
+	OnRedirectStore   OnRedirect = "store"   // the redirect is the operation's result, replayed like any other
+)
+
 // Built-in defaults, for fields that neither a route nor "defaults" set.
 const (
 	defaultTTL         = 24 * time.Hour
@@ -78,6 +88,11 @@ type Policy struct {
 	RetryStatuses []int `json:"retry_statuses,omitzero"`
 	// OnUnknownOutcome is hold (default), release or store.
 	OnUnknownOutcome OnUnknown `json:"on_unknown_outcome,omitempty"`
+	// OnRedirect is what a 307 or 308 from the upstream does: release
+	// (default; the upstream did nothing here, and the redirected request
+	// executes under the same key) or store (a result, replayed). 301,
+	// 302 and 303 are always results.
+	OnRedirect OnRedirect `json:"on_redirect,omitempty"`
 	// OnStoreError is fail_closed (default) or fail_open.
 	OnStoreError OnStoreError `json:"on_store_error,omitempty"`
 	// Confirm: true makes the operator console ask for every action on the
@@ -171,6 +186,7 @@ type Resolved struct {
 	ForwardKeyHeader string // "" when the key is not forwarded
 	RetryStatuses    []int  // nil when retry_statuses is an explicit []
 	OnUnknownOutcome OnUnknown
+	OnRedirect       OnRedirect
 	OnStoreError     OnStoreError
 	Confirm          bool // the console asks twice before an action
 	// RedactFields are the route's and the defaults' redact_fields, lower
@@ -220,6 +236,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		ForwardKeyHeader: *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
 		RetryStatuses:    cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
 		OnUnknownOutcome: cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
+		OnRedirect:       cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
 		OnStoreError:     cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
 		Confirm:          *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
 		Verify:           resolveVerify(rt.Verify),

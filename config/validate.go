@@ -183,6 +183,7 @@ func (c *errorList) policy(f string, p *Policy) {
 		}
 	}
 	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
+	enum(c, f+"on_redirect", p.OnRedirect, OnRedirectRelease, OnRedirectStore)
 	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
 }
 

@@ -58,7 +58,7 @@ func (c *crm) count(key string) int { return c.calls.count(key) }
 
 func (c *crm) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	key := forwardedKey(r)
 	n, _ := c.calls.add(key)
 	w.Header().Set("Content-Type", "application/json")
 	switch {

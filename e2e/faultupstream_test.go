@@ -109,7 +109,7 @@ func (u *faultUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the request never fully arrived: no side effect
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key := forwardedKey(r)
 	n, _ := u.calls.add(key)
 
 	kind, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")

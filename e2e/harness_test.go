@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
+
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -115,6 +117,7 @@ type gateway struct {
 	logs      *syncBuffer
 	exited    chan struct{}
 	caddyfile string
+	env       []string // more environment variables, NAME=value
 }
 
 type gatewayConfig struct {
@@ -197,6 +200,7 @@ func (g *gateway) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = g.dir
 	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+g.dir, "XDG_CONFIG_HOME="+g.dir, "HOME="+g.dir)
+	cmd.Env = append(cmd.Env, g.env...)
 	return cmd
 }
 
@@ -691,6 +695,19 @@ func newUpstream(t testing.TB) *upstream {
 	}
 	u.fake = startFake(t, u.serve)
 	return u
+}
+
+// forwardedKey is the key the gateway forwards in Idempotency-Key, read
+// as an upstream that follows the IETF Idempotency-Key draft reads it: a
+// Structured Field string ("evt_184"); a bare value is taken as it is.
+func forwardedKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
+		if s, ok := item.Value.(string); ok {
+			return s
+		}
+	}
+	return v
 }
 
 func (u *upstream) count(path string) int { return u.calls.count(path) }

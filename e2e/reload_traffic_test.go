@@ -47,7 +47,7 @@ func rtNewUpstream(t testing.TB) *rtUpstream {
 
 func (u *rtUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	key := forwardedKey(r)
 	n, total := u.calls.add(key)
 	if !u.gates.wait(key, nil, 20*time.Second) {
 		// A few milliseconds of work, so that reloads find calls running.

@@ -120,7 +120,7 @@ func (u *soakUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		exec:      n,
 		action:    soakActionFor(u.seed, p.Key, n),
 		changed:   p.Variant != "original",
-		keyHeader: r.Header.Get("Idempotency-Key"),
+		keyHeader: forwardedKey(r),
 	}
 	u.calls[p.Key] = append(u.calls[p.Key], c)
 	u.mu.Unlock()

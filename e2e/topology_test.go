@@ -38,7 +38,7 @@ func newTopoUpstream(t testing.TB) *topoUpstream {
 	u := &topoUpstream{}
 	u.fake = startFake(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		key := r.Header.Get("Idempotency-Key")
+		key := forwardedKey(r)
 		n, _ := u.calls.add(key)
 		if code, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok {
 			c, _ := strconv.Atoi(code)

@@ -154,7 +154,7 @@ func (c *verifyCRM) serve(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.ReadAll(r.Body); err != nil {
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
+	key := forwardedKey(r)
 	fail := r.Header.Get("X-Test-Fail")
 	if fail == "fail" {
 		w.Header().Set("Content-Type", "application/json")

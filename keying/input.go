@@ -1,6 +1,7 @@
 package keying
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -98,8 +99,58 @@ func (in *Input) parseJSON() {
 	in.state, in.canon = bodyJSON, bytesToString(buf)
 }
 
+// keyHeaderValue returns the value of the header name (canonical form) as a
+// key, following the IETF Idempotency-Key draft: the field arrives as one
+// field line holding either a Structured Field string (RFC 8941, such as
+// "abc"; its parameters are ignored) or a bare value without a comma. Two
+// field lines, a comma in a bare value (a list: proxies fold repeated
+// fields into one line with commas) and a malformed Structured Field
+// string are errors wrapping ErrInvalidKey, never the first of several
+// keys. The errors name the header, never its value.
+func (in *Input) keyHeaderValue(name string) (string, error) {
+	vs := in.header[name]
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: header %s arrived as %d field lines; send one key in one field line", ErrInvalidKey, name, len(vs))
+	}
+	v := strings.Trim(vs[0], " \t")
+	if v == "" || v[0] != '"' {
+		if strings.IndexByte(v, ',') >= 0 {
+			return "", fmt.Errorf("%w: header %s holds a list (a comma in a bare value); send one key, or quote it as a Structured Field string", ErrInvalidKey, name)
+		}
+		return v, nil
+	}
+	if len(v) >= 2 && v[len(v)-1] == '"' && plainSFChars(v[1:len(v)-1]) {
+		return v[1 : len(v)-1], nil // the common case, without the parser
+	}
+	item, err := httpsfv.UnmarshalItem([]string{v})
+	if err != nil {
+		return "", fmt.Errorf("%w: header %s starts with a quote but is not a valid Structured Field string (RFC 8941)", ErrInvalidKey, name)
+	}
+	s, ok := item.Value.(string)
+	if !ok {
+		return "", fmt.Errorf("%w: header %s is not a Structured Field string", ErrInvalidKey, name)
+	}
+	return s, nil
+}
+
+// FormatKeyHeader returns key as a Structured Field string (RFC 8941),
+// as the IETF Idempotency-Key draft requires of a client: "evt_184".
+// A key that ValidateKey accepts always has one.
+func FormatKeyHeader(key string) (string, error) {
+	if plainSFChars(key) {
+		return `"` + key + `"`, nil // nothing to escape: one allocation
+	}
+	return httpsfv.Marshal(httpsfv.NewItem(key))
+}
+
 // headerValue returns the first value of the header name (canonical form),
 // trimmed, and unquoted when it is a Structured Field string (RFC 8941).
+// Scope templates and lookup URLs read headers this way; keys read them
+// strictly (keyHeaderValue).
 func (in *Input) headerValue(name string) string {
 	vs := in.header[name]
 	if len(vs) == 0 {
@@ -186,6 +237,15 @@ func (in *Input) bodyValue(path string) (string, error) {
 		return r.Raw, nil
 	}
 	return "", nil
+}
+
+// lookupKey is lookup for a key template: headers are read as keys
+// (keyHeaderValue).
+func (in *Input) lookupKey(p part) (string, error) {
+	if p.src == srcHeader {
+		return in.keyHeaderValue(p.text)
+	}
+	return in.lookup(p)
 }
 
 // lookup returns the value of one placeholder part.

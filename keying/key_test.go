@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/dunglas/httpsfv"
 )
 
 func hdr(kv ...string) http.Header {
@@ -27,12 +29,14 @@ func TestResolve(t *testing.T) {
 		want    string
 		wantOK  bool
 		wantErr bool
+		// wantInvalid: an ErrInvalidKey error (a header that cannot carry a key)
+		wantInvalid bool
 	}{
 		// header
 		{name: "header bare", tmpl: "{header.Idempotency-Key}", header: hdr("Idempotency-Key", "abc-123"), want: "abc-123", wantOK: true},
 		{name: "header name any case", tmpl: "{header.idempotency-KEY}", header: hdr("Idempotency-Key", "k"), want: "k", wantOK: true},
 		{name: "header trimmed", tmpl: "{header.X}", header: hdr("X", " \tk1 \t"), want: "k1", wantOK: true},
-		{name: "header first value only", tmpl: "{header.X}", header: hdr("X", "one", "X", "two"), want: "one", wantOK: true},
+		{name: "header two field lines", tmpl: "{header.X}", header: hdr("X", "one", "X", "two"), wantInvalid: true},
 		{name: "header missing", tmpl: "{header.X}", header: hdr("Y", "v"), want: "", wantOK: false},
 		{name: "header empty", tmpl: "{header.X}", header: hdr("X", ""), want: "", wantOK: false},
 		{name: "header nil map", tmpl: "{header.X}", want: "", wantOK: false},
@@ -44,10 +48,11 @@ func TestResolve(t *testing.T) {
 		{name: "sf string with parameters", tmpl: "{header.K}", header: hdr("K", `"abc";v=1`), want: "abc", wantOK: true},
 		{name: "sf string inner space", tmpl: "{header.K}", header: hdr("K", `"a b"`), want: "a b", wantOK: true},
 		{name: "sf empty string", tmpl: "{header.K}", header: hdr("K", `""`), want: "", wantOK: false},
-		{name: "unterminated quote is bare", tmpl: "{header.K}", header: hdr("K", `"abc`), want: `"abc`, wantOK: true},
-		{name: "bad sf escape is bare", tmpl: "{header.K}", header: hdr("K", `"a\qb"`), want: `"a\qb"`, wantOK: true},
+		{name: "unterminated quote", tmpl: "{header.K}", header: hdr("K", `"abc`), wantInvalid: true},
+		{name: "bad sf escape", tmpl: "{header.K}", header: hdr("K", `"a\qb"`), wantInvalid: true},
 		{name: "sf token is bare", tmpl: "{header.K}", header: hdr("K", `abc;x=1`), want: "abc;x=1", wantOK: true},
-		{name: "lone quote", tmpl: "{header.K}", header: hdr("K", `"`), want: `"`, wantOK: true},
+		{name: "lone quote", tmpl: "{header.K}", header: hdr("K", `"`), wantInvalid: true},
+		{name: "header list", tmpl: "{header.K}-{query.a}", header: hdr("K", "a,b"), query: "a=1", wantInvalid: true},
 		// query
 		{name: "query", tmpl: "{query.id}", query: "id=42&x=1", want: "42", wantOK: true},
 		{name: "query decoded", tmpl: "{query.id}", query: "id=a%2Fb+c", want: "a/b c", wantOK: true},
@@ -99,6 +104,12 @@ func TestResolve(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := NewInput("POST", tt.header, tt.query, []byte(tt.body))
 			v, ok, err := MustParseTemplate(tt.tmpl).Resolve(in)
+			if tt.wantInvalid {
+				if !errors.Is(err, ErrInvalidKey) || v != "" || ok {
+					t.Fatalf("Resolve = %q, %v, %v; want an ErrInvalidKey error", v, ok, err)
+				}
+				return
+			}
 			if tt.wantErr {
 				if err == nil || !errors.Is(err, ErrMalformedJSON) {
 					t.Fatalf("Resolve = %q, %v, %v; want an ErrMalformedJSON error", v, ok, err)
@@ -270,4 +281,137 @@ func TestScopeHash(t *testing.T) {
 	if a != want {
 		t.Errorf("ScopeHash = %x, want %x", a, want)
 	}
+}
+
+// TestKeyHeaderFieldLines: a key header arrives as one field line holding
+// a Structured Field string or a bare value without a comma; anything else
+// is an invalid key (400 key-invalid), never the first of several keys.
+// Scope templates keep reading the first line leniently.
+func TestKeyHeaderFieldLines(t *testing.T) {
+	tmpl := []Template{MustParseTemplate("{header.Idempotency-Key}"), MustParseTemplate("{query.k}")}
+	tests := []struct {
+		name    string
+		values  []string // field lines, in order
+		want    string
+		wantIdx int
+		invalid string // part of the error; "" = valid
+	}{
+		{name: "bare", values: []string{"evt_184"}, want: "evt_184"},
+		{name: "sf string", values: []string{`"evt_184"`}, want: "evt_184"},
+		{name: "sf string with comma inside", values: []string{`"a,b"`}, want: "a,b"},
+		{name: "sf string escapes", values: []string{`"a\"b\\c"`}, want: `a"b\c`},
+		{name: "sf string with parameters", values: []string{`"abc";v=1`}, want: "abc"},
+		{name: "sf string padded", values: []string{"  \"abc\"\t"}, want: "abc"},
+		{name: "bare with quote inside", values: []string{`ab"c`}, want: `ab"c`},
+		{name: "bare semicolon", values: []string{"abc;x=1"}, want: "abc;x=1"},
+		{name: "absent falls through", values: nil, want: "q", wantIdx: 1},
+		{name: "empty falls through", values: []string{""}, want: "q", wantIdx: 1},
+		{name: "two field lines", values: []string{"k1", "k2"}, invalid: "2 field lines"},
+		{name: "two equal field lines", values: []string{"k1", "k1"}, invalid: "2 field lines"},
+		{name: "two sf field lines", values: []string{`"k1"`, `"k2"`}, invalid: "2 field lines"},
+		{name: "comma in bare key", values: []string{"key,with,commas"}, invalid: "comma"},
+		{name: "folded list", values: []string{"k1, k2"}, invalid: "comma"},
+		{name: "trailing comma", values: []string{"k1,"}, invalid: "comma"},
+		{name: "unterminated sf string", values: []string{`"unterminated`}, invalid: "Structured Field"},
+		{name: "lone quote", values: []string{`"`}, invalid: "Structured Field"},
+		{name: "bad sf escape", values: []string{`"a\qb"`}, invalid: "Structured Field"},
+		{name: "sf list of strings", values: []string{`"k1", "k2"`}, invalid: "Structured Field"},
+		{name: "sf string then text", values: []string{`"k1" x`}, invalid: "Structured Field"},
+		{name: "sf string non-ascii", values: []string{"\"caf\xc3\xa9\""}, invalid: "Structured Field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"Idempotency-Key": tt.values}
+			if tt.values == nil {
+				h = http.Header{}
+			}
+			key, idx, err := DeriveKey(tmpl, NewInput("POST", h, "k=q", nil))
+			if tt.invalid != "" {
+				if !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), tt.invalid) {
+					t.Fatalf("DeriveKey = %q, %d, %v; want an ErrInvalidKey error about %q", key, idx, err, tt.invalid)
+				}
+				for _, v := range tt.values {
+					if len(v) > 2 && strings.Contains(err.Error(), v) {
+						t.Errorf("error %q shows the header's value", err)
+					}
+				}
+				if key != "" {
+					t.Errorf("DeriveKey returned key %q with its error", key)
+				}
+				return
+			}
+			if err != nil || key != tt.want || idx != tt.wantIdx {
+				t.Fatalf("DeriveKey = %q, %d, %v; want %q, %d", key, idx, err, tt.want, tt.wantIdx)
+			}
+		})
+	}
+}
+
+// TestScopeHeaderLenient: the scope reads a header's first field line,
+// whatever it holds, so a scope header is never a reason to refuse.
+func TestScopeHeaderLenient(t *testing.T) {
+	scope := []Template{MustParseTemplate("{header.X-Api-Key}")}
+	two := ScopeHash(scope, NewInput("POST", http.Header{"X-Api-Key": {"a", "b"}}, "", nil))
+	first := ScopeHash(scope, NewInput("POST", http.Header{"X-Api-Key": {"a"}}, "", nil))
+	if two != first {
+		t.Error("a second X-Api-Key line changed the scope")
+	}
+}
+
+func TestFormatKeyHeader(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"evt_184", `"evt_184"`},
+		{"evt_184:deal.create", `"evt_184:deal.create"`},
+		{`a"b\c`, `"a\"b\\c"`},
+		{"a,b", `"a,b"`},
+	}
+	for _, tt := range tests {
+		got, err := FormatKeyHeader(tt.key)
+		if err != nil || got != tt.want {
+			t.Errorf("FormatKeyHeader(%q) = %q, %v; want %q", tt.key, got, err, tt.want)
+		}
+		// What is forwarded reads back as the same key.
+		back, _, err := DeriveKey([]Template{MustParseTemplate("{header.K}")}, NewInput("POST", hdr("K", got), "", nil))
+		if err != nil || back != tt.key {
+			t.Errorf("%q reads back as %q, %v", got, back, err)
+		}
+	}
+}
+
+// FuzzKeyHeader: whatever one field line holds, reading it as a key never
+// panics; a value it accepts is a bare value without a comma or the string
+// of a valid Structured Field, and a valid key survives the round trip
+// through FormatKeyHeader.
+func FuzzKeyHeader(f *testing.F) {
+	for _, s := range []string{"evt_184", `"evt_184"`, `"a\"b"`, `"unterminated`, "a,b", `"a";p=1`, `"`, `""`, " \"x\" ", `"a\qb"`} {
+		f.Add(s)
+	}
+	tmpl := []Template{MustParseTemplate("{header.K}")}
+	f.Fuzz(func(t *testing.T, line string) {
+		key, idx, err := DeriveKey(tmpl, NewInput("POST", http.Header{"K": {line}}, "", nil))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidKey) || key != "" {
+				t.Fatalf("%q: %q, %v", line, key, err)
+			}
+			return
+		}
+		v := strings.Trim(line, " \t")
+		if strings.HasPrefix(v, `"`) {
+			if _, perr := httpsfv.UnmarshalItem([]string{v}); perr != nil {
+				t.Fatalf("%q accepted as %q, but it is no Structured Field", line, key)
+			}
+		} else if strings.Contains(key, ",") || key != v {
+			t.Fatalf("bare %q read as %q", line, key)
+		}
+		if idx == 0 && ValidateKey(key) == nil {
+			sf, err := FormatKeyHeader(key)
+			if err != nil {
+				t.Fatalf("FormatKeyHeader(%q): %v", key, err)
+			}
+			back, _, err := DeriveKey(tmpl, NewInput("POST", http.Header{"K": {sf}}, "", nil))
+			if err != nil || back != key {
+				t.Fatalf("%q -> %q -> %q, %v", key, sf, back, err)
+			}
+		}
+	})
 }

@@ -11,6 +11,10 @@
 // creation take that long, to show what a concurrent duplicate sees.
 // X-Demo-Drop: 1 makes it create the deal and then drop the connection
 // without an answer, as when a CRM's answer is lost on the way back.
+// X-Demo-Status: 5xx makes it fail: it answers that status and creates
+// nothing, and its lookups for that Idempotency-Key answer the same status
+// until a creation with the key succeeds, so a lookup cannot tell whether
+// the deal exists and the operation waits for an operator.
 package main
 
 import (
@@ -20,8 +24,11 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // deal is one created deal.
@@ -39,6 +46,7 @@ type crm struct {
 	created  int
 	requests int
 	bySource map[string][]deal
+	failing  map[string]int // status the lookups of a key answer (X-Demo-Status)
 }
 
 func (c *crm) deals(w http.ResponseWriter, r *http.Request) {
@@ -67,6 +75,16 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	if d, err := time.ParseDuration(r.Header.Get("X-Demo-Delay")); err == nil && d > 0 && d <= 10*time.Second {
 		time.Sleep(d)
 	}
+	if code, err := strconv.Atoi(r.Header.Get("X-Demo-Status")); err == nil && code >= 500 && code <= 599 {
+		c.mu.Lock()
+		c.requests++
+		if key := sourceKey(r); key != "" {
+			c.failing[key] = code
+		}
+		c.mu.Unlock()
+		http.Error(w, "the CRM failed (X-Demo-Status)", code)
+		return
+	}
 
 	c.mu.Lock()
 	c.requests++
@@ -75,12 +93,13 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	d := deal{
 		ID:        fmt.Sprintf("D-%d", 9020+c.next),
 		Status:    "created",
-		SourceKey: r.Header.Get("Idempotency-Key"),
+		SourceKey: sourceKey(r),
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 		Request:   payload,
 	}
 	if d.SourceKey != "" {
 		c.bySource[d.SourceKey] = append(c.bySource[d.SourceKey], d)
+		delete(c.failing, d.SourceKey)
 	}
 	c.mu.Unlock()
 
@@ -98,6 +117,20 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(d)
 }
 
+// sourceKey is the request's Idempotency-Key: a Structured Field string
+// ("order-1"), as the IETF Idempotency-Key draft has clients send it and
+// the gateway forwards it, or a bare value from a client that calls the
+// CRM directly.
+func sourceKey(r *http.Request) string {
+	v := r.Header.Get("Idempotency-Key")
+	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
+		if s, ok := item.Value.(string); ok {
+			return s
+		}
+	}
+	return v
+}
+
 // findDeals answers GET /crm/deals?source_key=K with the deals that
 // requests with Idempotency-Key K created.
 func (c *crm) findDeals(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +141,12 @@ func (c *crm) findDeals(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	found := append([]deal{}, c.bySource[key]...)
+	failing := c.failing[key]
 	c.mu.Unlock()
+	if failing != 0 {
+		http.Error(w, "the CRM failed (X-Demo-Status)", failing)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(found)
 }
@@ -125,7 +163,7 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:9001", "address to listen on")
 	flag.Parse()
 
-	c := &crm{bySource: map[string][]deal{}}
+	c := &crm{bySource: map[string][]deal{}, failing: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/crm/deals", c.deals)
 	mux.HandleFunc("GET /stats", c.stats)
