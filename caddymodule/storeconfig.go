@@ -93,10 +93,19 @@ type StoreConfig struct {
 	// until that many replicas acknowledged the write (Redis WAIT, in the
 	// same round trip as the write). It narrows the window in which a
 	// Sentinel or Cluster failover loses an acknowledged claim. When fewer
-	// replicas answer within WaitTimeout the request still goes on: the
-	// shortfall is logged and counted (idemgate_store_wait_short_total).
-	// Not for the embedded store.
+	// replicas answer within WaitTimeout the request still goes on (unless
+	// WaitStrict): the shortfall is logged and counted
+	// (idemgate_store_wait_short_total). Replays never wait. Not for the
+	// embedded store.
 	WaitReplicas int `json:"wait_replicas,omitempty"`
+
+	// WaitStrict (Caddyfile: `wait_replicas N strict`) refuses a claim that
+	// fewer than WaitReplicas replicas acknowledged within WaitTimeout:
+	// nothing is forwarded, the client gets 503 with Retry-After (whatever
+	// the route's on_store_error), and the claim is released, so a retry
+	// may execute once a replica is back. Completions still go on when
+	// short (the upstream has acted), and replays never wait.
+	WaitStrict bool `json:"wait_strict,omitempty"`
 
 	// WaitTimeout bounds each WAIT. Default: 100ms; it must be shorter than
 	// OpTimeout.
@@ -122,6 +131,7 @@ func (c StoreConfig) options() (store.Options, error) {
 		DialTimeout:  durationOr(c.DialTimeout, 0),
 		OpTimeout:    durationOr(c.OpTimeout, 0),
 		WaitReplicas: c.WaitReplicas,
+		WaitStrict:   c.WaitStrict,
 		WaitTimeout:  durationOr(c.WaitTimeout, 0),
 	}
 	switch {
@@ -131,6 +141,8 @@ func (c StoreConfig) options() (store.Options, error) {
 		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
+	case c.WaitStrict && c.WaitReplicas == 0:
+		return opts, errors.New("wait_strict is set but wait_replicas is not")
 	}
 	if c.Cluster && c.MasterName != "" {
 		return opts, errors.New("cluster and master_name contradict each other: a Redis Cluster has no Sentinel master; set one of them")
@@ -233,10 +245,10 @@ func (c StoreConfig) poolKey(opts store.Options) string {
 		return "embedded|" + dir
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d",
+	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d|%t",
 		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
 		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout,
-		opts.WaitReplicas, opts.WaitTimeout)
+		opts.WaitReplicas, opts.WaitTimeout, opts.WaitStrict)
 	if c.TLSCAFile != "" {
 		// The file's content, so that a reload after a CA rotation
 		// reconnects with the new roots.
@@ -324,8 +336,11 @@ func waitShortLogger(wanted int) func(store.WaitShortfall) {
 		if ws.Err != nil {
 			fields = append(fields, zap.Error(ws.Err))
 		}
-		caddy.Log().Named("http.handlers.idempotency").Warn(
-			"fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it", fields...)
+		msg := "fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it"
+		if ws.Refused {
+			msg = "fewer replicas than wait_replicas acknowledged a claim; wait_strict released it and refused the request (503)"
+		}
+		caddy.Log().Named("http.handlers.idempotency").Warn(msg, fields...)
 	}
 }
 

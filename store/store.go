@@ -93,13 +93,22 @@ type Options struct {
 	DialTimeout, OpTimeout time.Duration
 
 	// WaitReplicas, when above 0, makes Claim and Complete wait until that
-	// many replicas have acknowledged their write: a Redis WAIT sent right
-	// after the script, on the same connection and in the same round trip
-	// (on Cluster, to the node that owns the record). It narrows the window
-	// in which a failover loses an acknowledged claim. A WAIT that returns
-	// fewer replicas, or fails, does not fail the call: it is reported to
-	// OnWaitShort.
+	// many replicas have acknowledged their write: a Redis WAIT on the
+	// connection that made the write (on Cluster, the node that owns the
+	// record). A completion sends it in the same round trip as its script;
+	// a claim sends it after its script, and only when it took the record
+	// (a replay or a conflict never waits). It narrows the window in which
+	// a failover loses an acknowledged claim. A WAIT that returns fewer
+	// replicas, or fails, is reported to OnWaitShort and does not fail the
+	// call, unless WaitStrict refuses the claim.
 	WaitReplicas int
+	// WaitStrict makes a claim that fewer than WaitReplicas replicas
+	// acknowledged unusable: Claim releases it and fails with
+	// ErrReplicasShort, so nothing is forwarded on a claim a failover could
+	// lose. Completions are not affected (the upstream has acted: the
+	// shortfall is reported and the call succeeds), nor are replays, which
+	// never wait.
+	WaitStrict bool
 	// WaitTimeout bounds each WAIT; default 100ms. It must be shorter than
 	// OpTimeout, which bounds the whole round trip.
 	WaitTimeout time.Duration
@@ -125,6 +134,7 @@ type Store struct {
 	// wait replicas (0: no WAIT) within waitTimeout after claims and
 	// completions; shortfalls go to onWaitShort.
 	wait        int
+	waitStrict  bool
 	waitTimeout time.Duration
 	onWaitShort func(WaitShortfall)
 
@@ -215,6 +225,7 @@ func Open(opts Options) (*Store, error) {
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
 	if opts.WaitReplicas > 0 {
 		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, orDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
+		s.waitStrict = opts.WaitStrict
 	}
 	if err := s.start(opts.DialTimeout); err != nil {
 		_ = client.Close()
@@ -498,11 +509,12 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	// A refusal while this caller still waits means the store's idea of the
 	// Redis clock was off (the Redis clock jumped); the reply corrected it,
 	// and the refused script changed nothing, so one more try is safe.
+	var short *WaitShortfall // the claim took the record, but too few replicas have it
 	for try := 0; ; try++ {
 		sent := time.Now()
 		var err error
-		v, err = s.run(ctx, "claim", req.ID, claimScript, s.keys(req.ID),
-			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease)).Slice()
+		v, short, err = s.runClaim(ctx, req.ID, s.keys(req.ID),
+			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease))
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -523,6 +535,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		if try > 0 || ctx.Err() != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, ErrLateClaim)
 		}
+	}
+	if short != nil {
+		return ClaimResult{}, s.refuseShort(req, *short)
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {
