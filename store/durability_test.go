@@ -371,3 +371,51 @@ func BenchmarkClaimCompleteReplicated(b *testing.B) {
 		})
 	}
 }
+
+// TestReplayWithoutReplicas: a replay (a completed or held record) keeps
+// serving when the master refuses writes for want of replicas
+// (min-replicas-to-write): its attempt counter is best-effort. With
+// WaitReplicas it sends no WAIT, so it does not wait out WaitTimeout.
+func TestReplayWithoutReplicas(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	done, held := newID(t), newID(t)
+	for _, id := range []string{done, held} {
+		mustClaim(t, s, claimReq(id, "tok"))
+	}
+	ok, err := s.Complete(ctx, completion(done, "tok", sampleResult(), time.Hour))
+	mustOK(t, "Complete", ok, err)
+	ok, err = s.MarkUnknown(ctx, held, "tok", "upstream_timeout", time.Hour)
+	mustOK(t, "MarkUnknown", ok, err)
+
+	admin := master.Client(t)
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := &redistest.CommandLog{}
+	s.Client().AddHook(sent)
+	for _, tc := range []struct {
+		id    string
+		state State
+	}{{done, StateCompleted}, {held, StateUnknown}} {
+		sent.Take()
+		res, err := s.Claim(ctx, claimReq(tc.id, "tok2"))
+		if err != nil || res.Claimed || res.Record.State != tc.state {
+			t.Fatalf("replay of a %s record on a master without its replicas: %+v, %v", tc.state, res, err)
+		}
+		if got := sent.Take(); slices.Contains(got, "wait") || slices.Contains(got, "pipeline:wait") {
+			t.Errorf("replay of a %s record sent %q: a replay never waits", tc.state, got)
+		}
+	}
+	// A new claim is refused by Redis itself (NOREPLICAS): the caller
+	// answers 503, as for any store error.
+	if _, err := s.Claim(ctx, claimReq(newID(t), "tok")); err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Fatalf("new claim under min-replicas-to-write without replicas: %v, want NOREPLICAS", err)
+	}
+}
