@@ -116,6 +116,11 @@ type Options struct {
 	// every WAIT that returned fewer than WaitReplicas acknowledgements.
 	OnWaitShort func(WaitShortfall)
 
+	// OnAvailability, when set, is told when the store stops answering
+	// and when it answers again (see Availability). It is called from the
+	// goroutine of the call that saw the change.
+	OnAvailability func(Availability)
+
 	// OnEvictionCheck, when set, is called by Open once per Redis master
 	// with the master's maxmemory-policy (see EvictionCheck.Evicts), or
 	// with the error that kept Open from reading it (CONFIG disabled or
@@ -145,6 +150,7 @@ type Store struct {
 	clockKnown  atomic.Bool
 
 	secret secretCache // the deployment secret, once read (see Secret)
+	health health      // reachability, for Options.OnAvailability
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,7 +169,7 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 	}
 	_, clustered := client.(*redis.ClusterClient)
 	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered,
-		batch: newBatcher(client, opTimeout)}
+		batch: newBatcher(client, opTimeout), health: health{closed: make(chan struct{})}}
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
@@ -227,6 +233,7 @@ func Open(opts Options) (*Store, error) {
 		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, orDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
 		s.waitStrict = opts.WaitStrict
 	}
+	s.health.report = opts.OnAvailability
 	if err := s.start(opts.DialTimeout); err != nil {
 		_ = client.Close()
 		return nil, err
@@ -278,6 +285,7 @@ func checkVersion(info string) error {
 // Close closes the client.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.health.closed)
 		s.closeErr = s.client.Close()
 		if s.onClose != nil {
 			s.onClose()
@@ -497,6 +505,12 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	res, err := s.claim(ctx, req, args)
+	s.observe(err)
+	return res, err
+}
+
+func (s *Store) claim(ctx context.Context, req ClaimRequest, args ClaimArgs) (ClaimResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	var (
