@@ -196,6 +196,7 @@ func (o Options) universalOptions() *redis.UniversalOptions {
 		Password:              o.Password,
 		DB:                    o.DB,
 		TLSConfig:             o.TLS,
+		Dialer:                dialer(dial, o.TLS),
 		PoolSize:              pool,
 		DialTimeout:           dial,
 		ReadTimeout:           op,
