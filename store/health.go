@@ -33,7 +33,7 @@ type health struct {
 
 	mu      sync.Mutex
 	down    bool
-	since   time.Time
+	since   time.Time // of the last change (down or up)
 	refused int64
 	probing bool
 	closed  chan struct{}
@@ -46,22 +46,31 @@ func claimFailed(err error) bool {
 	return err != nil && !errors.Is(err, ErrReplicasShort)
 }
 
-// observe records the outcome of a claim (err nil: it reached Redis).
-func (s *Store) observe(err error) {
+// observe records the outcome of a claim sent at began (err nil: it
+// reached Redis). Only a call sent after the last change may change the
+// state again: a claim that was under way when Redis died and still
+// reached it does not announce a recovery, nor does one that failed just
+// before Redis came back announce a second outage.
+func (s *Store) observe(began time.Time, err error) {
 	h := &s.health
 	if h.report == nil {
 		return
 	}
 	if !claimFailed(err) {
-		s.recovered()
+		s.recovered(began)
 		return
 	}
 	h.mu.Lock()
-	h.refused++
 	if h.down {
+		h.refused++
 		h.mu.Unlock()
 		return
 	}
+	if began.Before(h.since) {
+		h.mu.Unlock()
+		return
+	}
+	h.refused = 1
 	h.down, h.since = true, time.Now()
 	start := !h.probing
 	h.probing = true
@@ -72,16 +81,18 @@ func (s *Store) observe(err error) {
 	}
 }
 
-// recovered reports the store up again if it was down.
-func (s *Store) recovered() {
+// recovered reports the store up again if it was down when the
+// successful call was sent.
+func (s *Store) recovered(began time.Time) {
 	h := &s.health
 	h.mu.Lock()
-	if !h.down {
+	if !h.down || began.Before(h.since) {
 		h.mu.Unlock()
 		return
 	}
-	a := Availability{Up: true, Down: time.Since(h.since), Refused: h.refused}
-	h.down, h.refused = false, 0
+	now := time.Now()
+	a := Availability{Up: true, Down: now.Sub(h.since), Refused: h.refused}
+	h.down, h.refused, h.since = false, 0, now
 	h.mu.Unlock()
 	h.report(a)
 }
@@ -104,11 +115,12 @@ func (s *Store) probe() {
 			return
 		}
 		s.health.mu.Unlock()
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
 		err := s.client.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			s.recovered()
+			s.recovered(began)
 		}
 	}
 }

@@ -506,8 +506,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	began := time.Now()
 	res, err := s.claim(ctx, req, args)
-	s.observe(err)
+	s.observe(began, err)
 	return res, err
 }
 
