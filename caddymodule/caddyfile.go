@@ -48,6 +48,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    op_timeout   <duration>
 //	    wait_replicas <n> [strict]          # WAIT for n replicas after claims and completions; strict: refuse a claim they did not all acknowledge
 //	    wait_timeout <duration>             # bound on each WAIT (default 100ms)
+//	    allow_eviction                      # accept a Redis whose maxmemory-policy may evict records
 //	}
 //
 // The rules file is read while the Caddyfile is adapted and its rules are
@@ -114,6 +115,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.Store.TLS = true
+		case "allow_eviction":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Store.AllowEviction = true
 		case "tls_server_name":
 			if !d.AllArgs(&h.Store.TLSServerName) {
 				return d.ArgErr()

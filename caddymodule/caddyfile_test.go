@@ -92,6 +92,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad wait_replicas", "idempotency {\n rules good.yaml\n wait_replicas one\n}", `wait_replicas: "one" is not a non-negative number`},
 		{"wait_replicas with a word other than strict", "idempotency {\n rules good.yaml\n wait_replicas 1 always\n}", `wait_replicas: "always" is not strict`},
 		{"strict without replicas", "idempotency {\n rules good.yaml\n wait_replicas 0 strict\n}", `wait_replicas: strict needs at least one replica`},
+		{"allow_eviction with an argument", "idempotency {\n rules good.yaml\n allow_eviction yes\n}", "wrong argument count"},
 		{"bad wait_timeout", "idempotency {\n rules good.yaml\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
 		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n tls_ca_file\n}", "wrong argument count"},
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},

@@ -99,6 +99,16 @@ type StoreConfig struct {
 	// embedded store.
 	WaitReplicas int `json:"wait_replicas,omitempty"`
 
+	// AllowEviction accepts a Redis whose maxmemory-policy may evict
+	// records (anything but noeviction; volatile-* too, since every record
+	// has a TTL): an evicted record lets a retry execute again. Without
+	// it such a Redis is refused at start and on every reconnect, with an
+	// error naming the policy. Under an allkeys-* policy, which may evict
+	// the deployment secret kept in Redis as well, Secret must be set:
+	// the gateway refuses to mint a new secret that would orphan every
+	// record.
+	AllowEviction bool `json:"allow_eviction,omitempty"`
+
 	// WaitStrict (Caddyfile: `wait_replicas N strict`) refuses a claim that
 	// fewer than WaitReplicas replicas acknowledged within WaitTimeout:
 	// nothing is forwarded, the client gets 503 with Retry-After (whatever
@@ -121,18 +131,19 @@ func (c StoreConfig) embedded() bool {
 func (c StoreConfig) options() (store.Options, error) {
 	repl := caddy.NewReplacer()
 	opts := store.Options{
-		MasterName:   c.MasterName,
-		Cluster:      c.Cluster,
-		Username:     repl.ReplaceAll(c.Username, ""),
-		Password:     repl.ReplaceAll(c.Password, ""),
-		DB:           c.DB,
-		KeyPrefix:    c.KeyPrefix,
-		PoolSize:     c.PoolSize,
-		DialTimeout:  durationOr(c.DialTimeout, 0),
-		OpTimeout:    durationOr(c.OpTimeout, 0),
-		WaitReplicas: c.WaitReplicas,
-		WaitStrict:   c.WaitStrict,
-		WaitTimeout:  durationOr(c.WaitTimeout, 0),
+		MasterName:    c.MasterName,
+		Cluster:       c.Cluster,
+		Username:      repl.ReplaceAll(c.Username, ""),
+		Password:      repl.ReplaceAll(c.Password, ""),
+		DB:            c.DB,
+		KeyPrefix:     c.KeyPrefix,
+		PoolSize:      c.PoolSize,
+		DialTimeout:   durationOr(c.DialTimeout, 0),
+		OpTimeout:     durationOr(c.OpTimeout, 0),
+		WaitReplicas:  c.WaitReplicas,
+		WaitStrict:    c.WaitStrict,
+		AllowEviction: c.AllowEviction,
+		WaitTimeout:   durationOr(c.WaitTimeout, 0),
 	}
 	switch {
 	case c.WaitReplicas < 0:
@@ -141,6 +152,8 @@ func (c StoreConfig) options() (store.Options, error) {
 		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
+	case c.AllowEviction && c.embedded():
+		return opts, errors.New("allow_eviction is for Redis; the embedded store evicts nothing")
 	case c.WaitStrict && c.WaitReplicas == 0:
 		return opts, errors.New("wait_strict is set but wait_replicas is not")
 	}
@@ -249,6 +262,9 @@ func (c StoreConfig) poolKey(opts store.Options) string {
 		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
 		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout,
 		opts.WaitReplicas, opts.WaitTimeout, opts.WaitStrict)
+	if opts.AllowEviction {
+		h.Write([]byte("|allow_eviction"))
+	}
 	if c.TLSCAFile != "" {
 		// The file's content, so that a reload after a CA rotation
 		// reconnects with the new roots.

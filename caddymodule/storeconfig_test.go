@@ -227,7 +227,8 @@ func TestStoreOptionsWaitAndCA(t *testing.T) {
 }
 
 // TestEvictionPolicyWarning: a Redis whose maxmemory-policy may evict
-// records is warned about once per store connection, when it is opened;
+// records is refused without allow_eviction, and with it warned about once
+// per store connection, when it is opened;
 // noeviction is not, and a Redis that refuses CONFIG still serves.
 func TestEvictionPolicyWarning(t *testing.T) {
 	for _, tc := range []struct {
@@ -244,6 +245,13 @@ func TestEvictionPolicyWarning(t *testing.T) {
 			srv := redistest.Start(t, tc.args...)
 			core, logs := observer.New(zap.DebugLevel)
 			cfg := StoreConfig{Addresses: []string{"redis://" + srv.Addr}}
+			if tc.warn {
+				// Refused without allow_eviction, naming the policy.
+				if _, err := stores.open(cfg, nil, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "maxmemory-policy "+tc.args[1]) {
+					t.Fatalf("open without allow_eviction: %v, want an error naming %s", err, tc.args[1])
+				}
+				cfg.AllowEviction = true
+			}
 			for range 2 { // the second config shares the connection: no second warning
 				u, err := stores.open(cfg, nil, zap.New(core))
 				if err != nil {

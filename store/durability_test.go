@@ -236,7 +236,7 @@ func TestEvictionCheck(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			srv := redistest.Start(t, tc.args...)
 			var got []EvictionCheck
-			s, err := Open(Options{Addrs: []string{srv.Addr}, OnEvictionCheck: func(ec EvictionCheck) { got = append(got, ec) }})
+			s, err := Open(Options{Addrs: []string{srv.Addr}, AllowEviction: true, OnEvictionCheck: func(ec EvictionCheck) { got = append(got, ec) }})
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}

@@ -116,6 +116,14 @@ type Options struct {
 	// every WAIT that returned fewer than WaitReplicas acknowledgements.
 	OnWaitShort func(WaitShortfall)
 
+	// AllowEviction lets Open use a Redis whose maxmemory-policy may evict
+	// records (anything but noeviction): the operator accepts that an
+	// evicted record lets a retry execute again. Without it such a Redis is
+	// refused at Open and on every new connection, with an error naming the
+	// policy. Under an allkeys-* policy, which may evict the deployment
+	// secret too, Secret refuses: the secret must be configured.
+	AllowEviction bool
+
 	// OnAvailability, when set, is told when the store stops answering
 	// and when it answers again (see Availability). It is called from the
 	// goroutine of the call that saw the change.
@@ -149,8 +157,9 @@ type Store struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 
-	secret secretCache // the deployment secret, once read (see Secret)
-	health health      // reachability, for Options.OnAvailability
+	secret secretCache    // the deployment secret, once read (see Secret)
+	evict  *evictionGuard // the eviction policy check
+	health health         // reachability, for Options.OnAvailability
 
 	closeOnce sync.Once
 	closeErr  error
@@ -228,8 +237,12 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.checkWait(); err != nil {
 		return nil, err
 	}
-	client := redis.NewUniversalClient(opts.universalOptions())
+	guard := &evictionGuard{allow: opts.AllowEviction}
+	uo := opts.universalOptions()
+	uo.OnConnect = guard.onConnect
+	client := redis.NewUniversalClient(uo)
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
+	s.evict = guard
 	if opts.WaitReplicas > 0 {
 		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, orDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
 		s.waitStrict = opts.WaitStrict
@@ -239,8 +252,21 @@ func Open(opts Options) (*Store, error) {
 		_ = client.Close()
 		return nil, err
 	}
-	if opts.OnEvictionCheck != nil {
-		s.checkEviction(opts, opts.OnEvictionCheck)
+	var refused error
+	s.checkEviction(opts, func(ec EvictionCheck) {
+		if ec.Err == nil {
+			guard.note(ec.Policy)
+		}
+		if ec.Evicts() && !opts.AllowEviction && refused == nil {
+			refused = errEvicts(ec.Addr, ec.Policy)
+		}
+		if opts.OnEvictionCheck != nil {
+			opts.OnEvictionCheck(ec)
+		}
+	})
+	if refused != nil {
+		_ = client.Close()
+		return nil, refused
 	}
 	return s, nil
 }
