@@ -172,8 +172,8 @@ func TestSentinelFailoverStrict(t *testing.T) {
 	// The error window of each gateway, and its first success after the
 	// kill, against the moment the sentinels named the new master.
 	type window struct {
-		failed, ok, refusedShort int
-		lastFail, firstOK        time.Time
+		failed, ok        int
+		lastFail, firstOK time.Time
 	}
 	win := map[bool]*window{false: {}, true: {}}
 	for _, d := range deliveries {
