@@ -46,8 +46,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    pool_size    <n>
 //	    dial_timeout <duration>
 //	    op_timeout   <duration>
-//	    wait_replicas <n>                   # WAIT for n replicas after claims and completions
+//	    wait_replicas <n> [strict]          # WAIT for n replicas after claims and completions; strict: refuse a claim they did not all acknowledge
 //	    wait_timeout <duration>             # bound on each WAIT (default 100ms)
+//	    allow_eviction                      # accept a Redis whose maxmemory-policy may evict records
 //	}
 //
 // The rules file is read while the Caddyfile is adapted and its rules are
@@ -114,6 +115,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.Store.TLS = true
+		case "allow_eviction":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Store.AllowEviction = true
 		case "tls_server_name":
 			if !d.AllArgs(&h.Store.TLSServerName) {
 				return d.ArgErr()
@@ -138,7 +144,26 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&h.Store.KeyPrefix) {
 				return d.ArgErr()
 			}
-		case "db", "pool_size", "wait_replicas":
+		case "wait_replicas":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 0 {
+				return d.Errf("%s: %q is not a non-negative number", opt, args[0])
+			}
+			h.Store.WaitReplicas = n
+			if len(args) == 2 {
+				if args[1] != "strict" {
+					return d.Errf("%s: %q is not strict", opt, args[1])
+				}
+				if n == 0 {
+					return d.Errf("%s: strict needs at least one replica", opt)
+				}
+				h.Store.WaitStrict = true
+			}
+		case "db", "pool_size":
 			var s string
 			if !d.AllArgs(&s) {
 				return d.ArgErr()
@@ -150,10 +175,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			switch opt {
 			case "db":
 				h.Store.DB = n
-			case "pool_size":
-				h.Store.PoolSize = n
 			default:
-				h.Store.WaitReplicas = n
+				h.Store.PoolSize = n
 			}
 		case "dial_timeout", "op_timeout", "wait_timeout":
 			var s string

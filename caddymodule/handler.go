@@ -129,6 +129,11 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
 	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
+	if errors.Is(err, store.ErrReplicasShort) {
+		// wait_strict: the store is up, a replica is not; forwarding
+		// unguarded would defeat the mode on every route.
+		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+	}
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
 		g.note = "forwarded unguarded: " + g.note
 		body.forward(r)

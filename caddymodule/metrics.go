@@ -19,6 +19,8 @@ type metrics struct {
 	waitShort   *prometheus.CounterVec
 	// verifications counts checks of held records by route and verdict.
 	verifications *prometheus.CounterVec
+	// storeUp is 1 while a Redis store answers, 0 while it does not.
+	storeUp *prometheus.GaugeVec
 }
 
 var processMetrics = &metrics{
@@ -53,6 +55,11 @@ var processMetrics = &metrics{
 		Name:      "verifications_total",
 		Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
 	}, []string{"route", "verdict"}),
+	storeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "store_up",
+		Help:      "1 while the Redis record store answers claims, 0 from the first claim that failed to reach it until it answers again; by store (its addresses).",
+	}, []string{"store"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -64,7 +71,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
-		processMetrics.verifications,
+		processMetrics.verifications, processMetrics.storeUp,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

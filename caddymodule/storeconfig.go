@@ -93,10 +93,29 @@ type StoreConfig struct {
 	// until that many replicas acknowledged the write (Redis WAIT, in the
 	// same round trip as the write). It narrows the window in which a
 	// Sentinel or Cluster failover loses an acknowledged claim. When fewer
-	// replicas answer within WaitTimeout the request still goes on: the
-	// shortfall is logged and counted (idemgate_store_wait_short_total).
-	// Not for the embedded store.
+	// replicas answer within WaitTimeout the request still goes on (unless
+	// WaitStrict): the shortfall is logged and counted
+	// (idemgate_store_wait_short_total). Replays never wait. Not for the
+	// embedded store.
 	WaitReplicas int `json:"wait_replicas,omitempty"`
+
+	// AllowEviction accepts a Redis whose maxmemory-policy may evict
+	// records (anything but noeviction; volatile-* too, since every record
+	// has a TTL): an evicted record lets a retry execute again. Without
+	// it such a Redis is refused at start and on every reconnect, with an
+	// error naming the policy. Under an allkeys-* policy, which may evict
+	// the deployment secret kept in Redis as well, Secret must be set:
+	// the gateway refuses to mint a new secret that would orphan every
+	// record.
+	AllowEviction bool `json:"allow_eviction,omitempty"`
+
+	// WaitStrict (Caddyfile: `wait_replicas N strict`) refuses a claim that
+	// fewer than WaitReplicas replicas acknowledged within WaitTimeout:
+	// nothing is forwarded, the client gets 503 with Retry-After (whatever
+	// the route's on_store_error), and the claim is released, so a retry
+	// may execute once a replica is back. Completions still go on when
+	// short (the upstream has acted), and replays never wait.
+	WaitStrict bool `json:"wait_strict,omitempty"`
 
 	// WaitTimeout bounds each WAIT. Default: 100ms; it must be shorter than
 	// OpTimeout.
@@ -112,17 +131,19 @@ func (c StoreConfig) embedded() bool {
 func (c StoreConfig) options() (store.Options, error) {
 	repl := caddy.NewReplacer()
 	opts := store.Options{
-		MasterName:   c.MasterName,
-		Cluster:      c.Cluster,
-		Username:     repl.ReplaceAll(c.Username, ""),
-		Password:     repl.ReplaceAll(c.Password, ""),
-		DB:           c.DB,
-		KeyPrefix:    c.KeyPrefix,
-		PoolSize:     c.PoolSize,
-		DialTimeout:  durationOr(c.DialTimeout, 0),
-		OpTimeout:    durationOr(c.OpTimeout, 0),
-		WaitReplicas: c.WaitReplicas,
-		WaitTimeout:  durationOr(c.WaitTimeout, 0),
+		MasterName:    c.MasterName,
+		Cluster:       c.Cluster,
+		Username:      repl.ReplaceAll(c.Username, ""),
+		Password:      repl.ReplaceAll(c.Password, ""),
+		DB:            c.DB,
+		KeyPrefix:     c.KeyPrefix,
+		PoolSize:      c.PoolSize,
+		DialTimeout:   durationOr(c.DialTimeout, 0),
+		OpTimeout:     durationOr(c.OpTimeout, 0),
+		WaitReplicas:  c.WaitReplicas,
+		WaitStrict:    c.WaitStrict,
+		AllowEviction: c.AllowEviction,
+		WaitTimeout:   durationOr(c.WaitTimeout, 0),
 	}
 	switch {
 	case c.WaitReplicas < 0:
@@ -131,6 +152,10 @@ func (c StoreConfig) options() (store.Options, error) {
 		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
+	case c.AllowEviction && c.embedded():
+		return opts, errors.New("allow_eviction is for Redis; the embedded store evicts nothing")
+	case c.WaitStrict && c.WaitReplicas == 0:
+		return opts, errors.New("wait_strict is set but wait_replicas is not")
 	}
 	if c.Cluster && c.MasterName != "" {
 		return opts, errors.New("cluster and master_name contradict each other: a Redis Cluster has no Sentinel master; set one of them")
@@ -233,10 +258,13 @@ func (c StoreConfig) poolKey(opts store.Options) string {
 		return "embedded|" + dir
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d",
+	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d|%t",
 		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
 		opts.TLS != nil, c.TLSServerName, opts.KeyPrefix, opts.PoolSize, opts.DialTimeout, opts.OpTimeout,
-		opts.WaitReplicas, opts.WaitTimeout)
+		opts.WaitReplicas, opts.WaitTimeout, opts.WaitStrict)
+	if opts.AllowEviction {
+		h.Write([]byte("|allow_eviction"))
+	}
 	if c.TLSCAFile != "" {
 		// The file's content, so that a reload after a CA rotation
 		// reconnects with the new roots.
@@ -324,8 +352,11 @@ func waitShortLogger(wanted int) func(store.WaitShortfall) {
 		if ws.Err != nil {
 			fields = append(fields, zap.Error(ws.Err))
 		}
-		caddy.Log().Named("http.handlers.idempotency").Warn(
-			"fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it", fields...)
+		msg := "fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it"
+		if ws.Refused {
+			msg = "fewer replicas than wait_replicas acknowledged a claim; wait_strict released it and refused the request (503)"
+		}
+		caddy.Log().Named("http.handlers.idempotency").Warn(msg, fields...)
 	}
 }
 

@@ -227,7 +227,8 @@ func TestStoreOptionsWaitAndCA(t *testing.T) {
 }
 
 // TestEvictionPolicyWarning: a Redis whose maxmemory-policy may evict
-// records is warned about once per store connection, when it is opened;
+// records is refused without allow_eviction, and with it warned about once
+// per store connection, when it is opened;
 // noeviction is not, and a Redis that refuses CONFIG still serves.
 func TestEvictionPolicyWarning(t *testing.T) {
 	for _, tc := range []struct {
@@ -244,6 +245,13 @@ func TestEvictionPolicyWarning(t *testing.T) {
 			srv := redistest.Start(t, tc.args...)
 			core, logs := observer.New(zap.DebugLevel)
 			cfg := StoreConfig{Addresses: []string{"redis://" + srv.Addr}}
+			if tc.warn {
+				// Refused without allow_eviction, naming the policy.
+				if _, err := stores.open(cfg, nil, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "maxmemory-policy "+tc.args[1]) {
+					t.Fatalf("open without allow_eviction: %v, want an error naming %s", err, tc.args[1])
+				}
+				cfg.AllowEviction = true
+			}
 			for range 2 { // the second config shares the connection: no second warning
 				u, err := stores.open(cfg, nil, zap.New(core))
 				if err != nil {
@@ -268,8 +276,9 @@ func TestEvictionPolicyWarning(t *testing.T) {
 }
 
 // TestWaitShortfallCountedNotFailed: with wait_replicas and no replica to
-// acknowledge, requests are served all the same; each claim and completion
-// is counted in idemgate_store_wait_short_total and logged.
+// acknowledge, requests are served all the same; each claim that took a
+// key and each completion is counted in idemgate_store_wait_short_total
+// and logged; a replay sends no WAIT.
 func TestWaitShortfallCountedNotFailed(t *testing.T) {
 	srv := redistest.Start(t)
 	h, _ := newHandler(t, `
@@ -293,13 +302,57 @@ routes:
 	if w := serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", "w1"); w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: %d %s", w.Code, w.Body)
 	}
-	if got := count("claim") - claims; got != 2 {
-		t.Errorf("claim shortfalls counted: %v, want 2", got)
+	if got := count("claim") - claims; got != 1 {
+		t.Errorf("claim shortfalls counted: %v, want 1 (the replay does not wait)", got)
 	}
 	if got := count("complete") - completes; got != 1 {
 		t.Errorf("complete shortfalls counted: %v, want 1", got)
 	}
 	if up.calls.Load() != 1 {
 		t.Errorf("executions = %d", up.calls.Load())
+	}
+}
+
+// TestWaitStrictRefusesClaim: with wait_replicas and wait_strict and no
+// replica to acknowledge, a new key is not forwarded (not even on a
+// fail_open route): 503 with Retry-After, and the claim is released, so a
+// gateway without strict executes the same key at once (409 if the claim
+// had been left in flight).
+func TestWaitStrictRefusesClaim(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+  - name: open
+    match: { path: /open }
+    key: ["{header.Idempotency-Key}"]
+    on_store_error: fail_open
+`
+	strict, _ := newHandler(t, rules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}, WaitReplicas: 1, WaitStrict: true,
+		WaitTimeout: caddy.Duration(10 * time.Millisecond)})
+	up := &counting{}
+	for _, path := range []string{"/deals", "/open"} {
+		w := serve(strict, up.next, "POST", path, "{}", "Idempotency-Key", "s1")
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s: strict claim without a replica: %d Retry-After %q %s, want 503 with Retry-After",
+				path, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("forwarded %d times under wait_strict without a replica, want 0", n)
+	}
+	plain, _ := newHandler(t, rules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
+	if w := serve(plain, up.next, "POST", "/deals", "{}", "Idempotency-Key", "s1"); w.Code != http.StatusCreated {
+		t.Fatalf("the same key without strict: %d %s, want 201 (the refused claim was released)", w.Code, w.Body)
+	}
+	// The completed key replays through the strict gateway.
+	w := serve(strict, up.next, "POST", "/deals", "{}", "Idempotency-Key", "s1")
+	if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay under wait_strict without a replica: %d %s", w.Code, w.Body)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
 	}
 }

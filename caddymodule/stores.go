@@ -50,10 +50,19 @@ func newStoreOwner() *storeOwner {
 }
 
 // openEngine is one open engine in the pool.
-type openEngine struct{ store.Engine }
+type openEngine struct {
+	store.Engine
+	closed func() // after Close, when set
+}
 
 // Destruct closes the engine when the last config using it is cleaned up.
-func (e openEngine) Destruct() error { return e.Close() }
+func (e openEngine) Destruct() error {
+	err := e.Close()
+	if e.closed != nil {
+		e.closed()
+	}
+	return err
+}
 
 // storeUse is one provisioned handler's use of a store.
 type storeUse struct {
@@ -87,13 +96,17 @@ func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*
 		if c.embedded() {
 			return openEmbedded(c, opts, logger)
 		}
+		installRedisLogger()
+		label := c.label()
 		opts.OnEvictionCheck = func(ec store.EvictionCheck) { logEvictionCheck(logger, ec) }
 		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
+		opts.OnAvailability = availabilityReporter(label, handlerLog)
 		s, err := store.Open(opts)
 		if err != nil {
 			return nil, err
 		}
-		return openEngine{s}, nil
+		processMetrics.storeUp.WithLabelValues(label).Set(1)
+		return openEngine{Engine: s, closed: func() { processMetrics.storeUp.DeleteLabelValues(label) }}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -131,7 +144,7 @@ func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.
 	} else {
 		logger.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)", fields...)
 	}
-	return openEngine{e}, nil
+	return openEngine{Engine: e}, nil
 }
 
 // track lists u for the operator API.

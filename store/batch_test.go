@@ -53,7 +53,7 @@ func TestBatchedCalls(t *testing.T) {
 			alone++
 		case "pipeline:evalsha":
 			batched++
-		case "hello": // a new connection's handshake
+		case "hello", "config": // a new connection's handshake and eviction policy check
 		default:
 			t.Fatalf("client sent %s", c)
 		}

@@ -21,17 +21,41 @@ type WaitShortfall struct {
 	Acked  int    // replicas that acknowledged within the timeout
 	Wanted int    // Options.WaitReplicas
 	Err    error  // set when WAIT itself failed or was skipped
+	// Refused says that the claim was released and Claim failed with
+	// ErrReplicasShort (Options.WaitStrict); never set for a completion.
+	Refused bool
 }
 
-// waitedOps are the calls that wait for replicas: losing a claim in a
-// failover lets a retry execute again; losing a completion turns a stored
-// result back into an in-flight claim (held as outcome unknown later).
-func waitedOp(op string) bool { return op == "claim" || op == "complete" }
+// ErrReplicasShort: with Options.WaitStrict, fewer replicas than
+// WaitReplicas acknowledged a claim within WaitTimeout; the claim was
+// released and must not be used (nothing may be forwarded on it).
+var ErrReplicasShort = errors.New("store: fewer replicas than wait_replicas acknowledged the claim in time (wait_strict); it was released")
+
+// waitedOp says which calls run waits in the same round trip as their
+// script: completions (losing one turns a stored result back into an
+// in-flight claim, held as outcome unknown later). Claims wait in
+// runClaim, only when they took the record.
+func waitedOp(op string) bool { return op == "complete" }
+
+// refuseShort releases a claim that too few replicas acknowledged and
+// returns the error that says so. The release does not wait; it gets a
+// round trip of its own, whatever the claim's own deadline left.
+func (s *Store) refuseShort(req ClaimRequest, ws WaitShortfall) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout)
+	defer cancel()
+	err := fmt.Errorf("store: claim %s: %d of %d replicas acknowledged: %w", req.ID, ws.Acked, ws.Wanted, ErrReplicasShort)
+	if _, rerr := s.Release(ctx, req.ID, req.Token, req.TTL); rerr != nil {
+		return fmt.Errorf("%w (and releasing it failed: %v)", err, rerr)
+	}
+	return err
+}
 
 func (o Options) checkWait() error {
 	switch {
 	case o.WaitReplicas < 0:
 		return fmt.Errorf("store: wait_replicas %d is negative", o.WaitReplicas)
+	case o.WaitStrict && o.WaitReplicas == 0:
+		return errors.New("store: wait strict needs WaitReplicas above 0")
 	case o.WaitTimeout < 0:
 		return fmt.Errorf("store: negative wait timeout %v", o.WaitTimeout)
 	case o.WaitReplicas > 0 && orDefault(o.WaitTimeout, DefaultWaitTimeout) >= orDefault(o.OpTimeout, DefaultOpTimeout):

@@ -33,11 +33,11 @@ func (s *shortfalls) take() []WaitShortfall {
 	return l
 }
 
-// TestWaitReplicas: with WaitReplicas a claim and a completion are each one
-// round trip of EVALSHA + WAIT on the same connection (the server counts
-// one WAIT per call, so it waited for that connection's write), the replica
-// has the record as soon as the call returns, and renewals, releases and
-// holds send no WAIT. Without a replica the calls still succeed and the
+// TestWaitReplicas: with WaitReplicas a claim that takes the record is
+// EVALSHA then WAIT on the same connection, a completion one round trip of
+// both (the server counts one WAIT per call, so it waited for that
+// connection's write), the replica has the record as soon as the call
+// returns, and replays, renewals, releases and holds send no WAIT. Without a replica the calls still succeed and the
 // shortfall is reported.
 func TestWaitReplicas(t *testing.T) {
 	master := redistest.Start(t)
@@ -55,7 +55,11 @@ func TestWaitReplicas(t *testing.T) {
 
 	// Warm the connection: go-redis sends HELLO on a connection's first
 	// pipeline, once, which is not a per-call cost.
-	mustClaim(t, s, claimReq(newID(t), "warm-up"))
+	warm := newID(t)
+	mustClaim(t, s, claimReq(warm, "warm-up"))
+	if _, err := s.Complete(ctx, completion(warm, "warm-up", sampleResult(), time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	id := newID(t)
 	steps := []struct {
 		name string
@@ -63,14 +67,14 @@ func TestWaitReplicas(t *testing.T) {
 		want []string // client side
 		wait int64    // WAITs the master counts
 	}{
-		{"Claim", func() error { _, err := s.Claim(ctx, claimReq(id, "tok")); return err }, []string{"pipeline:evalsha", "pipeline:wait"}, 1},
+		{"Claim", func() error { _, err := s.Claim(ctx, claimReq(id, "tok")); return err }, []string{"evalsha", "wait"}, 1},
 		{"Renew", func() error { _, err := s.Renew(ctx, id, "tok", time.Minute); return err }, []string{"evalsha"}, 0},
 		{"Complete", func() error {
 			ok, err := s.Complete(ctx, completion(id, "tok", sampleResult(), time.Hour))
 			mustOK(t, "Complete", ok, err)
 			return nil
 		}, []string{"pipeline:evalsha", "pipeline:wait"}, 1},
-		{"Claim (replay)", func() error { _, err := s.Claim(ctx, claimReq(id, "tok2")); return err }, []string{"pipeline:evalsha", "pipeline:wait"}, 1},
+		{"Claim (replay)", func() error { _, err := s.Claim(ctx, claimReq(id, "tok2")); return err }, []string{"evalsha"}, 0},
 		{"Release", func() error { _, err := s.Release(ctx, id, "x", time.Hour); return err }, []string{"evalsha"}, 0},
 		{"MarkUnknown", func() error { _, err := s.MarkUnknown(ctx, id, "x", "r", time.Hour); return err }, []string{"evalsha"}, 0},
 	}
@@ -126,8 +130,8 @@ func TestWaitReplicas(t *testing.T) {
 	}
 }
 
-// TestWaitReplicasScriptFlush: after SCRIPT FLUSH the waiting pipeline
-// falls back to EVAL (and still waits once for the write that happened).
+// TestWaitReplicasScriptFlush: after SCRIPT FLUSH a waiting claim falls
+// back to EVAL (and still waits once for the write that happened).
 func TestWaitReplicasScriptFlush(t *testing.T) {
 	master := redistest.Start(t)
 	redistest.StartReplica(t, master)
@@ -148,7 +152,7 @@ func TestWaitReplicasScriptFlush(t *testing.T) {
 	if err != nil || !res.Claimed {
 		t.Fatalf("Claim after SCRIPT FLUSH: %+v, %v", res, err)
 	}
-	if got, want := sent.Take(), []string{"pipeline:evalsha", "pipeline:wait", "pipeline:eval", "pipeline:wait"}; !slices.Equal(got, want) {
+	if got, want := sent.Take(), []string{"evalsha", "eval", "wait"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
 	if l := short.take(); len(l) != 0 {
@@ -232,7 +236,7 @@ func TestEvictionCheck(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			srv := redistest.Start(t, tc.args...)
 			var got []EvictionCheck
-			s, err := Open(Options{Addrs: []string{srv.Addr}, OnEvictionCheck: func(ec EvictionCheck) { got = append(got, ec) }})
+			s, err := Open(Options{Addrs: []string{srv.Addr}, AllowEviction: true, OnEvictionCheck: func(ec EvictionCheck) { got = append(got, ec) }})
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -365,5 +369,53 @@ func BenchmarkClaimCompleteReplicated(b *testing.B) {
 				b.ReportMetric(float64(shortN.Load()), "short-writes")
 			})
 		})
+	}
+}
+
+// TestReplayWithoutReplicas: a replay (a completed or held record) keeps
+// serving when the master refuses writes for want of replicas
+// (min-replicas-to-write): its attempt counter is best-effort. With
+// WaitReplicas it sends no WAIT, so it does not wait out WaitTimeout.
+func TestReplayWithoutReplicas(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	done, held := newID(t), newID(t)
+	for _, id := range []string{done, held} {
+		mustClaim(t, s, claimReq(id, "tok"))
+	}
+	ok, err := s.Complete(ctx, completion(done, "tok", sampleResult(), time.Hour))
+	mustOK(t, "Complete", ok, err)
+	ok, err = s.MarkUnknown(ctx, held, "tok", "upstream_timeout", time.Hour)
+	mustOK(t, "MarkUnknown", ok, err)
+
+	admin := master.Client(t)
+	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := &redistest.CommandLog{}
+	s.Client().AddHook(sent)
+	for _, tc := range []struct {
+		id    string
+		state State
+	}{{done, StateCompleted}, {held, StateUnknown}} {
+		sent.Take()
+		res, err := s.Claim(ctx, claimReq(tc.id, "tok2"))
+		if err != nil || res.Claimed || res.Record.State != tc.state {
+			t.Fatalf("replay of a %s record on a master without its replicas: %+v, %v", tc.state, res, err)
+		}
+		if got := sent.Take(); slices.Contains(got, "wait") || slices.Contains(got, "pipeline:wait") {
+			t.Errorf("replay of a %s record sent %q: a replay never waits", tc.state, got)
+		}
+	}
+	// A new claim is refused by Redis itself (NOREPLICAS): the caller
+	// answers 503, as for any store error.
+	if _, err := s.Claim(ctx, claimReq(newID(t), "tok")); err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
+		t.Fatalf("new claim under min-replicas-to-write without replicas: %v, want NOREPLICAS", err)
 	}
 }

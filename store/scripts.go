@@ -145,9 +145,10 @@ const (
 
 // run runs a script on the record's slot: EVALSHA, or EVAL when the
 // server's script cache lost it (after a restart or a failover to a node
-// that never loaded it). For claims and completions on a store with
-// WaitReplicas, a WAIT follows in the same pipeline: one round trip, on the
-// connection that made the write, so it waits for exactly that write.
+// that never loaded it). For completions on a store with WaitReplicas, a
+// WAIT follows in the same pipeline: one round trip, on the connection
+// that made the write, so it waits for exactly that write. Claims run
+// through runClaim.
 func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if s.wait <= 0 || !waitedOp(op) {
 		return s.batch.do(ctx, sc, keys, args)
@@ -158,9 +159,7 @@ func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys [
 		// the pipeline to the node that owns the record.
 		node, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+			return failedCmd(ctx, err)
 		}
 		pipeline = node.Pipeline
 	}
@@ -185,6 +184,77 @@ func (s *Store) run(ctx context.Context, op, id string, sc *redis.Script, keys [
 	if err != nil || int(n) < s.wait {
 		s.shortWait(op, id, int(n), err)
 	}
+	return cmd
+}
+
+// runClaim runs the claim script and returns its reply. On a store with
+// WaitReplicas, a claim that took the record (created it, took it over, or
+// found it already held with its token) is followed by a WAIT on the same
+// connection, a second round trip: a replay, a conflict or a hold never
+// waits, so replays keep their speed and keep serving while replicas are
+// gone. A WAIT that came short is reported to OnWaitShort; with WaitStrict
+// it is also returned, and the caller must not use the claim.
+func (s *Store) runClaim(ctx context.Context, id string, keys []string, args ...any) ([]any, *WaitShortfall, error) {
+	if s.wait <= 0 {
+		v, err := s.batch.do(ctx, claimScript, keys, args).Slice()
+		return v, nil, err
+	}
+	var conn *redis.Conn
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		conn = node.Conn()
+	case *redis.Client:
+		conn = c.Conn()
+	default:
+		return nil, nil, errors.New("store: WAIT needs a single-node, Sentinel or Cluster client")
+	}
+	defer conn.Close()
+	cmd := claimScript.EvalSha(ctx, conn, keys, args...)
+	if isNoScript(cmd.Err()) {
+		cmd = claimScript.Eval(ctx, conn, keys, args...)
+	}
+	moved := isRedirect(cmd.Err())
+	if moved {
+		// The slot moved between the cluster map and the call: the script
+		// did not run. Let the cluster client follow the redirection; the
+		// claim cannot be waited for on this connection.
+		cmd = claimScript.Run(ctx, s.client, keys, args...)
+	}
+	v, err := cmd.Slice()
+	if err != nil || len(v) == 0 {
+		return v, nil, err
+	}
+	switch code, _ := v[0].(int64); code {
+	case codeCreated, codeTakeOver, codeOwned:
+	default:
+		return v, nil, nil // nothing taken: nothing to wait for
+	}
+	ws := WaitShortfall{Op: "claim", ID: id, Wanted: s.wait, Refused: s.waitStrict}
+	if moved {
+		ws.Err = errors.New("slot moved; WAIT skipped")
+	} else {
+		n, err := conn.Do(ctx, "wait", s.wait, ms(s.waitTimeout)).Int64()
+		if err == nil && int(n) >= s.wait {
+			return v, nil, nil
+		}
+		ws.Acked, ws.Err = int(n), err
+	}
+	if s.onWaitShort != nil {
+		s.onWaitShort(ws)
+	}
+	if !s.waitStrict {
+		return v, nil, nil
+	}
+	return v, &ws, nil
+}
+
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
 	return cmd
 }
 

@@ -46,6 +46,12 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		return bytes.Clone(s.secret.val), nil
 	}
 	key := s.SecretKey()
+	if s.evict != nil {
+		if policy, evictable := s.evict.secretEvictable(); evictable {
+			return nil, fmt.Errorf("store: the deployment secret kept in Redis under %s could be evicted under maxmemory-policy %s "+
+				"(and a new one would orphan every record): configure the secret option, or use noeviction or a volatile-* policy", key, policy)
+		}
+	}
 	// A failover or an operator may remove the key between the SET and
 	// the GET: then try again, a few times.
 	for range 3 {
@@ -56,6 +62,8 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 		cctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 		pipe := s.client.Pipeline()
 		pipe.SetNX(cctx, key, hex.EncodeToString(raw[:]), 0)
+		// The secret never expires: a TTL set by hand is removed.
+		pipe.Persist(cctx, key)
 		get := pipe.Get(cctx, key)
 		_, err := pipe.Exec(cctx)
 		cancel()
@@ -72,6 +80,9 @@ func (s *Store) Secret(ctx context.Context) ([]byte, error) {
 				key, len(val), minSecretLen)
 		}
 		s.secret.val = val
+		if s.evict != nil {
+			s.evict.storedSecret.Store(true)
+		}
 		return bytes.Clone(val), nil
 	}
 	return nil, fmt.Errorf("store: deployment secret %s: the key vanished right after it was written, three times", key)

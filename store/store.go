@@ -93,19 +93,41 @@ type Options struct {
 	DialTimeout, OpTimeout time.Duration
 
 	// WaitReplicas, when above 0, makes Claim and Complete wait until that
-	// many replicas have acknowledged their write: a Redis WAIT sent right
-	// after the script, on the same connection and in the same round trip
-	// (on Cluster, to the node that owns the record). It narrows the window
-	// in which a failover loses an acknowledged claim. A WAIT that returns
-	// fewer replicas, or fails, does not fail the call: it is reported to
-	// OnWaitShort.
+	// many replicas have acknowledged their write: a Redis WAIT on the
+	// connection that made the write (on Cluster, the node that owns the
+	// record). A completion sends it in the same round trip as its script;
+	// a claim sends it after its script, and only when it took the record
+	// (a replay or a conflict never waits). It narrows the window in which
+	// a failover loses an acknowledged claim. A WAIT that returns fewer
+	// replicas, or fails, is reported to OnWaitShort and does not fail the
+	// call, unless WaitStrict refuses the claim.
 	WaitReplicas int
+	// WaitStrict makes a claim that fewer than WaitReplicas replicas
+	// acknowledged unusable: Claim releases it and fails with
+	// ErrReplicasShort, so nothing is forwarded on a claim a failover could
+	// lose. Completions are not affected (the upstream has acted: the
+	// shortfall is reported and the call succeeds), nor are replays, which
+	// never wait.
+	WaitStrict bool
 	// WaitTimeout bounds each WAIT; default 100ms. It must be shorter than
 	// OpTimeout, which bounds the whole round trip.
 	WaitTimeout time.Duration
 	// OnWaitShort, when set, is called (from the calling goroutine) for
 	// every WAIT that returned fewer than WaitReplicas acknowledgements.
 	OnWaitShort func(WaitShortfall)
+
+	// AllowEviction lets Open use a Redis whose maxmemory-policy may evict
+	// records (anything but noeviction): the operator accepts that an
+	// evicted record lets a retry execute again. Without it such a Redis is
+	// refused at Open and on every new connection, with an error naming the
+	// policy. Under an allkeys-* policy, which may evict the deployment
+	// secret too, Secret refuses: the secret must be configured.
+	AllowEviction bool
+
+	// OnAvailability, when set, is told when the store stops answering
+	// and when it answers again (see Availability). It is called from the
+	// goroutine of the call that saw the change.
+	OnAvailability func(Availability)
 
 	// OnEvictionCheck, when set, is called by Open once per Redis master
 	// with the master's maxmemory-policy (see EvictionCheck.Evicts), or
@@ -125,6 +147,7 @@ type Store struct {
 	// wait replicas (0: no WAIT) within waitTimeout after claims and
 	// completions; shortfalls go to onWaitShort.
 	wait        int
+	waitStrict  bool
 	waitTimeout time.Duration
 	onWaitShort func(WaitShortfall)
 
@@ -134,7 +157,9 @@ type Store struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 
-	secret secretCache // the deployment secret, once read (see Secret)
+	secret secretCache    // the deployment secret, once read (see Secret)
+	evict  *evictionGuard // the eviction policy check
+	health health         // reachability, for Options.OnAvailability
 
 	closeOnce sync.Once
 	closeErr  error
@@ -153,7 +178,7 @@ func New(client redis.UniversalClient, prefix string, opTimeout time.Duration) *
 	}
 	_, clustered := client.(*redis.ClusterClient)
 	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered,
-		batch: newBatcher(client, opTimeout)}
+		batch: newBatcher(client, opTimeout), health: health{closed: make(chan struct{})}}
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
@@ -180,6 +205,7 @@ func (o Options) universalOptions() *redis.UniversalOptions {
 		Password:              o.Password,
 		DB:                    o.DB,
 		TLSConfig:             o.TLS,
+		Dialer:                dialer(dial, o.TLS),
 		PoolSize:              pool,
 		DialTimeout:           dial,
 		ReadTimeout:           op,
@@ -211,17 +237,36 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.checkWait(); err != nil {
 		return nil, err
 	}
-	client := redis.NewUniversalClient(opts.universalOptions())
+	guard := &evictionGuard{allow: opts.AllowEviction}
+	uo := opts.universalOptions()
+	uo.OnConnect = guard.onConnect
+	client := redis.NewUniversalClient(uo)
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
+	s.evict = guard
 	if opts.WaitReplicas > 0 {
 		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, orDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
+		s.waitStrict = opts.WaitStrict
 	}
+	s.health.report = opts.OnAvailability
 	if err := s.start(opts.DialTimeout); err != nil {
 		_ = client.Close()
 		return nil, err
 	}
-	if opts.OnEvictionCheck != nil {
-		s.checkEviction(opts, opts.OnEvictionCheck)
+	var refused error
+	s.checkEviction(opts, func(ec EvictionCheck) {
+		if ec.Err == nil {
+			guard.note(ec.Policy)
+		}
+		if ec.Evicts() && !opts.AllowEviction && refused == nil {
+			refused = errEvicts(ec.Addr, ec.Policy)
+		}
+		if opts.OnEvictionCheck != nil {
+			opts.OnEvictionCheck(ec)
+		}
+	})
+	if refused != nil {
+		_ = client.Close()
+		return nil, refused
 	}
 	return s, nil
 }
@@ -267,6 +312,7 @@ func checkVersion(info string) error {
 // Close closes the client.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.health.closed)
 		s.closeErr = s.client.Close()
 		if s.onClose != nil {
 			s.onClose()
@@ -486,6 +532,13 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	began := time.Now()
+	res, err := s.claim(ctx, req, args)
+	s.observe(began, err)
+	return res, err
+}
+
+func (s *Store) claim(ctx context.Context, req ClaimRequest, args ClaimArgs) (ClaimResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	var (
@@ -498,11 +551,12 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 	// A refusal while this caller still waits means the store's idea of the
 	// Redis clock was off (the Redis clock jumped); the reply corrected it,
 	// and the refused script changed nothing, so one more try is safe.
+	var short *WaitShortfall // the claim took the record, but too few replicas have it
 	for try := 0; ; try++ {
 		sent := time.Now()
 		var err error
-		v, err = s.run(ctx, "claim", req.ID, claimScript, s.keys(req.ID),
-			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease)).Slice()
+		v, short, err = s.runClaim(ctx, req.ID, s.keys(req.ID),
+			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease))
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -523,6 +577,9 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error
 		if try > 0 || ctx.Err() != nil {
 			return ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, ErrLateClaim)
 		}
+	}
+	if short != nil {
+		return ClaimResult{}, s.refuseShort(req, *short)
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {

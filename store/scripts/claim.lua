@@ -19,11 +19,15 @@ if not old then
   redis.call('ZADD', KEYS[2], now + hold, id)
   return {$codeCreated, now}
 end
--- A completed or held record: the attempt is counted in place.
+-- A completed or held record: the attempt is counted in place, best
+-- effort: a master that refuses writes (min-replicas-to-write without its
+-- replicas, maxmemory) still answers a replay or a conflict; the attempt
+-- then goes uncounted.
 local st = string.sub(old, 2, 2)
 local att = tonumber(string.sub(old, 3, 12)) + 1
 local function count()
-  redis.call('SETRANGE', key, 2, string.format('%010d', att))
+  local r = redis.pcall('SETRANGE', key, 2, string.format('%010d', att))
+  if type(r) == 'table' and r.err then att = att - 1 end
 end
 if st == 'c' or st == 'u' then
   count()
