@@ -154,6 +154,12 @@ func (e *Engine) Secret(ctx context.Context) ([]byte, error) {
 	return slices.Clone(b), nil
 }
 
+// secretSum is the digest of secret kept in the database.
+func secretSum(secret []byte) []byte {
+	sum := sha256.Sum256(secret)
+	return sum[:]
+}
+
 // writeFileSync writes path aside, fsyncs it, renames it into place and
 // fsyncs DIR.
 func writeFileSync(path string, b []byte) error {
