@@ -109,7 +109,14 @@ func readClean(dir string) ([]byte, error) {
 // damaged names DIR and the damaged file in Pebble's refusal.
 func damaged(dir string, err error) error {
 	if !pebble.IsCorruptionError(err) {
-		return fmt.Errorf("store: embedded store %s: %w", dir, err)
+		if !strings.Contains(err.Error(), "unknown to the objstorage provider") {
+			return fmt.Errorf("store: embedded store %s: %w", dir, err)
+		}
+		// The manifest lists a file that is not there: the manifest
+		// lost its last change, or the file was removed.
+		m, _ := filepath.Glob(filepath.Join(dir, dbDir, "MANIFEST-*"))
+		return fmt.Errorf("store: embedded store %s is damaged (%s lists a file that is missing): %w: restore DIR from a backup "+
+			"(`idemgate store check %s` says more)", dir, strings.Join(m, ", "), err, dir)
 	}
 	return fmt.Errorf("store: embedded store %s is damaged (%s): %w: restore DIR from a backup "+
 		"(`idemgate store check %s` says more)", dir, strings.Join(damagedFiles(dir, err), ", "), err, dir)

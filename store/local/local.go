@@ -294,9 +294,14 @@ func (e *Engine) Close() error {
 		e.done.Wait()
 		e.life.Lock()
 		defer e.life.Unlock()
-		err := e.db.Flush() // the next Open replays no log
-		if merr := e.markClean(); err == nil {
-			err = merr
+		// On a full disk neither the flush nor the marker can be
+		// written: the next Open replays the log as after a crash.
+		err := e.full.check()
+		if err == nil {
+			err = e.db.Flush() // the next Open replays no log
+		}
+		if err == nil {
+			err = e.markClean()
 		}
 		if cerr := e.db.Close(); err == nil {
 			err = cerr
