@@ -32,6 +32,25 @@ func (e *Engine) sweepLoop() {
 				break
 			}
 		}
+		e.compactExpired()
+	}
+}
+
+// compactExpired compacts the database once the records deleted since the
+// last compaction amount to half a memtable: Pebble would otherwise keep
+// expired records' space until enough new writes came to compact them,
+// and DIR would not shrink after a burst.
+func (e *Engine) compactExpired() {
+	if e.swept.Load() < e.opts.MemTableSize/2 || e.full.is() {
+		return
+	}
+	if err := e.enter(); err != nil {
+		return
+	}
+	defer e.leave()
+	e.swept.Store(0)
+	if err := e.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+		e.opts.OnError(fmt.Errorf("store: embedded store %s: compact expired records: %w", e.dir, err))
 	}
 }
 
@@ -93,6 +112,7 @@ func (e *Engine) expire(id string, at, now int64) error {
 	defer b.Close()
 	if r != nil && r.expireAt <= now {
 		err = deleteRecord(b, r)
+		e.swept.Add(int64(len(r.Body)) + 256)
 	}
 	if err == nil && (r == nil || r.expireAt != at) {
 		err = b.Delete(expiryKey(at, id), nil) // left behind: should not happen

@@ -67,7 +67,7 @@ const (
 	DefaultCacheSize = 16 << 20
 	// DefaultMemTableSize is the size of one Pebble memtable (at most
 	// two are kept before writes wait for a flush).
-	DefaultMemTableSize = 8 << 20
+	DefaultMemTableSize = 4 << 20
 	// DefaultMinFreeSpace is the free space the filesystem needs before a
 	// store stopped by a full disk writes again.
 	DefaultMinFreeSpace = 4 << 20
@@ -125,6 +125,7 @@ type Engine struct {
 	damage atomic.Pointer[error] // set when Pebble found a damaged file
 
 	clock atomic.Int64 // last time handed out, ms: never goes back
+	swept atomic.Int64 // bytes of records expired since the last compaction
 
 	stop chan struct{}
 	done sync.WaitGroup // sweeper
