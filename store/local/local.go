@@ -443,6 +443,19 @@ func (e *Engine) commit(ctx context.Context, b *pebble.Batch, sync bool, release
 		finished
 		abandoned
 	)
+	if !sync {
+		// Nobody acts on it (an attempt count, a renewal): not waited
+		// for, so a replay never waits for a write. The record stays
+		// locked until it is committed.
+		go func() {
+			if err := b.Commit(wo); err != nil {
+				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
+			}
+			_ = b.Close()
+			release()
+		}()
+		return nil
+	}
 	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
@@ -704,6 +717,14 @@ func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
 		return nil, err
 	}
 	defer e.leave()
+	// The record's lock, taken and given back, waits for a change
+	// still being written (an attempt count or a renewal is not waited
+	// for by its caller), so a Get sees every change made before it.
+	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	unlock()
 	r, err := e.read(id)
 	if err != nil {
 		return nil, fmt.Errorf("store: get %s: %w", id, err)

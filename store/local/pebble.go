@@ -17,11 +17,15 @@ func (e *Engine) pebbleOptions(cache *pebble.Cache, readOnly bool) *pebble.Optio
 		FS:                          vfs.OnDiskFull(vfs.Default, e.full.wait),
 		Cache:                       cache,
 		MemTableSize:                uint64(e.opts.MemTableSize),
-		MemTableStopWritesThreshold: 2,
-		MaxOpenFiles:                256,
-		ReadOnly:                    readOnly,
-		FormatMajorVersion:          pebble.FormatNewest,
-		Logger:                      pebbleLogger{e},
+		MemTableStopWritesThreshold: 4,
+		// Writes do not stop while level 0 waits for a compaction (a
+		// stall longer than OpTimeout would fail requests); reads look
+		// at more files meanwhile. CockroachDB runs with the same.
+		L0StopWritesThreshold: 1000,
+		MaxOpenFiles:          256,
+		ReadOnly:              readOnly,
+		FormatMajorVersion:    pebble.FormatNewest,
+		Logger:                pebbleLogger{e},
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
