@@ -17,15 +17,19 @@ const dbDir = "db"
 //	r<id>                      the record (codec.go)
 //	i<state><id>               state index: state is the state's position in store.IndexStates, as a byte
 //	x<expiry: 8 bytes BE ms><id> expiry index, soonest first
+//	a<id>                      a replay's attempt count (varint), newer than the record's
 //	m<name>                    the engine's own facts (the clean marker)
 const (
-	kindRecord byte = 'r'
-	kindIndex  byte = 'i'
-	kindExpiry byte = 'x'
-	kindMeta   byte = 'm'
+	kindAttempts byte = 'a'
+	kindRecord   byte = 'r'
+	kindIndex    byte = 'i'
+	kindExpiry   byte = 'x'
+	kindMeta     byte = 'm'
 )
 
 func recordKey(id string) []byte { return append([]byte{kindRecord}, id...) }
+
+func attemptsKey(id string) []byte { return append([]byte{kindAttempts}, id...) }
 
 func indexKey(state int, id string) []byte {
 	return append([]byte{kindIndex, byte(state)}, id...)
@@ -60,7 +64,25 @@ func (e *Engine) read(id string) (*rec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
 	}
+	a, closer2, err := e.db.Get(attemptsKey(id))
+	switch {
+	case err == nil:
+		n, k := binary.Varint(a)
+		_ = closer2.Close()
+		if k <= 0 {
+			return nil, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
+		}
+		r.Attempts = n
+	case !errors.Is(err, pebble.ErrNotFound):
+		return nil, e.readErr(err)
+	}
 	return r, nil
+}
+
+// putAttempts writes a replay's attempt count alone: a few bytes instead
+// of the whole record with its stored answer.
+func putAttempts(b *pebble.Batch, r *rec) error {
+	return b.Set(attemptsKey(r.ID), binary.AppendVarint(nil, r.Attempts), nil)
 }
 
 // readErr names DIR in a failed read (a damaged table names itself).
@@ -82,6 +104,9 @@ func putRecord(b *pebble.Batch, old, next *rec) error {
 	if err := b.Set(recordKey(next.ID), encodeRecord(next), nil); err != nil {
 		return err
 	}
+	if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
+		return err // the record carries the count again
+	}
 	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
 		return err
 	}
@@ -91,6 +116,9 @@ func putRecord(b *pebble.Batch, old, next *rec) error {
 // deleteRecord deletes r and its index keys.
 func deleteRecord(b *pebble.Batch, r *rec) error {
 	if err := unindex(b, r); err != nil {
+		return err
+	}
+	if err := b.Delete(attemptsKey(r.ID), nil); err != nil {
 		return err
 	}
 	return b.Delete(recordKey(r.ID), nil)

@@ -373,6 +373,7 @@ type mutation struct {
 	next   *rec
 	sync   bool
 	undo   bool
+	count  bool // only next's attempt count changed
 	result any
 	err    error
 }
@@ -415,7 +416,11 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	b := e.db.NewBatch()
-	if err := putRecord(b, raw, m.next); err != nil {
+	write := putRecord
+	if m.count {
+		write = func(b *pebble.Batch, _, next *rec) error { return putAttempts(b, next) }
+	}
+	if err := write(b, raw, m.next); err != nil {
 		_ = b.Close()
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
@@ -573,7 +578,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			res.Claimed, res.TakeOver = true, true
 			return mutation{next: out, sync: true, undo: true}
 		default:
-			return mutation{next: out} // only counted: no fsync to wait for
+			return mutation{next: out, count: true} // only counted: no fsync to wait for
 		}
 	})
 	if err != nil {
