@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
@@ -178,6 +179,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				h.Store.PoolSize = n
 			}
+		case "cache_size":
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n == 0 || n > 1<<40 {
+				return d.Errf("cache_size: %q is not a size such as 64MiB", v)
+			}
+			h.Store.CacheSize = int64(n)
 		case "dial_timeout", "op_timeout", "wait_timeout":
 			var s string
 			if !d.AllArgs(&s) {

@@ -35,6 +35,12 @@ type StoreConfig struct {
 	// Caddy's data directory + `/idemgate`. Embedded store only.
 	Dir string `json:"dir,omitempty"`
 
+	// CacheSize bounds the embedded store's memory for records: its block
+	// cache, in bytes (Caddyfile: a size such as `64MiB`). The records
+	// themselves live on disk, so memory stays flat however many DIR
+	// holds. Default: 16 MiB. Embedded store only.
+	CacheSize int64 `json:"cache_size,omitempty"`
+
 	// MasterName is the Sentinel master name; Addresses are then the
 	// sentinels.
 	MasterName string `json:"master_name,omitempty"`
@@ -150,6 +156,10 @@ func (c StoreConfig) options() (store.Options, error) {
 		return opts, fmt.Errorf("wait_replicas %d is negative", c.WaitReplicas)
 	case c.WaitReplicas > 0 && c.embedded():
 		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
+	case c.CacheSize < 0:
+		return opts, fmt.Errorf("cache_size %d is negative", c.CacheSize)
+	case c.CacheSize > 0 && !c.embedded():
+		return opts, errors.New("cache_size is the embedded store's; Redis keeps its records in its own memory")
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
 	case c.AllowEviction && c.embedded():

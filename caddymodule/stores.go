@@ -124,6 +124,7 @@ func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.
 	e, err := local.Open(local.Options{
 		Dir:       c.embeddedDir(),
 		OpTimeout: opts.OpTimeout,
+		CacheSize: c.CacheSize,
 		// The store outlives the config that opened it: Caddy's current
 		// default logger.
 		OnError: func(err error) {
@@ -134,16 +135,8 @@ func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.
 		return nil, err
 	}
 	rec := e.Recovered()
-	fields := []zap.Field{
-		zap.String("dir", e.Dir()), zap.Int("records", rec.Records),
-		zap.Int("expired", rec.Expired), zap.Duration("took", rec.Took),
-	}
-	if rec.TornBytes > 0 {
-		logger.Warn("embedded store: dropped the torn end of its journal (a write cut short by a crash, never acknowledged)",
-			append(fields, zap.Int64("torn_bytes", rec.TornBytes))...)
-	} else {
-		logger.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)", fields...)
-	}
+	logger.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)",
+		zap.String("dir", e.Dir()), zap.Int("imported_records", rec.Imported), zap.Duration("took", rec.Took))
 	return openEngine{Engine: e}, nil
 }
 

@@ -92,14 +92,14 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 		r := cur.clone()
 		entry := o.Entry
 		entry.At = time.UnixMilli(now)
-		r.Checks = append(slices.Clip(r.Checks), entry)
+		r.Checks = append(r.Checks, entry)
 		if n := len(r.Checks); n > store.MaxCheckEntries {
 			r.Checks = slices.Clone(r.Checks[n-store.MaxCheckEntries:])
 		}
 		r.CheckCount++
 		r.checkToken, r.CheckLeaseUntil = "", time.Time{}
 		if o.Operator != nil {
-			r.Audit = append(slices.Clip(r.Audit), store.AuditEntry{
+			r.Audit = append(r.Audit, store.AuditEntry{
 				At: time.UnixMilli(now), Actor: o.Operator.Actor, Action: store.AuditVerify, Reason: o.Operator.Reason,
 			})
 		}
@@ -133,27 +133,17 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 // new record (nil: none) and whether the call succeeds. It returns the
 // record as left, once on disk.
 func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec, now int64) (*rec, bool)) (*store.Record, bool, error) {
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
+	ok := false
+	out, _, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
+		if cur == nil {
+			return mutation{}
+		}
+		var r *rec
+		r, ok = f(cur, now)
+		return mutation{next: r, sync: true}
+	})
+	if err != nil || out == nil {
 		return nil, false, err
 	}
-	now := e.now()
-	s := e.live(id, now)
-	if s == nil {
-		e.mu.Unlock()
-		return nil, false, nil
-	}
-	r, ok := f(s.cur, now)
-	if r != nil {
-		e.put(s, r)
-	} else {
-		r = s.cur
-	}
-	v, rd := r.view(), r.round
-	e.mu.Unlock()
-	if err := e.wait(ctx, rd); err != nil {
-		return nil, false, fmt.Errorf("store: %s %s: %w", op, id, err)
-	}
-	return v, ok, nil
+	return out.view(), ok, nil
 }

@@ -293,3 +293,14 @@ func decodePut(d *reader) (*rec, error) {
 	}
 	return r, nil
 }
+
+// encodeRecord is a record's stored value: opPut and its fields.
+func encodeRecord(r *rec) []byte { return appendPut(make([]byte, 0, 256+len(r.Body)), r) }
+
+// decodeRecord is the inverse of encodeRecord.
+func decodeRecord(v []byte) (*rec, error) {
+	if len(v) == 0 || v[0] != opPut {
+		return nil, errBadFrame
+	}
+	return decodePut(&reader{b: v[1:]})
+}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -17,19 +19,10 @@ type listKey struct {
 	id    string
 }
 
-func listLess(a, b listKey) bool {
-	if a.state != b.state {
-		return a.state < b.state
-	}
-	return a.id < b.id
-}
-
 // stateIdx is st's position in store.IndexStates.
 func stateIdx(st store.State) int {
 	return slices.Index(store.IndexStates(), st)
 }
-
-func keyOf(r *rec) listKey { return listKey{state: stateIdx(r.State), id: r.ID} }
 
 // listMaxScan bounds the records one List call examines beyond Limit
 // (records skipped by the route filter): a page may then be short, with a
@@ -72,39 +65,53 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 		return slices.ContainsFunc(states, func(s store.State) bool { return stateIdx(s) == k.state })
 	}
 
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return store.ListPage{}, err
 	}
+	defer e.leave()
+	it, err := e.db.NewIter(&pebble.IterOptions{
+		LowerBound: indexKey(start.state, start.id),
+		UpperBound: []byte{kindIndex + 1},
+	})
+	if err != nil {
+		return store.ListPage{}, e.readErr(err)
+	}
+	defer it.Close()
 	now := e.now()
 	page := store.ListPage{Records: []*store.Record{}}
 	scanned := 0
-	e.index.AscendGreaterOrEqual(start, func(k listKey) bool {
+	for it.First(); it.Valid(); it.Next() {
+		key := it.Key()
+		k := listKey{state: int(key[1]), id: string(key[2:])}
 		if !allowed(k) {
-			return true
+			continue
 		}
-		s := e.slots[k.id]
-		if s == nil || s.cur.expireAt <= now {
-			return true // expired, not yet swept
+		r, err := e.read(k.id)
+		if err != nil {
+			return store.ListPage{}, fmt.Errorf("store: list: %w", err)
+		}
+		if r == nil || r.expireAt <= now || stateIdx(r.State) != k.state {
+			continue // expired, not yet swept; or changed meanwhile
 		}
 		if len(page.Records) == limit || scanned >= limit+listMaxScan {
-			if f.Route == "" || s.cur.Route == f.Route || scanned >= limit+listMaxScan {
+			if f.Route == "" || r.Route == f.Route || scanned >= limit+listMaxScan {
 				page.NextCursor = encodeCursor(k)
-				return false
+				break
 			}
 			scanned++
-			return true
+			continue
 		}
 		scanned++
-		if f.Route != "" && s.cur.Route != f.Route {
-			return true
+		if f.Route != "" && r.Route != f.Route {
+			continue
 		}
-		v := s.cur.Record
+		v := r.Record
 		v.Token, v.Header, v.Body, v.Audit = "", nil, nil, nil
 		page.Records = append(page.Records, &v)
-		return true
-	})
+	}
+	if err := it.Error(); err != nil {
+		return store.ListPage{}, e.readErr(err)
+	}
 	return page, nil
 }
 

@@ -1,40 +1,48 @@
-// Package local is the durable embedded record store: a native Go engine
-// behind the store.Engine contract for a single gateway, keeping its
-// records in one directory (DIR).
+// Package local is the durable embedded record store: the store.Engine
+// contract for a single gateway on Pebble (CockroachDB's storage engine),
+// keeping its records in one directory (DIR).
 //
 // Exclusive: one process owns DIR, through an flock on DIR/LOCK (the
 // kernel drops it when the process dies, so a kill -9 leaves no stale
 // lock); DIR/LOCK holds the owner's pid, which a second Open names in its
 // error.
 //
-// Durable: every record lives in memory and every change to it is
-// appended to a journal (DIR/journal-N.log). A change that the caller
-// acts on (a claim that lets a request through, a stored result, a
-// release, a hold, an operator's resolution) returns only once its journal
-// entry is fsync'd; concurrent callers share one fsync (group commit).
-// Changes nobody acts on (a replay's attempt count, a renewed lease) ride
-// along with the next fsync, at most 200ms later. A call that returns a
-// record waits until that record's last acknowledged change is on disk,
-// so nothing a client was told is ever lost in a crash: what a crash can
-// lose is an attempt count or a lease renewal of the last 200ms (a lost
-// renewal only makes the dead process's lease run out sooner).
+// Layout: DIR/db is the Pebble database, DIR/secret the deployment secret
+// (checksummed), DIR/LOCK the owner's lock. A record is one key
+// (r/<id>); the state indexes (i/<state>/<id>) make listing a range scan
+// and the ordered expiry keys (x/<expiry>/<id>) make expiry one.
 //
-// Bounded: records expire like Redis keys (their TTL, hold TTL while in
-// flight or held); when the journal and the last snapshot together hold
-// more than twice the live data plus CompactMin, the engine starts a new
-// journal and writes a snapshot of the live records
-// (DIR/snapshot-N.dat, written aside and renamed), then deletes what the
-// snapshot covers. Open loads the newest snapshot and replays the journals
-// after it; a torn last entry (a crash mid-write) is dropped.
+// Durable: a change the caller acts on (a claim that lets a request
+// through, a stored result, a release, a hold, an operator's resolution,
+// a check) is committed with a synced write-ahead log entry before the
+// call returns; Pebble commits concurrent writers with one fsync (group
+// commit) and makes a synced write visible to readers only once it is on
+// disk. Changes nobody acts on (a replay's attempt count, a renewed
+// lease) are written without waiting for the fsync.
 //
-// Fast: a claim is a map lookup under one mutex plus, when it creates or
-// takes over a record, a share of an fsync; a replay touches no disk
-// before it answers. No sockets, no scripts.
+// Atomic: every read-modify-write of a record runs under that record's
+// lock (one of a fixed set of striped locks), so claims on different
+// records never wait for each other.
+//
+// Bounded: records live on disk; memory is Pebble's block cache and
+// memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
+// Expired records are deleted by a sweep of the expiry keys, and Pebble's
+// compactions give their space back.
+//
+// Damage is loud: Pebble checksums its log, tables and manifest and
+// refuses to open on damage that is not a torn last write; a clean Close
+// leaves a marker naming its last write, and Open refuses when that write
+// is missing (a damaged log tail that Pebble would take for a torn
+// write). See Check.
+//
+// Disk full: a write that meets ENOSPC fails the calls waiting for it
+// (nothing is forwarded on a failed claim) and every later write fails at
+// once until the filesystem has room again; then Pebble's write is
+// retried and the store goes on without a restart (see diskfull.go).
 package local
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -46,25 +54,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idemgate/idemgate/store"
 )
 
 // Defaults.
 const (
-	// DefaultCompactMin is the journal growth beyond twice the live data
-	// tolerated before a compaction.
-	DefaultCompactMin = 1 << 20
-	// DefaultOpTimeout bounds the wait for an fsync.
+	// DefaultOpTimeout bounds the wait for a record's lock and its write.
 	DefaultOpTimeout = 2 * time.Second
-	// asyncFlush is how long a change nobody waits for may stay unwritten.
-	asyncFlush = 200 * time.Millisecond
-	// sweepEvery is how often expired records are dropped from memory
-	// (reads treat them as gone from the millisecond they expire), so
-	// that memory and the compaction's idea of the live data follow the
-	// live set closely.
-	sweepEvery = 100 * time.Millisecond
+	// DefaultCacheSize is Pebble's block cache.
+	DefaultCacheSize = 16 << 20
+	// DefaultMemTableSize is the size of one Pebble memtable (at most
+	// two are kept before writes wait for a flush).
+	DefaultMemTableSize = 4 << 20
+	// DefaultMinFreeSpace is the free space the filesystem needs before a
+	// store stopped by a full disk writes again.
+	DefaultMinFreeSpace = 4 << 20
+	// sweepEvery is how often expired records are deleted (reads treat
+	// them as gone from the millisecond they expire).
+	sweepEvery = time.Second
 )
 
 // Options configure Open.
@@ -72,27 +81,31 @@ type Options struct {
 	// Dir is the directory the engine owns; it is created (0700) when
 	// missing.
 	Dir string
-	// CompactMin is how many bytes the journal may grow beyond twice the
-	// live data before a compaction; default DefaultCompactMin.
-	CompactMin int64
-	// OpTimeout bounds how long a call waits for its fsync; default 2s.
+	// OpTimeout bounds how long a call waits for a record's lock and
+	// its write; default 2s.
 	OpTimeout time.Duration
-	// OnError, when set, is told of failures no call returns: a journal
-	// write that failed (the store stops: every later call fails) and a
-	// compaction that failed (retried a minute later; nothing is lost).
-	// It is called from the engine's own goroutines.
+	// CacheSize is Pebble's block cache in bytes; default
+	// DefaultCacheSize.
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size in bytes; default
+	// DefaultMemTableSize.
+	MemTableSize int64
+	// MinFreeSpace is how much free space the filesystem must have
+	// before a store stopped by a full disk writes again; default
+	// DefaultMinFreeSpace.
+	MinFreeSpace int64
+	// OnError, when set, is told of failures no call returns (a full
+	// disk and its end, a failed sweep, Pebble's background errors). It
+	// is called from the engine's own goroutines.
 	OnError func(error)
 }
 
 // Recovery is what Open found in DIR.
 type Recovery struct {
-	Records      int   // live records loaded
-	Expired      int   // records dropped because they had expired
-	JournalBytes int64 // journal bytes replayed
-	// TornBytes are the bytes of a damaged journal tail dropped (a crash
-	// mid-write leaves one partial entry, which was never acknowledged).
-	TornBytes int64
-	Took      time.Duration
+	// Imported is how many live records were imported from a journal
+	// written by an earlier version (once: see migrate.go).
+	Imported int
+	Took     time.Duration
 }
 
 // Engine is an open embedded store. It is safe for concurrent use.
@@ -100,35 +113,22 @@ type Engine struct {
 	dir  string
 	lock *dirLock
 	opts Options
+	db   *pebble.DB
 
-	mu        sync.Mutex
-	slots     map[string]*slot
-	index     *btree.BTreeG[listKey]
-	expiry    expiryHeap
-	liveBytes int64
-	failed    error // sticky: a journal write failed, or Close ran
+	locks recordLocks
+	full  diskFull
 
-	// Journal state under mu: bytes appended since the last commit and
-	// the round that will commit them.
-	buf   []byte
-	round *round
-
-	// File state under mu (written by the committer).
-	gen           uint64 // the current journal's generation
-	journalBytes  int64
-	snapshotBytes int64
-	snapshotting  bool
-	compactAfter  time.Time // no compaction before (after a failed one)
-
-	jf    *os.File // the current journal; the committer's alone
-	spare []byte   // the committer's spare buffer
+	// life is held shared by every call using db, and exclusively by
+	// Close; closed is set first.
+	life   sync.RWMutex
+	closed atomic.Bool
+	damage atomic.Pointer[error] // set when Pebble found a damaged file
 
 	clock atomic.Int64 // last time handed out, ms: never goes back
+	swept atomic.Int64 // bytes of records expired since the last compaction
 
-	kick   chan struct{}
-	stop   chan struct{}
-	done   sync.WaitGroup // committer and sweeper
-	snapWG sync.WaitGroup
+	stop chan struct{}
+	done sync.WaitGroup // sweeper
 
 	secretMu sync.Mutex
 	secret   []byte
@@ -143,20 +143,11 @@ var _ store.Engine = (*Engine)(nil)
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("store: embedded store is closed")
 
-// slot is one record id's place: the current record (immutable once
-// published; changes replace it) and its position in the expiry heap.
-type slot struct {
-	cur     *rec
-	heapIdx int
-}
-
-// rec is a record as kept: the contract's Record (Header and Body are
-// never changed after they are stored) plus its expiry.
+// rec is a record as kept: the contract's Record plus its expiry and
+// verification state.
 type rec struct {
 	store.Record
-	expireAt int64  // ms; the record is gone from then on
-	size     int64  // bytes of its journal entry
-	round    *round // commit round of its last acknowledged change; nil: on disk
+	expireAt int64 // ms; the record is gone from then on
 
 	// checkToken is the running check's token (the check lease until
 	// CheckLeaseUntil); notFoundAt is when the last counted "not
@@ -167,6 +158,8 @@ type rec struct {
 
 func (r *rec) clone() *rec {
 	c := *r
+	c.Audit = slices.Clip(c.Audit)
+	c.Checks = slices.Clip(c.Checks)
 	return &c
 }
 
@@ -192,18 +185,10 @@ func (r *rec) setResult(res store.Result) {
 	r.ExternalID = res.ExternalID
 }
 
-// view is a copy of the record for a caller, who may change it.
+// view is the record for a caller. Records are decoded afresh from the
+// store for every call, so it shares nothing with another caller.
 func (r *rec) view() *store.Record {
 	v := r.Record
-	if r.Header != nil {
-		v.Header = r.Header.Clone()
-	}
-	if r.Body != nil {
-		v.Body = slices.Clone(r.Body)
-	}
-	v.Audit = slices.Clone(r.Audit)
-	v.Checks = slices.Clone(r.Checks)
-	v.Check.Match = slices.Clone(r.Check.Match)
 	return &v
 }
 
@@ -221,8 +206,10 @@ func newResult(res store.Result) store.Result {
 
 // Open opens (creating when missing) and recovers the store in
 // opts.Dir, and takes it for this process: it fails, naming DIR and the
-// owner's pid, when another process has it.
+// owner's pid, when another process has it, and naming the file when DIR
+// is damaged.
 func Open(opts Options) (*Engine, error) {
+	began := time.Now()
 	if opts.Dir == "" {
 		return nil, errors.New("store: embedded store: no directory")
 	}
@@ -230,11 +217,20 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: embedded store: %w", err)
 	}
-	if opts.CompactMin <= 0 {
-		opts.CompactMin = DefaultCompactMin
-	}
 	if opts.OpTimeout <= 0 {
 		opts.OpTimeout = DefaultOpTimeout
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
+	if opts.MemTableSize <= 0 {
+		opts.MemTableSize = DefaultMemTableSize
+	}
+	if opts.MinFreeSpace <= 0 {
+		opts.MinFreeSpace = DefaultMinFreeSpace
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(error) {}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: embedded store: %w", err)
@@ -243,24 +239,45 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{
-		dir:   dir,
-		lock:  lock,
-		opts:  opts,
-		slots: map[string]*slot{},
-		index: btree.NewG(32, listLess),
-		round: newRound(),
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-	}
-	if err := e.recover(); err != nil {
+	e := &Engine{dir: dir, lock: lock, opts: opts, stop: make(chan struct{})}
+	e.locks.init()
+	e.full.init(e)
+	if err := e.open(); err != nil {
 		_ = lock.unlock()
 		return nil, err
 	}
-	e.done.Add(2)
-	go e.commitLoop()
+	e.recovered.Took = time.Since(began)
+	e.done.Add(1)
 	go e.sweepLoop()
 	return e, nil
+}
+
+// open checks the secret, opens Pebble, checks the clean marker and
+// imports an old journal.
+func (e *Engine) open() error {
+	if err := e.checkClean(); err != nil {
+		return err
+	}
+	cache := pebble.NewCache(e.opts.CacheSize)
+	db, err := pebble.Open(filepath.Join(e.dir, dbDir), e.pebbleOptions(cache, false))
+	cache.Unref()
+	if err != nil {
+		return damaged(e.dir, err)
+	}
+	e.db = db
+	fail := func(err error) error {
+		_ = db.Close()
+		return err
+	}
+	n, err := e.migrate()
+	if err != nil {
+		return fail(err)
+	}
+	e.recovered.Imported = n
+	if err := e.openSecret(); err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // Dir is the directory the engine owns.
@@ -269,26 +286,53 @@ func (e *Engine) Dir() string { return e.dir }
 // Recovered says what Open found in DIR.
 func (e *Engine) Recovered() Recovery { return e.recovered }
 
-// Close writes what is pending, stops the engine and gives DIR up.
+// Close waits for the calls under way, writes the clean marker, stops
+// the engine and gives DIR up.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
-		e.mu.Lock()
-		if e.failed == nil {
-			e.failed = errClosed
-		}
-		e.mu.Unlock()
+		e.closed.Store(true)
 		close(e.stop)
-		e.done.Wait() // the committer wrote and synced what was pending
-		e.snapWG.Wait()
-		if e.jf != nil {
-			e.closeErr = e.jf.Close()
+		e.done.Wait()
+		e.life.Lock()
+		defer e.life.Unlock()
+		// On a full disk neither the flush nor the marker can be
+		// written: the next Open replays the log as after a crash.
+		err := e.full.check()
+		if err == nil {
+			err = e.db.Flush() // the next Open replays no log
 		}
-		if err := e.lock.unlock(); e.closeErr == nil {
-			e.closeErr = err
+		if err == nil {
+			err = e.markClean()
 		}
+		if cerr := e.db.Close(); err == nil {
+			err = cerr
+		}
+		if uerr := e.lock.unlock(); err == nil {
+			err = uerr
+		}
+		e.closeErr = err
 	})
 	return e.closeErr
 }
+
+// enter starts a call that uses the database; leave ends it.
+func (e *Engine) enter() error {
+	if e.closed.Load() {
+		return errClosed
+	}
+	e.life.RLock()
+	if e.closed.Load() {
+		e.life.RUnlock()
+		return errClosed
+	}
+	if err := e.damage.Load(); err != nil {
+		e.life.RUnlock()
+		return *err
+	}
+	return nil
+}
+
+func (e *Engine) leave() { e.life.RUnlock() }
 
 // now is the engine's clock in ms: the wall clock, never going back.
 func (e *Engine) now() int64 {
@@ -310,34 +354,177 @@ func (e *Engine) Now() time.Time { return time.UnixMilli(e.now()) }
 // ExpiresAt is when record id expires; the zero time when there is no
 // such record.
 func (e *Engine) ExpiresAt(id string) time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if s := e.live(id, e.now()); s != nil {
-		return time.UnixMilli(s.cur.expireAt)
+	if err := e.enter(); err != nil {
+		return time.Time{}
 	}
-	return time.Time{}
+	defer e.leave()
+	r, err := e.read(id)
+	if err != nil || r == nil || r.expireAt <= e.now() {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.expireAt)
 }
 
-// live returns id's slot, or nil when it has none or its record expired
-// (which is then dropped). Called with mu held.
-func (e *Engine) live(id string, now int64) *slot {
-	s := e.slots[id]
-	if s != nil && s.cur.expireAt <= now {
-		e.drop(s)
-		return nil
-	}
-	return s
+// mutation is what a change function returns: the new record (nil:
+// nothing to write), whether the write must be on disk before the call
+// returns, and whether a write that is abandoned (its wait timed out)
+// must be undone when it lands (a claim nobody was told about).
+type mutation struct {
+	next   *rec
+	sync   bool
+	undo   bool
+	count  bool // only next's attempt count changed
+	result any
+	err    error
 }
 
-// usable is nil, or why no call can run. Called with mu held.
-func (e *Engine) usable() error {
-	if e.failed == nil {
+// update runs f on record id (nil when it does not exist or expired)
+// under the record's lock and commits what it returns. It returns the
+// record as left and f's result.
+func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now int64) mutation) (*rec, mutation, error) {
+	if err := e.enter(); err != nil {
+		return nil, mutation{}, err
+	}
+	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	if err != nil {
+		e.leave()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	release := func() { unlock(); e.leave() }
+	raw, err := e.read(id)
+	if err != nil {
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	now := e.now()
+	cur := raw
+	if cur != nil && cur.expireAt <= now {
+		cur = nil
+	}
+	m := f(cur, now)
+	if m.next == nil || m.err != nil {
+		release()
+		return cur, m, nil
+	}
+	if !m.sync && e.full.is() {
+		// A change nobody waits for is skipped while the disk is full.
+		release()
+		return m.next, m, nil
+	}
+	if err := e.full.check(); err != nil {
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	b := e.db.NewBatch()
+	write := putRecord
+	if m.count {
+		write = func(b *pebble.Batch, _, next *rec) error { return putAttempts(b, next) }
+	}
+	if err := write(b, raw, m.next); err != nil {
+		_ = b.Close()
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	var undo func()
+	if m.undo {
+		undo = func() { e.undo(id, raw, m.next) }
+	}
+	if err := e.commit(ctx, b, m.sync, release, undo); err != nil {
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	return m.next, m, nil
+}
+
+// commit commits b and calls release once it is done. It waits at most
+// OpTimeout (or until ctx ends) for the commit; a commit that lands after
+// that runs undo (when set) before release.
+func (e *Engine) commit(ctx context.Context, b *pebble.Batch, sync bool, release, undo func()) error {
+	wo := pebble.NoSync
+	if sync {
+		wo = pebble.Sync
+	}
+	const (
+		waiting int32 = iota
+		finished
+		abandoned
+	)
+	if !sync {
+		// Nobody acts on it (an attempt count, a renewal): not waited
+		// for, so a replay never waits for a write. The record stays
+		// locked until it is committed.
+		go func() {
+			if err := b.Commit(wo); err != nil {
+				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
+			}
+			_ = b.Close()
+			release()
+		}()
 		return nil
 	}
-	if e.failed == errClosed {
-		return errClosed
+	var state atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		err := b.Commit(wo)
+		_ = b.Close()
+		if state.CompareAndSwap(waiting, finished) {
+			release()
+			done <- err
+			return
+		}
+		if err == nil && undo != nil {
+			undo()
+		}
+		release()
+	}()
+	t := time.NewTimer(e.opts.OpTimeout)
+	defer t.Stop()
+	var why error
+	select {
+	case err := <-done:
+		return e.writeErr(err)
+	case <-t.C:
+		why = fmt.Errorf("the write took longer than %s", e.opts.OpTimeout)
+	case <-ctx.Done():
+		why = ctx.Err()
 	}
-	return fmt.Errorf("store: embedded store %s: %w", e.dir, e.failed)
+	if !state.CompareAndSwap(waiting, abandoned) {
+		return e.writeErr(<-done)
+	}
+	if err := e.full.check(); err != nil {
+		return err
+	}
+	return why
+}
+
+// writeErr names DIR in a failed write.
+func (e *Engine) writeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return e.readErr(err)
+}
+
+// undo puts back prev (nil: no record) after a claim's write landed that
+// nobody was told about, unless the record changed since. Called with
+// the record's lock held.
+func (e *Engine) undo(id string, prev, wrote *rec) {
+	cur, err := e.read(id)
+	if err != nil || cur == nil || cur.Token != wrote.Token || cur.State != wrote.State {
+		return
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	if prev == nil {
+		err = deleteRecord(b, cur)
+	} else {
+		err = putRecord(b, cur, prev)
+	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		e.opts.OnError(fmt.Errorf("store: embedded store %s: undo the claim of %s that timed out: %w", e.dir, id, err))
+	}
 }
 
 // Claim takes the right to execute an operation, or returns its record
@@ -348,39 +535,31 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		return store.ClaimResult{}, err
 	}
 	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
-		return store.ClaimResult{}, err
-	}
-	now := e.now()
-	res := store.ClaimResult{Now: time.UnixMilli(now)}
-	var out *rec
-	s := e.live(req.ID, now)
-	switch {
-	case s == nil:
-		out = &rec{Record: store.Record{
-			ID:              req.ID,
-			Route:           req.Route,
-			Operation:       req.Operation,
-			Fingerprint:     req.Fingerprint,
-			FingerprintRule: req.FingerprintRule,
-			State:           store.StateInFlight,
-			Token:           req.Token,
-			StartedAt:       time.UnixMilli(now),
-			LeaseUntil:      time.UnixMilli(now + lease),
-			Attempts:        1,
-			Executions:      1,
-			Check:           normalCheck(req.Check),
-		}, expireAt: now + hold}
-		e.put(nil, out)
-		res.Claimed = true
-	case s.cur.State == store.StateInFlight && s.cur.Token == req.Token:
-		out = s.cur // a retried claim: already the caller's
-		res.Claimed = true
-	default:
-		cur := s.cur
-		out = cur.clone()
+	var res store.ClaimResult
+	out, _, err := e.update(ctx, "claim", req.ID, func(cur *rec, now int64) mutation {
+		res = store.ClaimResult{Now: time.UnixMilli(now)}
+		switch {
+		case cur == nil:
+			res.Claimed = true
+			return mutation{sync: true, undo: true, next: &rec{Record: store.Record{
+				ID:              req.ID,
+				Route:           req.Route,
+				Operation:       req.Operation,
+				Fingerprint:     req.Fingerprint,
+				FingerprintRule: req.FingerprintRule,
+				State:           store.StateInFlight,
+				Token:           req.Token,
+				StartedAt:       time.UnixMilli(now),
+				LeaseUntil:      time.UnixMilli(now + lease),
+				Attempts:        1,
+				Executions:      1,
+				Check:           normalCheck(req.Check),
+			}, expireAt: now + hold}}
+		case cur.State == store.StateInFlight && cur.Token == req.Token:
+			res.Claimed = true // a retried claim: already the caller's
+			return mutation{}
+		}
+		out := cur.clone()
 		out.Attempts++
 		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
 		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
@@ -388,7 +567,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		case expired && a.OnExpired != store.ExpiredRelease:
 			out.State, out.Reason, out.expireAt = store.StateUnknown, "lease_expired", now+hold
 			out.scheduleFirstCheck(now)
-			e.put(s, out)
+			return mutation{next: out, sync: true}
 		case same && (expired || cur.State == store.StateReleased):
 			out.clearResult()
 			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
@@ -396,16 +575,14 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.Executions++
 			out.expireAt = now + hold
 			out.newClaimChecks(normalCheck(req.Check))
-			e.put(s, out)
 			res.Claimed, res.TakeOver = true, true
+			return mutation{next: out, sync: true, undo: true}
 		default:
-			e.note(s, out, opAttempt, out.Attempts)
+			return mutation{next: out, count: true} // only counted: no fsync to wait for
 		}
-	}
-	e.mu.Unlock()
-	// out is immutable once published: copy it without the lock.
-	if err := e.wait(ctx, out.round); err != nil {
-		return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
+	})
+	if err != nil {
+		return store.ClaimResult{}, err
 	}
 	res.Record = out.view()
 	if res.Claimed {
@@ -423,20 +600,14 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 	if lease < 0 {
 		return false, errors.New("store: negative lease")
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.usable(); err != nil {
-		return false, err
-	}
-	now := e.now()
-	s := e.live(id, now)
-	if s == nil || s.cur.State != store.StateInFlight || s.cur.Token != token {
-		return false, nil
-	}
-	r := s.cur.clone()
-	r.LeaseUntil = time.UnixMilli(now + store.Millis(lease))
-	e.note(s, r, opRenew, msOf(r.LeaseUntil))
-	return true, nil
+	return e.change(ctx, "renew", id, false, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.State != store.StateInFlight || cur.Token != token {
+			return nil
+		}
+		r := cur.clone()
+		r.LeaseUntil = time.UnixMilli(now + store.Millis(lease))
+		return r
+	})
 }
 
 // Complete stores a result under its claim (see store.CompleteRequest),
@@ -451,10 +622,10 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		return false, errors.New("store: negative TTL")
 	}
 	result := newResult(req.Result)
-	return e.change(ctx, "complete", id, func(s *slot, now int64) *rec {
+	return e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
 		var r *rec
 		switch {
-		case s == nil:
+		case cur == nil:
 			started := req.StartedAt
 			if started.IsZero() {
 				started = time.UnixMilli(now)
@@ -470,10 +641,10 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 				Attempts:        1,
 				Executions:      1,
 			}}
-		case s.cur.Token != token:
+		case cur.Token != token:
 			return nil
 		default:
-			r = s.cur.clone()
+			r = cur.clone()
 		}
 		r.State, r.Reason = store.StateCompleted, ""
 		r.CompletedAt = time.UnixMilli(now)
@@ -492,11 +663,11 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "release", id, func(s *slot, now int64) *rec {
-		if s == nil || s.cur.Token != token {
+	return e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.Token != token {
 			return nil
 		}
-		r := s.cur.clone()
+		r := cur.clone()
 		r.clearResult()
 		r.State = store.StateReleased
 		r.expireAt = now + store.Millis(ttl)
@@ -517,11 +688,11 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "mark unknown", id, func(s *slot, now int64) *rec {
-		if s == nil || s.cur.Token != token || s.cur.State == store.StateCompleted {
+	return e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
 			return nil
 		}
-		r := s.cur.clone()
+		r := cur.clone()
 		r.State, r.Reason = store.StateUnknown, reason
 		r.expireAt = now + store.Millis(holdTTL)
 		r.scheduleFirstCheck(now)
@@ -530,27 +701,16 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 }
 
 // change runs one fenced state change: f returns the new record, or nil
-// to leave it alone (false). It returns once the change is on disk.
-func (e *Engine) change(ctx context.Context, op, id string, f func(s *slot, now int64) *rec) (bool, error) {
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
-		return false, err
-	}
-	now := e.now()
-	s := e.live(id, now)
-	r := f(s, now)
-	if r == nil {
-		e.mu.Unlock()
-		return false, nil
-	}
-	e.put(s, r)
-	rd := r.round
-	e.mu.Unlock()
-	if err := e.wait(ctx, rd); err != nil {
-		return false, fmt.Errorf("store: %s %s: %w", op, id, err)
-	}
-	return true, nil
+// to leave it alone (false). With sync it returns once the change is on
+// disk.
+func (e *Engine) change(ctx context.Context, op, id string, sync bool, f func(cur *rec, now int64) *rec) (bool, error) {
+	changed := false
+	_, _, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
+		r := f(cur, now)
+		changed = r != nil
+		return mutation{next: r, sync: sync}
+	})
+	return changed && err == nil, err
 }
 
 // Get reads one record; nil, nil when it does not exist.
@@ -558,22 +718,26 @@ func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
 	if !store.ValidID(id) {
 		return nil, store.ErrInvalidID
 	}
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	s := e.live(id, e.now())
-	if s == nil {
-		e.mu.Unlock()
-		return nil, nil
-	}
-	cur := s.cur
-	e.mu.Unlock()
-	if err := e.wait(ctx, cur.round); err != nil {
+	defer e.leave()
+	// The record's lock, taken and given back, waits for a change
+	// still being written (an attempt count or a renewal is not waited
+	// for by its caller), so a Get sees every change made before it.
+	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	if err != nil {
 		return nil, fmt.Errorf("store: get %s: %w", id, err)
 	}
-	return cur.view(), nil
+	unlock()
+	r, err := e.read(id)
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	if r == nil || r.expireAt <= e.now() {
+		return nil, nil
+	}
+	return r.view(), nil
 }
 
 // OperatorRelease releases a record on an operator's word (see
@@ -632,39 +796,31 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	if err := act.Validate(); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	if err := e.usable(); err != nil {
-		e.mu.Unlock()
-		return nil, err
-	}
-	now := e.now()
-	s := e.live(id, now)
-	if s == nil {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", store.ErrNotFound, id)
-	}
-	r, err := f(s.cur, now)
-	if err != nil {
-		v, rd := s.cur.view(), s.cur.round
-		e.mu.Unlock()
-		if werr := e.wait(ctx, rd); werr != nil {
-			return nil, fmt.Errorf("store: operator %s %s: %w", action, id, werr)
+	out, m, err := e.update(ctx, "operator "+action, id, func(cur *rec, now int64) mutation {
+		if cur == nil {
+			return mutation{err: fmt.Errorf("%w: %s", store.ErrNotFound, id)}
 		}
-		return v, err
-	}
-	r.Audit = append(slices.Clip(r.Audit), store.AuditEntry{
-		At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
+		r, err := f(cur, now)
+		if err != nil {
+			return mutation{err: err}
+		}
+		r.Audit = append(r.Audit, store.AuditEntry{
+			At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
+		})
+		if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
+			r.Audit = r.Audit[n:] // the newest are kept, as on Redis
+		}
+		return mutation{next: r, sync: true}
 	})
-	if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
-		r.Audit = r.Audit[n:] // the newest are kept, as on Redis
+	switch {
+	case err != nil:
+		return nil, err
+	case m.err != nil && out == nil:
+		return nil, m.err
+	case m.err != nil:
+		return out.view(), m.err
 	}
-	e.put(s, r)
-	v, rd := r.view(), r.round
-	e.mu.Unlock()
-	if err := e.wait(ctx, rd); err != nil {
-		return nil, fmt.Errorf("store: operator %s %s: %w", action, id, err)
-	}
-	return v, nil
+	return out.view(), nil
 }
 
 // checking reports whether a verification check holds the record (a live
@@ -674,38 +830,3 @@ func (r *rec) checking(now int64) bool {
 }
 
 func conflict(cur *rec) error { return store.ConflictOf(&cur.Record) }
-
-// secretFile holds the deployment secret.
-const secretFile = "secret"
-
-// secretSize is the secret's length in bytes.
-const secretSize = 32
-
-// Secret returns the deployment secret kept in DIR/secret, creating a
-// random one (written aside, fsync'd and renamed) the first time.
-func (e *Engine) Secret(ctx context.Context) ([]byte, error) {
-	e.secretMu.Lock()
-	defer e.secretMu.Unlock()
-	if e.secret != nil {
-		return slices.Clone(e.secret), nil
-	}
-	path := filepath.Join(e.dir, secretFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		if len(b) != secretSize {
-			return nil, fmt.Errorf("store: embedded store: %s has %d bytes, want %d: restore it from a backup", path, len(b), secretSize)
-		}
-		e.secret = b
-		return slices.Clone(b), nil
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("store: embedded store: %w", err)
-	}
-	b = make([]byte, secretSize)
-	_, _ = rand.Read(b)
-	if err := writeFileSync(path, b); err != nil {
-		return nil, fmt.Errorf("store: embedded store: create the secret: %w", err)
-	}
-	e.secret = b
-	return slices.Clone(b), nil
-}
