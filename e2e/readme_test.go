@@ -20,7 +20,10 @@ func TestReadmeOperatorExample(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
+			if os.Getenv("IDEMGATE_REQUIRE_TOOLS") == "1" {
+				t.Fatalf("%s is not installed (IDEMGATE_REQUIRE_TOOLS=1)", tool)
+			}
+			t.Skipf("%s is not installed (set IDEMGATE_REQUIRE_TOOLS=1 to fail instead)", tool)
 		}
 	}
 	steps := readmeOperatorSteps(t)
