@@ -31,19 +31,6 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 var errBadFrame = errors.New("bad frame")
 
-// beginFrame reserves the frame header; endFrame fills it in.
-func beginFrame(b []byte) ([]byte, int) {
-	start := len(b)
-	return append(b, 0, 0, 0, 0, 0, 0, 0, 0), start
-}
-
-func endFrame(b []byte, start int) []byte {
-	payload := b[start+frameHeader:]
-	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, crcTable))
-	return b
-}
-
 // nextFrame splits the first frame's payload off b; ok is false for a
 // short or damaged frame (a torn write).
 func nextFrame(b []byte) (payload, rest []byte, ok bool) {
@@ -178,18 +165,6 @@ func decodeChecks(d *reader, r *rec) {
 	if len(d.b) > 0 { // records made before match values lack them
 		r.Check.Match = store.DecodeCheckMatch(d.string())
 	}
-}
-
-func appendAttempt(b []byte, id string, attempts int64) []byte {
-	b = append(b, opAttempt)
-	b = appendString(b, id)
-	return binary.AppendVarint(b, attempts)
-}
-
-func appendRenew(b []byte, id string, leaseUntil int64) []byte {
-	b = append(b, opRenew)
-	b = appendString(b, id)
-	return binary.AppendVarint(b, leaseUntil)
 }
 
 // reader decodes one payload; the first error sticks.

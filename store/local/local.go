@@ -370,12 +370,11 @@ func (e *Engine) ExpiresAt(id string) time.Time {
 // returns, and whether a write that is abandoned (its wait timed out)
 // must be undone when it lands (a claim nobody was told about).
 type mutation struct {
-	next   *rec
-	sync   bool
-	undo   bool
-	count  bool // only next's attempt count changed
-	result any
-	err    error
+	next  *rec
+	sync  bool
+	undo  bool
+	count bool // only next's attempt count changed
+	err   error
 }
 
 // update runs f on record id (nil when it does not exist or expired)
