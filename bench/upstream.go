@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dunglas/httpsfv"
+	"github.com/idemgate/idemgate/keying"
 )
 
 // upstream is the API behind the gateway: every POST creates a "deal" and
@@ -112,11 +112,5 @@ func (u *upstream) close() { _ = u.srv.Close() }
 // forwardedKey is the key the gateway forwards: a Structured Field string
 // ("k-1-2"), as the IETF Idempotency-Key draft has clients send it.
 func forwardedKey(r *http.Request) string {
-	v := r.Header.Get("Idempotency-Key")
-	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
-		if s, ok := item.Value.(string); ok {
-			return s
-		}
-	}
-	return v
+	return keying.ParseKeyHeader(r.Header.Get("Idempotency-Key"))
 }

@@ -24,8 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dunglas/httpsfv"
-
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -701,13 +699,7 @@ func newUpstream(t testing.TB) *upstream {
 // as an upstream that follows the IETF Idempotency-Key draft reads it: a
 // Structured Field string ("evt_184"); a bare value is taken as it is.
 func forwardedKey(r *http.Request) string {
-	v := r.Header.Get("Idempotency-Key")
-	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
-		if s, ok := item.Value.(string); ok {
-			return s
-		}
-	}
-	return v
+	return keying.ParseKeyHeader(r.Header.Get("Idempotency-Key"))
 }
 
 func (u *upstream) count(path string) int { return u.calls.count(path) }

@@ -147,6 +147,11 @@ func FormatKeyHeader(key string) (string, error) {
 	return httpsfv.Marshal(httpsfv.NewItem(key))
 }
 
+// ParseKeyHeader is FormatKeyHeader's reverse, for an upstream: the key
+// in a forwarded Idempotency-Key value, the string of a Structured Field
+// string ("evt_184"), or v as it is when it is not one.
+func ParseKeyHeader(v string) string { return unquoteSF(strings.Trim(v, " \t")) }
+
 // headerValue returns the first value of the header name (canonical form),
 // trimmed, and unquoted when it is a Structured Field string (RFC 8941).
 // Scope templates and lookup URLs read headers this way; keys read them

@@ -415,3 +415,18 @@ func FuzzKeyHeader(f *testing.F) {
 		}
 	})
 }
+
+func TestParseKeyHeader(t *testing.T) {
+	for _, key := range []string{"evt_184", "with space", `q"uote`, `back\slash`} {
+		v, err := FormatKeyHeader(key)
+		if err != nil {
+			t.Fatalf("FormatKeyHeader(%q): %v", key, err)
+		}
+		if got := ParseKeyHeader(v); got != key {
+			t.Errorf("ParseKeyHeader(%q) = %q, want %q", v, got, key)
+		}
+	}
+	if got := ParseKeyHeader("bare-key"); got != "bare-key" {
+		t.Errorf("ParseKeyHeader(bare-key) = %q", got)
+	}
+}

@@ -28,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dunglas/httpsfv"
+	"github.com/idemgate/idemgate/keying"
 )
 
 // deal is one created deal.
@@ -122,13 +122,7 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 // the gateway forwards it, or a bare value from a client that calls the
 // CRM directly.
 func sourceKey(r *http.Request) string {
-	v := r.Header.Get("Idempotency-Key")
-	if item, err := httpsfv.UnmarshalItem([]string{v}); err == nil {
-		if s, ok := item.Value.(string); ok {
-			return s
-		}
-	}
-	return v
+	return keying.ParseKeyHeader(r.Header.Get("Idempotency-Key"))
 }
 
 // findDeals answers GET /crm/deals?source_key=K with the deals that
