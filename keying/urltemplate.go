@@ -36,21 +36,10 @@ var (
 // https URL (or one that starts with an {env.NAME} placeholder holding
 // its base), at most MaxURLTemplate bytes of visible ASCII.
 func ParseURLTemplate(s string) (URLTemplate, error) {
-	t := URLTemplate{src: s}
-	if len(s) > MaxURLTemplate {
-		return t, fmt.Errorf("is longer than %d bytes", MaxURLTemplate)
+	t, err := parseTemplate(s, parseURLPlaceholder, "a URL is visible ASCII; escape it")
+	if err != nil {
+		return t, err
 	}
-	parts, serr := scan(s, parseURLPlaceholder)
-	switch {
-	case serr == nil:
-	case serr.err != nil:
-		return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), serr.name, serr.err)
-	case serr.what == "":
-		return t, fmt.Errorf("%s: byte 0x%02x at offset %d (a URL is visible ASCII; escape it)", quote(s), s[serr.off], serr.off)
-	default:
-		return t, fmt.Errorf("%s: %s at offset %d", quote(s), serr.what, serr.off)
-	}
-	t.parts = parts
 	if strings.HasPrefix(s, "{env.") {
 		return t, nil // the base comes from the environment
 	}
@@ -132,17 +121,24 @@ func (t URLTemplate) resolve(key, keyID string, in *Input, escape func(string) s
 // {env.NAME}: the value is compared with the answer, never sent.
 // Resolve it with ResolveText.
 func ParseMatchTemplate(s string) (URLTemplate, error) {
+	return parseTemplate(s, parseMatchPlaceholder, "literal text is visible ASCII")
+}
+
+// parseTemplate scans s (at most MaxURLTemplate bytes) into parts with
+// the placeholder parser of its kind; bytes names what the kind allows,
+// for the error about a byte it does not.
+func parseTemplate(s string, placeholder func(string) (part, error), bytes string) (URLTemplate, error) {
 	t := URLTemplate{src: s}
 	if len(s) > MaxURLTemplate {
 		return t, fmt.Errorf("is longer than %d bytes", MaxURLTemplate)
 	}
-	parts, serr := scan(s, parseMatchPlaceholder)
+	parts, serr := scan(s, placeholder)
 	switch {
 	case serr == nil:
 	case serr.err != nil:
 		return t, fmt.Errorf("%s: placeholder {%s}: %v", quote(s), serr.name, serr.err)
 	case serr.what == "":
-		return t, fmt.Errorf("%s: byte 0x%02x at offset %d (literal text is visible ASCII)", quote(s), s[serr.off], serr.off)
+		return t, fmt.Errorf("%s: byte 0x%02x at offset %d (%s)", quote(s), s[serr.off], serr.off, bytes)
 	default:
 		return t, fmt.Errorf("%s: %s at offset %d", quote(s), serr.what, serr.off)
 	}
