@@ -25,11 +25,11 @@
 //	embedded-execute  execute through the gateway on the embedded store
 //	embedded-replay   replay through the gateway on the embedded store
 //
-// the set two-plain, two-execute, two-replay, two-embedded-execute,
+// and the set two-plain, two-execute, two-replay, two-embedded-execute,
 // two-embedded-replay and two-static: the same at 2 connections (-conns2),
-// where requests do not queue for the CPUs, so p50 over plain is the
-// latency the gateway adds and the CPU per request what it costs;
-// and, when taskset is installed and there are at least 2 CPUs, the set
+// where requests barely queue for the CPUs, so p50 over plain is the
+// latency the gateway adds and the CPU per request what it costs (a table
+// of its own); and, when taskset is installed and there are at least 2 CPUs, the set
 // pinned-plain, pinned-execute, pinned-replay, pinned-passthrough and
 // pinned-static: the same against a second gateway process pinned to CPU 0
 // while the load generator, the upstream and Redis run on CPU 1, which

@@ -399,8 +399,8 @@ func (r *report) settings() string {
 	if _, ok := r.e.loader.(*wrkLoader); ok {
 		gen += fmt.Sprintf(", %d threads (1 in the pinned set)", r.e.wrkThreads)
 	}
-	return fmt.Sprintf("%d rounds × %v per variant (order rotated each round), %d keep-alive connections, load generator: %s; took %v",
-		r.o.rounds, r.o.duration, r.o.conns, gen, r.took.Round(time.Second))
+	return fmt.Sprintf("%d rounds × %v per variant (order rotated each round), %d keep-alive connections (%d in the two set), load generator: %s; took %v",
+		r.o.rounds, r.o.duration, r.o.conns, r.o.conns2, gen, r.took.Round(time.Second))
 }
 
 // text is the console report.
