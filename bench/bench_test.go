@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -298,16 +299,16 @@ func TestRunLoadStopsWhenRefused(t *testing.T) {
 }
 
 func TestSelectVariants(t *testing.T) {
-	all, err := selectVariants("")
+	all, err := selectVariants("", "")
 	if err != nil || len(all) != len(allVariants) {
 		t.Fatalf("default: %d variants, %v", len(all), err)
 	}
-	two, err := selectVariants("plain, embedded-execute")
+	two, err := selectVariants("plain, embedded-execute", "")
 	if err != nil || len(two) != 2 || two[0].name != "plain" || two[1].name != "embedded-execute" {
 		t.Fatalf("plain,embedded-execute: %+v, %v", two, err)
 	}
 	// Every set has its plain variant, and every ratio line names variants.
-	for _, set := range []string{setShared, setPinned} {
+	for _, set := range sets {
 		if v, ok := findVariant(plainOf(set)); !ok || v.set != set {
 			t.Errorf("set %s: plain variant %q missing", set, plainOf(set))
 		}
@@ -319,8 +320,75 @@ func TestSelectVariants(t *testing.T) {
 			t.Errorf("ratio %s/%s: variants missing or in different sets", l.num, l.den)
 		}
 	}
-	if _, err := selectVariants("plain,nope"); err == nil {
+	if _, err := selectVariants("plain,nope", ""); err == nil {
 		t.Error("unknown variant accepted")
+	}
+	// -sets: only the named sets' variants, in their order.
+	onlyTwo, err := selectVariants("", "two")
+	if err != nil || len(onlyTwo) != 6 {
+		t.Fatalf("-sets two: %d variants, %v", len(onlyTwo), err)
+	}
+	for _, v := range onlyTwo {
+		if v.set != setTwo {
+			t.Errorf("-sets two gave %s of set %s", v.name, v.set)
+		}
+	}
+	for _, bad := range []struct{ variants, sets string }{{"", "nope"}, {"plain", "two"}} {
+		if _, err := selectVariants(bad.variants, bad.sets); err == nil {
+			t.Errorf("-variants %q -sets %q accepted", bad.variants, bad.sets)
+		}
+	}
+}
+
+func TestTwoTableAndSideBySide(t *testing.T) {
+	cpu := func(gw float64) [numProcs]float64 { return [numProcs]float64{gw, -1, 0, 0} }
+	r := &report{o: options{conns: 64, conns2: 2}, e: &env{}, sum: map[string]variantSummary{
+		"execute":              {rps: 4000, p50: 15, p99: 30, cpu: cpu(300)},
+		"embedded-execute":     {rps: 5000, p50: 12, p99: 25, cpu: cpu(250)},
+		"two-plain":            {rps: 4000, p50: 0.4, p99: 1, cpu: cpu(100)},
+		"two-execute":          {rps: 2000, p50: 0.9, p99: 2, cpu: cpu(320)},
+		"two-embedded-execute": {rps: 500, p50: 3.9, p99: 8, cpu: cpu(180)},
+		"two-embedded-replay":  {rps: 6000, p50: 0.3, p99: 0.7, cpu: cpu(-1)},
+	}}
+	for _, name := range []string{"execute", "embedded-execute", "two-plain", "two-execute", "two-embedded-execute", "two-embedded-replay"} {
+		v, _ := findVariant(name)
+		r.vs = append(r.vs, v)
+	}
+	tests := []struct {
+		name      string
+		p50, cpu  float64
+		cpuOK, ok bool
+	}{
+		{"two-execute", 0.5, 220, true, true},
+		{"two-embedded-execute", 3.5, 80, true, true},
+		{"two-embedded-replay", -0.1, 0, false, true},
+		{"replay", 0, 0, false, false}, // did not run
+	}
+	for _, tt := range tests {
+		p50, c, cok, ok := r.addedOverPlain(tt.name)
+		if math.Abs(p50-tt.p50) > 1e-9 || c != tt.cpu || cok != tt.cpuOK || ok != tt.ok {
+			t.Errorf("addedOverPlain(%s) = %v, %v, %v, %v; want %v, %v, %v, %v", tt.name, p50, c, cok, ok, tt.p50, tt.cpu, tt.cpuOK, tt.ok)
+		}
+	}
+	table := r.twoTable(false)
+	for _, want := range []string{
+		"two-embedded-execute        500   3.900   8.000     180    +3.500        +80  201\n",
+		"two-embedded-replay        6000   0.300   0.700       -         -          -  201 replayed\n",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("twoTable lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "embedded-execute      5000") {
+		t.Errorf("twoTable shows a variant of another set:\n%s", table)
+	}
+	if strings.Contains(r.table(false), "two-") {
+		t.Errorf("the main table shows the two set:\n%s", r.table(false))
+	}
+	want := "embedded-execute vs execute (64 connections): req/s 5000 vs 4000 (1.25x), p50 12.000 vs 15.000 ms (-3.000), p99 25.000 vs 30.000 ms, gateway µs/req 250 vs 300\n" +
+		"embedded-execute vs execute (2 connections): req/s 500 vs 2000 (0.25x), p50 3.900 vs 0.900 ms (+3.000), p99 8.000 vs 2.000 ms, gateway µs/req 180 vs 320\n"
+	if got := r.sideBySide(); got != want {
+		t.Errorf("sideBySide =\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -25,7 +25,11 @@
 //	embedded-execute  execute through the gateway on the embedded store
 //	embedded-replay   replay through the gateway on the embedded store
 //
-// and, when taskset is installed and there are at least 2 CPUs, the set
+// and the set two-plain, two-execute, two-replay, two-embedded-execute,
+// two-embedded-replay and two-static: the same at 2 connections (-conns2),
+// where requests barely queue for the CPUs, so p50 over plain is the
+// latency the gateway adds and the CPU per request what it costs (a table
+// of its own); and, when taskset is installed and there are at least 2 CPUs, the set
 // pinned-plain, pinned-execute, pinned-replay, pinned-passthrough and
 // pinned-static: the same against a second gateway process pinned to CPU 0
 // while the load generator, the upstream and Redis run on CPU 1, which
@@ -45,7 +49,7 @@
 //
 // Usage (after `make build`):
 //
-//	go run ./bench -gateway bin/idemgate [-rounds 5] [-duration 2s] [-conns 64] [-load auto|wrk|go]
+//	go run ./bench -gateway bin/idemgate [-rounds 5] [-duration 2s] [-conns 64] [-conns2 2] [-sets shared,pinned,two] [-load auto|wrk|go]
 //
 // Every phase is bounded in time; the whole run takes about 3-4 minutes.
 package main
@@ -74,12 +78,14 @@ type options struct {
 	duration time.Duration
 	warmup   time.Duration
 	conns    int
+	conns2   int // the two set's connections
 	threads  int
 	keys     int
 	keysMax  time.Duration
 	out      string
 	profile  string
 	variants string
+	sets     string
 	store    string
 	load     string
 	quiet    bool
@@ -94,7 +100,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every variant of a set once")
 	flag.DurationVar(&o.duration, "duration", 2*time.Second, "load duration of one variant in one round (whole seconds with wrk)")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured load per variant before a set's first round")
-	flag.IntVar(&o.conns, "conns", 64, "keep-alive connections")
+	flag.IntVar(&o.conns, "conns", 64, "keep-alive connections (shared and pinned sets)")
+	flag.IntVar(&o.conns2, "conns2", 2, "keep-alive connections of the two set")
 	flag.IntVar(&o.threads, "threads", min(2, runtime.NumCPU()), "wrk threads (1 in the pinned set)")
 	flag.IntVar(&o.idleRounds, "idle-rounds", 3, "rounds of plain and execute on one connection (1s each)")
 	flag.IntVar(&o.keys, "keys", 100000, "distinct keys sent for the memory measurement (0: skip)")
@@ -102,6 +109,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results.md", "markdown report (\"\": none)")
 	flag.StringVar(&o.profile, "profile", "", "directory for CPU profiles of the gateway, one per variant, taken after each set's rounds")
 	flag.StringVar(&o.variants, "variants", "", "comma-separated variants to run (default all)")
+	flag.StringVar(&o.sets, "sets", "", "comma-separated sets to run: shared, pinned, two (default all)")
 	flag.StringVar(&o.store, "store", "auto", "the gateway site's store: auto (redis-server when installed), redis, or embedded")
 	flag.StringVar(&o.load, "load", "auto", "load generator: auto (wrk when installed), wrk, or go")
 	flag.BoolVar(&o.quiet, "quiet-logs", false, "run the gateway with log level WARN (no per-decision log line)")
@@ -149,13 +157,13 @@ func (e *env) close() {
 }
 
 func run(o options) error {
-	if o.rounds < 1 || o.duration <= 0 || o.conns < 1 {
-		return errors.New("rounds, duration and conns must be positive")
+	if o.rounds < 1 || o.duration <= 0 || o.conns < 1 || o.conns2 < 1 {
+		return errors.New("rounds, duration, conns and conns2 must be positive")
 	}
 	if _, err := os.Stat(o.gateway); err != nil {
 		return fmt.Errorf("gateway binary: %w (run make build)", err)
 	}
-	vs, err := selectVariants(o.variants)
+	vs, err := selectVariants(o.variants, o.sets)
 	if err != nil {
 		return err
 	}
@@ -201,6 +209,9 @@ func run(o options) error {
 		if e.pinMsg != "" {
 			fmt.Println("pinned set skipped:", e.pinMsg)
 		}
+	}
+	if err := e.runSet(o, ofSet(vs, setTwo), rounds); err != nil {
+		return err
 	}
 
 	// Plain and execute one request at a time: the latency the gateway
@@ -251,17 +262,18 @@ func (e *env) runSet(o options, vs []variant, rounds map[string][]roundStats) er
 		return nil
 	}
 	set := vs[0].set
+	conns := o.connsOf(set)
 	if o.warmup > 0 {
-		fmt.Printf("%s set: warm-up %v per variant\n", set, o.warmup)
+		fmt.Printf("%s set: warm-up %v per variant, %d connections\n", set, o.warmup, conns)
 		for _, v := range vs {
-			e.load(v, o.conns, o.warmup, 0, "w")
+			e.load(v, conns, o.warmup, 0, "w")
 		}
 	}
 	for r := range o.rounds {
 		fmt.Printf("%s round %d/%d:", set, r+1, o.rounds)
 		for i := range vs {
 			v := vs[(i+r)%len(vs)]
-			st := e.measure(v, o.conns, o.duration, fmt.Sprintf("r%d", r))
+			st := e.measure(v, conns, o.duration, fmt.Sprintf("r%d", r))
 			rounds[v.name] = append(rounds[v.name], st)
 			fmt.Printf(" %s %.0f/s", v.name, st.rps)
 		}
@@ -274,6 +286,14 @@ func (e *env) runSet(o options, vs []variant, rounds map[string][]roundStats) er
 		return e.profiles(o, vs)
 	}
 	return nil
+}
+
+// connsOf returns the keep-alive connections of set's load.
+func (o options) connsOf(set string) int {
+	if set == setTwo {
+		return o.conns2
+	}
+	return o.conns
 }
 
 // The pinned set's CPUs: the gateway on one, everything else on the other.

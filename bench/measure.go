@@ -245,7 +245,7 @@ func (e *env) profiles(o options, vs []variant) error {
 			done <- fetch("http://"+admin+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), path, time.Duration(secs+30)*time.Second)
 		}()
 		time.Sleep(100 * time.Millisecond) // let the profile start first
-		e.load(v, o.conns, time.Duration(secs+1)*time.Second, 0, "p")
+		e.load(v, o.connsOf(v.set), time.Duration(secs+1)*time.Second, 0, "p")
 		if err := <-done; err != nil {
 			return fmt.Errorf("profile of %s: %w", v.name, err)
 		}

@@ -171,6 +171,9 @@ func (r *report) table(md bool) string {
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	}
 	for _, v := range r.vs {
+		if v.set == setTwo {
+			continue // twoTable
+		}
 		s := r.sum[v.name]
 		x := "-"
 		if p := r.sum[plainOf(v.set)].rps; p > 0 {
@@ -197,6 +200,102 @@ func (r *report) table(md bool) string {
 		}
 		row(v.name, fmt.Sprintf("%.0f", s.rps), fmt.Sprintf("%.2f", s.p50), fmt.Sprintf("%.2f", s.p99), x,
 			perReq(s.cmdsPR), perReq(s.scriptPR), cpu(procGateway), cpu(procRedis), cpu(procBench), ans)
+	}
+	return b.String()
+}
+
+// addedOverPlain returns what variant name adds over the plain variant of
+// its set: p50 in ms and gateway CPU per request in µs (cpuOK false when
+// either CPU figure is missing).
+func (r *report) addedOverPlain(name string) (p50, cpu float64, cpuOK, ok bool) {
+	v, okv := findVariant(name)
+	s, oks := r.sum[name]
+	p, okp := r.sum[plainOf(v.set)]
+	if !okv || !oks || !okp {
+		return 0, 0, false, false
+	}
+	cpuOK = s.cpu[procGateway] >= 0 && p.cpu[procGateway] >= 0
+	if cpuOK {
+		cpu = s.cpu[procGateway] - p.cpu[procGateway]
+	}
+	return s.p50 - p.p50, cpu, cpuOK, true
+}
+
+// twoTable is the table of the two set (few connections): per variant
+// the latency and the gateway's CPU, and for the variants on a store
+// what they add over plain.
+func (r *report) twoTable(md bool) string {
+	var b strings.Builder
+	row := func(cells ...string) {
+		if md {
+			b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+			return
+		}
+		fmt.Fprintf(&b, "%-22s %8s %7s %7s %7s %9s %10s  %s\n", cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7])
+	}
+	n := 0
+	for _, v := range r.vs {
+		if v.set != setTwo {
+			continue
+		}
+		if n == 0 {
+			row("variant", "req/s", "p50 ms", "p99 ms", "gw µs", "+p50 ms", "+gw µs", "answers")
+			if md {
+				b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
+			}
+		}
+		n++
+		s := r.sum[v.name]
+		gw, addP50, addCPU := "-", "-", "-"
+		if s.cpu[procGateway] >= 0 {
+			gw = fmt.Sprintf("%.0f", s.cpu[procGateway])
+		}
+		if v.executes && v.store != "" {
+			if dp, dc, cok, ok := r.addedOverPlain(v.name); ok {
+				addP50 = fmt.Sprintf("%+.3f", dp)
+				if cok {
+					addCPU = fmt.Sprintf("%+.0f", dc)
+				}
+			}
+		}
+		ans := fmt.Sprintf("%d", v.wantStatus)
+		if v.wantReplayed {
+			ans += " replayed"
+		}
+		if s.bad > 0 || s.errors > 0 {
+			ans += fmt.Sprintf(" (%d wrong, %d errors)", s.bad, s.errors)
+		}
+		row(v.name, fmt.Sprintf("%.0f", s.rps), fmt.Sprintf("%.3f", s.p50), fmt.Sprintf("%.3f", s.p99), gw, addP50, addCPU, ans)
+	}
+	return b.String()
+}
+
+// sideBySide compares the embedded store with Redis, execute and replay,
+// in every set where both ran: "embedded-execute vs execute (64
+// connections): ...".
+func (r *report) sideBySide() string {
+	var b strings.Builder
+	cpu := func(s variantSummary) string {
+		if s.cpu[procGateway] < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", s.cpu[procGateway])
+	}
+	for _, set := range []string{setShared, setTwo} {
+		pre := prefixOf(set)
+		for _, kind := range []string{"execute", "replay"} {
+			em, okE := r.sum[pre+"embedded-"+kind]
+			rd, okR := r.sum[pre+kind]
+			if !okE || !okR {
+				continue
+			}
+			x := "-"
+			if rd.rps > 0 {
+				x = fmt.Sprintf("%.2f", em.rps/rd.rps)
+			}
+			fmt.Fprintf(&b, "embedded-%s vs %s (%d connections): req/s %.0f vs %.0f (%sx), p50 %.3f vs %.3f ms (%+.3f), p99 %.3f vs %.3f ms, gateway µs/req %s vs %s\n",
+				kind, kind, r.o.connsOf(set), em.rps, rd.rps, x, em.p50, rd.p50, em.p50-rd.p50, em.p99, rd.p99, cpu(em), cpu(rd))
+		}
 	}
 	return b.String()
 }
@@ -300,15 +399,19 @@ func (r *report) settings() string {
 	if _, ok := r.e.loader.(*wrkLoader); ok {
 		gen += fmt.Sprintf(", %d threads (1 in the pinned set)", r.e.wrkThreads)
 	}
-	return fmt.Sprintf("%d rounds × %v per variant (order rotated each round), %d keep-alive connections, load generator: %s; took %v",
-		r.o.rounds, r.o.duration, r.o.conns, gen, r.took.Round(time.Second))
+	return fmt.Sprintf("%d rounds × %v per variant (order rotated each round), %d keep-alive connections (%d in the two set), load generator: %s; took %v",
+		r.o.rounds, r.o.duration, r.o.conns, r.o.conns2, gen, r.took.Round(time.Second))
 }
 
 // text is the console report.
 func (r *report) text() string {
 	var b strings.Builder
 	b.WriteString(r.table(false))
+	if t := r.twoTable(false); t != "" {
+		fmt.Fprintf(&b, "\n%d connections:\n%s", r.o.conns2, t)
+	}
 	b.WriteString("\n" + r.ratios())
+	b.WriteString(r.sideBySide())
 	b.WriteString(r.busyLine())
 	b.WriteString(r.generatorLine())
 	b.WriteString(r.idleLine())
@@ -351,7 +454,11 @@ func (r *report) markdown() string {
 		"(both a hair above the exact figure: the requests in flight when a round ends are not counted, their commands are). " +
 		"gw, redis, load µs: CPU time per request of the gateway, of redis-server and of the load generator with the upstream " +
 		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks).\n\n")
-	b.WriteString("```\n" + r.ratios() + "```\n\n")
+	if t := r.twoTable(true); t != "" {
+		fmt.Fprintf(&b, "At %d keep-alive connections (the two set; requests barely queue for the CPUs):\n\n%s\n", r.o.conns2, t)
+		b.WriteString("+p50 ms, +gw µs: what the variant adds over two-plain (p50 latency, gateway CPU per request).\n\n")
+	}
+	b.WriteString("```\n" + r.ratios() + r.sideBySide() + "```\n\n")
 	b.WriteString(r.goals())
 	if l := r.busyLine(); l != "" {
 		b.WriteString("- " + l)

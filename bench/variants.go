@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -15,7 +16,14 @@ const (
 	// else (load generator, upstream, Redis) on CPU 1: what the gateway
 	// itself costs, without its neighbours.
 	setPinned = "pinned"
+	// setTwo: like setShared, at two keep-alive connections (-conns2):
+	// the latency one request pays when requests do not queue for the
+	// CPUs, and the CPU each variant adds.
+	setTwo = "two"
 )
+
+// sets are the variant sets, in the order they run.
+var sets = []string{setShared, setPinned, setTwo}
 
 // The sites of a gateway process (see caddyfileTemplate).
 const (
@@ -57,14 +65,29 @@ var allVariants = []variant{
 	{name: "pinned-replay", set: setPinned, site: siteRedis, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "redis"},
 	{name: "pinned-passthrough", set: setPinned, site: siteRedis, path: "/v1/notes", keys: "unique", wantStatus: 201, executes: true},
 	{name: "pinned-static", set: setPinned, site: siteStatic, path: "/v1/deals", keys: "unique", wantStatus: 201},
+
+	{name: "two-plain", set: setTwo, site: sitePlain, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true},
+	{name: "two-execute", set: setTwo, site: siteRedis, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "redis"},
+	{name: "two-replay", set: setTwo, site: siteRedis, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "redis"},
+	{name: "two-embedded-execute", set: setTwo, site: siteEmbedded, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "embedded"},
+	{name: "two-embedded-replay", set: setTwo, site: siteEmbedded, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "embedded"},
+	{name: "two-static", set: setTwo, site: siteStatic, path: "/v1/deals", keys: "unique", wantStatus: 201},
 }
 
 // plainOf returns the name of the plain variant of v's set.
 func plainOf(set string) string {
-	if set == setPinned {
-		return "pinned-plain"
+	return prefixOf(set) + "plain"
+}
+
+// prefixOf is the beginning of the names of set's variants.
+func prefixOf(set string) string {
+	switch set {
+	case setPinned:
+		return "pinned-"
+	case setTwo:
+		return "two-"
 	}
-	return "plain"
+	return ""
 }
 
 func findVariant(name string) (variant, bool) {
@@ -76,19 +99,41 @@ func findVariant(name string) (variant, bool) {
 	return variant{}, false
 }
 
-func selectVariants(list string) ([]variant, error) {
-	if list == "" {
-		return allVariants, nil
-	}
-	var vs []variant
-	for _, name := range strings.Split(list, ",") {
-		v, ok := findVariant(strings.TrimSpace(name))
-		if !ok {
-			return nil, fmt.Errorf("unknown variant %q", name)
+// selectVariants returns the variants named in list (all when empty)
+// that belong to one of the sets named in setList (all when empty).
+func selectVariants(list, setList string) ([]variant, error) {
+	vs := allVariants
+	if list != "" {
+		vs = nil
+		for _, name := range strings.Split(list, ",") {
+			v, ok := findVariant(strings.TrimSpace(name))
+			if !ok {
+				return nil, fmt.Errorf("unknown variant %q", name)
+			}
+			vs = append(vs, v)
 		}
-		vs = append(vs, v)
 	}
-	return vs, nil
+	if setList == "" {
+		return vs, nil
+	}
+	want := map[string]bool{}
+	for _, name := range strings.Split(setList, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(sets, name) {
+			return nil, fmt.Errorf("unknown set %q (want %s)", name, strings.Join(sets, ", "))
+		}
+		want[name] = true
+	}
+	var out []variant
+	for _, v := range vs {
+		if want[v.set] {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no variant of -variants %q is in -sets %q", list, setList)
+	}
+	return out, nil
 }
 
 // ofSet returns the variants of vs in set, in their order.
