@@ -67,6 +67,9 @@ func Check(dir string) (Report, error) {
 	if err := checkManifest(dir); err != nil {
 		damage("%v", err)
 	}
+	if err := checkLogTail(dir); err != nil {
+		damage("%v", err)
+	}
 
 	tables, _ := filepath.Glob(filepath.Join(dir, dbDir, "*.sst"))
 	for _, path := range tables {
