@@ -190,8 +190,9 @@ func damageEachKind(t *testing.T, crashed bool) {
 		return matches[len(matches)-1]
 	}
 	// Every kind of file, and whether `store check` must name it when
-	// damaged. Pebble keeps the logs a flush made obsolete to write the
-	// next logs into (it reads nothing from them), and it checksums no
+	// damaged. The oldest log is, after a clean stop, one a flush made
+	// obsolete, which Pebble keeps to write its next logs into (it reads
+	// nothing from it; after a crash it is replayed), and Pebble checksums no
 	// OPTIONS file (it reads only the comparer's and merger's names there
 	// and writes a new one at every start): a flipped byte there must lose
 	// nothing, but is not damage `store check` can see.
@@ -202,7 +203,7 @@ func damageEachKind(t *testing.T, crashed bool) {
 	}{
 		{"table", "db/*.sst", false, true},
 		{"wal", "db/*.log", false, true},
-		{"wal-recycled", "db/*.log", true, false},
+		{"wal-oldest", "db/*.log", true, false},
 		{"manifest", "db/MANIFEST-*", false, true},
 		{"options", "db/OPTIONS-*", false, false},
 		{"secret", "secret", false, true},
