@@ -32,8 +32,9 @@ type Report struct {
 
 // Check reads every file of DIR, which no gateway may hold meanwhile,
 // and reports what is damaged: the secret and the clean marker (their
-// checksums), Pebble's manifest and logs (by opening the database
-// read-only), every table's every block checksum, and every record
+// checksums), every record of Pebble's manifest (whose damaged record
+// Pebble would take for a torn end), Pebble's manifest and logs (by
+// opening the database read-only), every table's every block checksum, and every record
 // (that it decodes). It changes nothing in DIR.
 func Check(dir string) (Report, error) {
 	dir, err := filepath.Abs(dir)
@@ -61,6 +62,13 @@ func Check(dir string) (Report, error) {
 	}
 	if j, s, _ := oldFiles(dir); len(j)+len(s) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d journal and %d snapshot files of an earlier version: imported at the next start", len(j), len(s)))
+	}
+
+	if err := checkManifest(dir); err != nil {
+		damage("%v", err)
+	}
+	if err := checkLogTail(dir); err != nil {
+		damage("%v", err)
 	}
 
 	tables, _ := filepath.Glob(filepath.Join(dir, dbDir, "*.sst"))

@@ -258,6 +258,9 @@ func (e *Engine) open() error {
 	if err := e.checkClean(); err != nil {
 		return err
 	}
+	if err := checkLogTail(e.dir); err != nil {
+		return err
+	}
 	cache := pebble.NewCache(e.opts.CacheSize)
 	db, err := pebble.Open(filepath.Join(e.dir, dbDir), e.pebbleOptions(cache, false))
 	cache.Unref()
