@@ -8,34 +8,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/tmpfs"
 )
 
 // A full disk under the embedded store, on the real binary: requests fail
 // closed (503, nothing forwarded) and, once space returns, the same
 // gateway works again without losing or re-executing anything.
-
-// mountTmpfs mounts a tmpfs of size on a new directory until the test
-// ends, or skips the test when mounting is not permitted.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs for the store (needs root or CAP_SYS_ADMIN): %v: %s", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // writeFiller writes a file of size bytes at path.
 func writeFiller(t *testing.T, path string, size int) {
@@ -72,7 +57,7 @@ func writeFiller(t *testing.T, path string, size int) {
 // twice.
 func TestEmbeddedDiskFull(t *testing.T) {
 	t.Parallel()
-	mnt := mountTmpfs(t, "128m")
+	mnt := tmpfs.Mount(t, "128m")
 	filler := filepath.Join(mnt, "filler")
 	writeFiller(t, filler, 80<<20)
 

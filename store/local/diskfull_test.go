@@ -5,31 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/tmpfs"
 	"github.com/idemgate/idemgate/store"
 )
-
-// tmpfs mounts a tmpfs of size on a new directory, or skips the test
-// when mounting is not permitted.
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // fill writes a file in dir until the filesystem is full.
 func fill(t *testing.T, dir string) string {
@@ -60,7 +44,7 @@ func fill(t *testing.T, dir string) string {
 // every key refused meanwhile executes once now.
 func TestDiskFullFailsClosedAndRecovers(t *testing.T) {
 	t.Parallel()
-	mnt := tmpfs(t, "4m")
+	mnt := tmpfs.Mount(t, "4m")
 	var mu sync.Mutex
 	var reports []string
 	e, err := Open(Options{
