@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -83,12 +82,6 @@ func (t Target) Redactor() store.Redactor {
 		return store.NewRedactor(nil)
 	}
 	return store.NewRedactor(t.Route.RedactFields)
-}
-
-// CheckRunning reports whether a verification check holds the record at
-// now: the stores refuse release and complete until it ends.
-func (t Target) CheckRunning(now time.Time) bool {
-	return t.Rec.State == store.StateUnknown && t.Rec.CheckLeaseUntil.After(now)
 }
 
 // Find looks record id up in every live store; the first that has it
@@ -223,23 +216,18 @@ func (c Completion) Result(t Target) (store.Result, error) {
 	res.Digest = hex.EncodeToString(sum[:])
 	switch {
 	case c.ExternalID != nil:
-		if !validExternalID(*c.ExternalID) {
+		if !store.ValidExternalID(*c.ExternalID) {
 			return res, invalid("the external id must be at most %d bytes, without control characters", store.MaxExternalID)
 		}
 		res.ExternalID = *c.ExternalID
 	case t.Known && t.Route.ExternalID != "" && len(res.Body) > 0:
 		if body := bytes.TrimPrefix(res.Body, []byte("\xef\xbb\xbf")); json.Valid(body) {
-			if v := gjson.GetBytes(body, t.Route.ExternalID); v.Exists() && validExternalID(v.String()) {
+			if v := gjson.GetBytes(body, t.Route.ExternalID); v.Exists() && store.ValidExternalID(v.String()) {
 				res.ExternalID = v.String()
 			}
 		}
 	}
 	return res, nil
-}
-
-// validExternalID reports whether id may be kept as an external id.
-func validExternalID(id string) bool {
-	return len(id) <= store.MaxExternalID && !strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 // OperatorStatus is the one mapping of what went wrong with an operator

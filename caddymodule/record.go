@@ -247,7 +247,7 @@ func storedResult(rt *route, cw *capture, out callResult) store.Result {
 		res.Body = cw.body()
 	}
 	if rt.ExternalID != "" && res.Body != nil {
-		if v := gjson.GetBytes(res.Body, rt.ExternalID); v.Exists() && len(v.String()) <= store.MaxExternalID {
+		if v := gjson.GetBytes(res.Body, rt.ExternalID); v.Exists() && store.ValidExternalID(v.String()) {
 			res.ExternalID = v.String()
 		}
 	}

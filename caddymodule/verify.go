@@ -260,8 +260,8 @@ func judge(v *config.VerifyRule, chk store.Check, body []byte) (string, store.Re
 			return store.VerdictInconclusive, store.Result{}, "the answer is about another operation (a found.match value differs)"
 		}
 	}
-	if len(found.String()) > store.MaxExternalID {
-		return store.VerdictInconclusive, store.Result{}, "the external id in the answer is too long"
+	if !store.ValidExternalID(found.String()) {
+		return store.VerdictInconclusive, store.Result{}, "the external id in the answer is too long or holds control characters"
 	}
 	res := store.Result{Body: body, ExternalID: found.String()}
 	if v.FoundObject != "" {

@@ -84,7 +84,7 @@ func newRecordPage(p *pageContext, t caddymodule.Target) recordPage {
 	switch {
 	case live:
 		pg.NoAction = "The call is still running: it cannot be resolved by hand until it ends or its lease runs out."
-	case t.CheckRunning(p.Now):
+	case t.Rec.CheckRunning(p.Now):
 		pg.NoAction = "A verification check is asking the upstream right now: its answer may resolve the record. Reload in a moment to act."
 	case rec.State == store.StateCompleted:
 		pg.CanRelease, pg.ReleaseReruns = true, true

@@ -198,15 +198,28 @@ func ConflictOf(rec *Record) error {
 	return fmt.Errorf("%w: %s is already %s", ErrConflict, rec.ID, rec.State)
 }
 
+// ValidExternalID reports whether id may be kept as a record's external
+// id, wherever it comes from (an upstream's answer, a verification check,
+// an operator): at most MaxExternalID bytes, no control characters.
+func ValidExternalID(id string) bool {
+	return len(id) <= MaxExternalID && !strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
+// CheckRunning reports whether a verification check holds the record at
+// now (a live check lease on a held record): operators act once it ends.
+func (r *Record) CheckRunning(now time.Time) bool {
+	return r.State == StateUnknown && r.CheckLeaseUntil.After(now)
+}
+
 // CheckOperatorResult checks an operator's result as every engine's
 // OperatorComplete does: an HTTP status (100 to 599) and an external id
-// of at most MaxExternalID bytes. Errors wrap ErrInvalidArgument.
+// that ValidExternalID accepts. Errors wrap ErrInvalidArgument.
 func CheckOperatorResult(res Result) error {
 	switch {
 	case res.Status < 100 || res.Status > 599:
 		return fmt.Errorf("%w: status %d is not an HTTP status (100-599)", ErrInvalidArgument, res.Status)
-	case len(res.ExternalID) > MaxExternalID:
-		return fmt.Errorf("%w: the external id is longer than %d bytes", ErrInvalidArgument, MaxExternalID)
+	case !ValidExternalID(res.ExternalID):
+		return fmt.Errorf("%w: the external id is longer than %d bytes or holds control characters", ErrInvalidArgument, MaxExternalID)
 	}
 	return nil
 }

@@ -827,8 +827,6 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 
 // checking reports whether a verification check holds the record (a live
 // check lease): operators wait for its verdict.
-func (r *rec) checking(now int64) bool {
-	return r.State == store.StateUnknown && msOf(r.CheckLeaseUntil) > now
-}
+func (r *rec) checking(now int64) bool { return r.CheckRunning(time.UnixMilli(now)) }
 
 func conflict(cur *rec) error { return store.ConflictOf(&cur.Record) }
