@@ -1,6 +1,7 @@
 package keying
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -123,16 +124,27 @@ func (in *Input) keyHeaderValue(name string) (string, error) {
 		}
 		return v, nil
 	}
-	if len(v) >= 2 && v[len(v)-1] == '"' && plainSFChars(v[1:len(v)-1]) {
+	s, err := sfString(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: header %s starts with a quote but is not a valid Structured Field string (RFC 8941)", ErrInvalidKey, name)
+	}
+	return s, nil
+}
+
+// sfString returns the string of the Structured Field string item v
+// (RFC 8941, such as "abc"; parameters are ignored), or an error when v
+// is not one.
+func sfString(v string) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && plainSFChars(v[1:len(v)-1]) {
 		return v[1 : len(v)-1], nil // the common case, without the parser
 	}
 	item, err := httpsfv.UnmarshalItem([]string{v})
 	if err != nil {
-		return "", fmt.Errorf("%w: header %s starts with a quote but is not a valid Structured Field string (RFC 8941)", ErrInvalidKey, name)
+		return "", err
 	}
 	s, ok := item.Value.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: header %s is not a Structured Field string", ErrInvalidKey, name)
+		return "", errors.New("not a string item")
 	}
 	return s, nil
 }
@@ -170,15 +182,7 @@ func unquoteSF(v string) string {
 	if len(v) < 2 || v[0] != '"' {
 		return v
 	}
-	// Fast path: "..." with only plain visible characters inside.
-	if inner := v[1 : len(v)-1]; v[len(v)-1] == '"' && plainSFChars(inner) {
-		return inner
-	}
-	item, err := httpsfv.UnmarshalItem([]string{v})
-	if err != nil {
-		return v
-	}
-	if s, ok := item.Value.(string); ok {
+	if s, err := sfString(v); err == nil {
 		return s
 	}
 	return v
