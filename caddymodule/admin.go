@@ -59,8 +59,9 @@ const (
 // empty when they are cleaned up. Responses never carry request data:
 // records hold no key, no scope input and no request body; the single
 // record view shows the stored response only, its credential headers
-// and the credential-like fields of its body redacted. The POST endpoints accept only application/json bodies (415
-// otherwise), so a cross-site form cannot reach them.
+// and the credential-like fields of its body redacted. The POST endpoints
+// accept only application/json bodies (415 otherwise), so a cross-site
+// form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
 	stores *storeOwner // nil: the process's stores
