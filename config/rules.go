@@ -104,6 +104,24 @@ type Policy struct {
 	// credential-like names (password, secret, token, api_key, …). The
 	// route's names add to those under defaults.
 	RedactFields []string `json:"redact_fields,omitempty"`
+	// Retry is the retry budget and the circuit breaker (see Retry).
+	Retry *Retry `json:"retry,omitempty"`
+	// Owner names who resolves the route's held operations (a team, a
+	// rota): shown in the console, the record view, log lines and problem
+	// bodies. At most 128 characters.
+	Owner string `json:"owner,omitempty"`
+	// KeepRequest: true keeps each request (method, target, body, and
+	// headers other than credentials and the scope's) with its record,
+	// encrypted under a key derived from the deployment secret, so an
+	// operator can run the operation again through the guarded path
+	// ("Run now"). Dropped when the record completes or expires. Default
+	// false.
+	KeepRequest *bool `json:"keep_request,omitempty"`
+	// RedriveHeaders are added to a re-drive's request, as the caller's
+	// credentials are never kept: static text and {env.NAME} placeholders,
+	// filled in when the config loads, e.g.
+	// {"Authorization": "Bearer {env.CRM_TOKEN}"}.
+	RedriveHeaders map[string]string `json:"redrive_headers,omitempty"`
 }
 
 // Match selects the requests a route guards.
@@ -194,6 +212,16 @@ type Resolved struct {
 	RedactFields []string
 
 	Verify *VerifyRule // nil when the route has no verify rule
+
+	// The recovery path (see Retry): the budget of "not done"
+	// executions, the breaker (nil: none), the owner ("" none), whether
+	// requests are kept for a re-drive, and the headers a re-drive adds
+	// (nil: none), sorted by name.
+	MaxExecutions  int
+	Breaker        *BreakerRule
+	Owner          string
+	KeepRequest    bool
+	RedriveHeaders []Header
 }
 
 // Resolve validates the rules (see Validate) and returns the routes, in
@@ -242,6 +270,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		Verify:           resolveVerify(rt.Verify),
 		RedactFields:     redactFields(def.RedactFields, rt.RedactFields),
 	}
+	resolveRecovery(&res, &rt.Policy, def)
 	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))
 	}

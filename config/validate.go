@@ -182,6 +182,7 @@ func (c *errorList) policy(f string, p *Policy) {
 			c.add(at(f+"redact_fields", j), "%s is not a field name (1 to 128 characters, no control characters)", quote(name))
 		}
 	}
+	c.recovery(f, p)
 	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
 	enum(c, f+"on_redirect", p.OnRedirect, OnRedirectRelease, OnRedirectStore)
 	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
