@@ -32,6 +32,7 @@ func builtin() Resolved {
 		OnUnknownOutcome: "hold",
 		OnRedirect:       "release",
 		OnStoreError:     "fail_closed",
+		MaxExecutions:    5,
 		Fingerprint:      keying.FingerprintRule{},
 	}
 }
