@@ -67,6 +67,9 @@ var claimFields = [...]string{
 	"clu",   // ms: the check lease runs out
 	"chl",   // the last checks: "at status verdict" lines, oldest first
 	"aud",   // operator actions: JSON objects, one a line, oldest first
+	"ndc",   // executions that ended "not done" (the retry budget used)
+	"ans",   // what they answered: "at status" lines, oldest first
+	"req",   // the kept request, sealed by the gateway (opaque bytes)
 }
 
 // The fields of the result part, in order; a release or a takeover clears
@@ -99,6 +102,9 @@ const (
 	cCheckLeaseUntil
 	cChecks
 	cAudit
+	cNotDone
+	cAnswers
+	cRequest
 	numClaimFields
 )
 
@@ -219,6 +225,9 @@ func decodeBlob(id, s string, prefix bool) (rec *Record, wanted int, err error) 
 	var c [numClaimFields]string
 	rest := s[blobHeader : blobHeader+claimLen]
 	for i := range c {
+		if rest == "" && i > cAudit {
+			break // a record written before the recovery fields
+		}
 		if c[i], rest, ok = netstring(rest); !ok {
 			return bad("claim part")
 		}
@@ -227,6 +236,10 @@ func decodeBlob(id, s string, prefix bool) (rec *Record, wanted int, err error) 
 	r.Fingerprint, r.FingerprintRule = c[cFingerprint], c[cFingerprintRule]
 	r.Audit = decodeAudit(c[cAudit])
 	decodeChecks(r, &c)
+	r.NotDone, r.Answers = intOf(c[cNotDone]), decodeAnswers(c[cAnswers])
+	if c[cRequest] != "" {
+		r.Request = []byte(c[cRequest])
+	}
 	rest = s[blobHeader+claimLen:]
 	var res [numResultFields]string
 	for i := range res {

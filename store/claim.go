@@ -59,4 +59,5 @@ type ClaimOps interface {
 	Complete(ctx context.Context, req CompleteRequest) (bool, error)
 	Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
 	MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error)
+	NotDone(ctx context.Context, req NotDoneRequest) (NotDoneOutcome, error)
 }

@@ -42,6 +42,13 @@ type Engine interface {
 	BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error)
 	EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error)
 
+	// NotDone records a "not done" execution under its claim: released,
+	// or held with ReasonRetriesExhausted once the budget is used up.
+	NotDone(ctx context.Context, req NotDoneRequest) (NotDoneOutcome, error)
+	// Redrive claims a released or retries-exhausted record for an
+	// operator's re-drive under a new token (see RedriveRefusal).
+	Redrive(ctx context.Context, req RedriveRequest) (*Record, error)
+
 	// Secret returns the deployment secret kept in the store, creating a
 	// random one atomically the first time, so every gateway that shares
 	// the store derives the same record ids.

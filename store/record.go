@@ -72,6 +72,15 @@ type Record struct {
 	NextCheck       time.Time
 	NotFoundStreak  int64
 	CheckLeaseUntil time.Time
+
+	// The recovery path (see NotDone and Redrive): NotDone counts the
+	// executions that ended "not done" (an operator's release starts
+	// the count again); Answers are what the last MaxAnswers of them
+	// answered, oldest first; Request is the kept request, sealed by the
+	// gateway (nil when its route keeps none, and once completed).
+	NotDone int64
+	Answers []Answer
+	Request []byte
 }
 
 func stateFromStored(s string) State {

@@ -54,6 +54,8 @@ var luaConstants = strings.NewReplacer(
 	"$codeCheckReleased", strconv.Itoa(codeCheckReleased),
 	"$MaxAuditEntries", strconv.Itoa(MaxAuditEntries),
 	"$MaxCheckEntries", strconv.Itoa(MaxCheckEntries),
+	"$MaxAnswers", strconv.Itoa(MaxAnswers),
+	"$ReasonRetriesExhausted", ReasonRetriesExhausted,
 	"$ReasonVerifiedNotApplied", ReasonVerifiedNotApplied,
 	"$ReasonVerified", ReasonVerified,
 	"$claimFields", "'"+strings.Join(claimFields[:], "', '")+"'",
@@ -129,10 +131,19 @@ var beginCheckScript = script("now", "record", "begin_check")
 // 14 external id, 15 audit entry of an operator's check ("" for none).
 var endCheckScript = script("now", "record", "audit", "end_check")
 
+// notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
+// budget (0: none). Reply: 0 fenced out, 1 released, 2 held as retries
+// exhausted.
+var notDoneScript = script("now", "record", "not_done")
+
+// redriveScript: ARGV 2 new token, 3 lease ms, 4 hold ttl ms, 5 audit
+// entry. Reply {code, now, record}.
+var redriveScript = script("now", "record", "audit", "redrive")
+
 var allScripts = []*redis.Script{
 	claimScript, renewScript, completeScript, releaseScript, markUnknownScript,
 	operatorReleaseScript, operatorCompleteScript,
-	beginCheckScript, endCheckScript,
+	beginCheckScript, endCheckScript, notDoneScript, redriveScript,
 }
 
 // Codes of the end check script.

@@ -486,6 +486,11 @@ type ClaimRequest struct {
 	// unknown (see BeginCheck), kept on the record by a claim that creates
 	// or takes it over; zero for a route without verification.
 	Check Check
+	// Request is the request sealed by the gateway for a re-drive, kept
+	// on the record by a claim that creates or takes it over (replacing
+	// the one kept before) and dropped when the record completes; nil
+	// for a route that keeps none.
+	Request []byte
 }
 
 // ClaimResult is the outcome of Claim.
@@ -618,6 +623,7 @@ func createdRecord(req ClaimRequest, now time.Time, lease time.Duration) *Record
 		Attempts:        1,
 		Executions:      1,
 		Check:           req.Check.Normalized(),
+		Request:         req.Request,
 	}
 }
 
@@ -631,6 +637,7 @@ func claimPart(req ClaimRequest) [numClaimFields]string {
 	if !req.Check.IsZero() {
 		c[cCheck], c[cCheckAfter] = req.Check.stored(), ms(req.Check.After)
 	}
+	c[cRequest] = string(req.Request)
 	return c
 }
 
@@ -746,11 +753,13 @@ func (s *Store) Complete(ctx context.Context, req CompleteRequest) (bool, error)
 		rHeader:      encodeHeader(res.Header),
 	}
 	sa := req.StartedAt.UnixMilli()
+	claim := claimPart(c)
+	claim[cRequest] = "" // a completed record keeps no request
 	b := blob{
 		state: stCompleted, attempts: 1, executions: 1,
 		expires:   now.UnixMilli() + msCeil(ttl),
 		startedAt: sa, leaseUntil: sa + msCeil(orDefault(c.Lease, DefaultLease)),
-		claim:  claimPart(c),
+		claim:  claim,
 		result: &result, body: res.Body,
 	}
 	return s.fencedKeys(ctx, "complete", completeScript, c.ID, s.keys(c.ID), c.Token, b.encode(), ms(ttl))

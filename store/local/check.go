@@ -111,6 +111,7 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 		switch {
 		case entry.Verdict == store.VerdictApplied:
 			r.State, r.Token, r.Reason = store.StateCompleted, o.CheckToken, store.ReasonVerified
+			r.Request = nil // a completed record keeps no request
 			r.CompletedAt = time.UnixMilli(now)
 			r.setResult(res)
 			r.NextCheck = time.Time{}

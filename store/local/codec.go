@@ -138,7 +138,39 @@ func appendChecks(b []byte, r *rec) []byte {
 	b = binary.AppendVarint(b, r.notFoundAt)
 	b = appendString(b, r.checkToken)
 	b = appendTime(b, r.CheckLeaseUntil)
-	return appendString(b, store.EncodeCheckMatch(r.Check.Match))
+	b = appendString(b, store.EncodeCheckMatch(r.Check.Match))
+	return appendRecovery(b, r)
+}
+
+// appendRecovery encodes a record's recovery fields, a trailing section
+// that records made before the retry budget lack.
+func appendRecovery(b []byte, r *rec) []byte {
+	b = binary.AppendVarint(b, r.NotDone)
+	b = binary.AppendUvarint(b, uint64(len(r.Answers)))
+	for _, a := range r.Answers {
+		b = appendTime(b, a.At)
+		b = binary.AppendVarint(b, int64(a.Status))
+	}
+	return appendBytes(b, r.Request)
+}
+
+// decodeRecovery is the inverse of appendRecovery; nothing when the
+// payload ends before it.
+func decodeRecovery(d *reader, r *rec) {
+	if len(d.b) == 0 {
+		return
+	}
+	r.NotDone = d.varint()
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		r.Answers = append(r.Answers, store.Answer{At: timeOf(d.varint()), Status: int(d.varint())})
+	}
+	if req := d.bytes(); len(req) > 0 {
+		r.Request = append([]byte(nil), req...)
+	}
 }
 
 // decodeChecks is the inverse of appendChecks; nothing when the payload
@@ -165,6 +197,7 @@ func decodeChecks(d *reader, r *rec) {
 	if len(d.b) > 0 { // records made before match values lack them
 		r.Check.Match = store.DecodeCheckMatch(d.string())
 	}
+	decodeRecovery(d, r)
 }
 
 // reader decodes one payload; the first error sticks.

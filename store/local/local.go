@@ -160,6 +160,7 @@ func (r *rec) clone() *rec {
 	c := *r
 	c.Audit = slices.Clip(c.Audit)
 	c.Checks = slices.Clip(c.Checks)
+	c.Answers = slices.Clip(c.Answers)
 	return &c
 }
 
@@ -556,6 +557,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 				Attempts:        1,
 				Executions:      1,
 				Check:           normalCheck(req.Check),
+				Request:         keptRequest(req.Request),
 			}, expireAt: now + hold}}
 		case cur.State == store.StateInFlight && cur.Token == req.Token:
 			res.Claimed = true // a retried claim: already the caller's
@@ -577,6 +579,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.Executions++
 			out.expireAt = now + hold
 			out.newClaimChecks(normalCheck(req.Check))
+			out.Request = keptRequest(req.Request)
 			res.Claimed, res.TakeOver = true, true
 			return mutation{next: out, sync: true, undo: true}
 		default:
@@ -651,6 +654,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		r.State, r.Reason = store.StateCompleted, ""
 		r.CompletedAt = time.UnixMilli(now)
 		r.setResult(result)
+		r.Request = nil // a completed record keeps no request
 		r.expireAt = now + store.Millis(ttl)
 		return r
 	})
@@ -756,6 +760,7 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 		r := cur.clone()
 		r.clearResult()
 		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), "operator"
+		r.NotDone = 0 // a fresh retry budget
 		r.expireAt = now + store.Millis(ttl)
 		return r, nil
 	})
@@ -784,6 +789,7 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), "operator"
 		r.CompletedAt = time.UnixMilli(now)
 		r.setResult(result)
+		r.Request = nil
 		r.expireAt = now + store.Millis(ttl)
 		return r, nil
 	})
@@ -798,6 +804,12 @@ func (e *Engine) operator(ctx context.Context, action, id string, act store.Acti
 	if err := act.Validate(); err != nil {
 		return nil, err
 	}
+	return e.audited(ctx, action, id, act, f)
+}
+
+// audited runs f on an existing record under its lock and appends act to
+// the audit trail of the record it returns, in the same write.
+func (e *Engine) audited(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
 	out, m, err := e.update(ctx, "operator "+action, id, func(cur *rec, now int64) mutation {
 		if cur == nil {
 			return mutation{err: fmt.Errorf("%w: %s", store.ErrNotFound, id)}

@@ -54,6 +54,7 @@ elseif same and (expired or st == 'r') then
   for _, f in ipairs({'chc', 'chn', 'chs', 'chf', 'clt', 'clu'}) do r[f] = '' end
   r.st, r.tok, r.route, r.sa, r.lu = 'f', tok, new.route, now, now + tonumber(ARGV[7])
   r.chk, r.cha, r.exe, r.exp = new.chk, new.cha, r.exe + 1, now + hold
+  r.req = new.req
   local s = save(r)
   settle(st, 'f', r.exp)
   return {$codeTakeOver, now, s, att}

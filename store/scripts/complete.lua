@@ -25,6 +25,7 @@ end
 -- hold, checks, a takeover's history): keep all that, add the result.
 local res = decode(blob)
 for _, f in ipairs(resultFields) do r[f] = res[f] end
+r.req = '' -- a completed record keeps no request
 local was = r.st
 r.st, r.exp = 'c', res.exp
 redis.call('SET', key, encode(r), 'KEEPTTL') -- the lifetime the first SET gave it

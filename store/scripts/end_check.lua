@@ -26,7 +26,7 @@ if verdict == 'not_applied' then
   end
 end
 if verdict == 'applied' then
-  r.chn = ''
+  r.chn, r.req = '', ''
   r.st, r.tok, r.ca, r.sc, r.hd, r.bd = 'c', ARGV[3], now, ARGV[10], ARGV[11], ARGV[12]
   r.bo, r.dg, r.eid, r.rsn, r.exp = '0', ARGV[13], ARGV[14], '$ReasonVerified', now + ttl
   code = $codeCheckApplied

@@ -12,6 +12,7 @@ else
   local was = r.st
   clearResult(r)
   r.st, r.tok, r.rsn, r.exp = 'r', ARGV[2], 'operator', now + tonumber(ARGV[3])
+  r.ndc = '' -- an operator's release gives the operation a fresh retry budget
   audit(r, ARGV[4])
   s = save(r)
   settle(was, 'r', r.exp)

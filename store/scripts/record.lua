@@ -10,10 +10,11 @@ local function decode(s)
     exe = tonumber(string.sub(s, 13, 22)), exp = tonumber(string.sub(s, 23, 35)),
     sa = tonumber(string.sub(s, 36, 48)), lu = tonumber(string.sub(s, 49, 61))}
   local pos = 72
-  local function read(names)
+  local claimEnd = 72 + tonumber(string.sub(s, 62, 71))
+  local function read(names, stop)
     for _, f in ipairs(names) do
       local c = string.find(s, ':', pos, true)
-      if not c then
+      if not c or (stop and pos >= stop) then
         r[f] = ''
       else
         local n = tonumber(string.sub(s, pos, c - 1))
@@ -22,7 +23,9 @@ local function decode(s)
       end
     end
   end
-  read(claimFields)
+  -- a record written before the recovery fields has fewer claim fields
+  read(claimFields, claimEnd)
+  pos = claimEnd
   read(resultFields)
   return r
 end

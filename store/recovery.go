@@ -1,0 +1,229 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The recovery path: a record counts the executions of its operation that
+// ended "not done" (the upstream said so with a retry status or a
+// redirect, or the request never left) and keeps what each answered; the
+// execution that uses up the route's budget holds the record for an
+// operator (reason ReasonRetriesExhausted) instead of releasing it. An
+// operator may then run the operation once more through the same fenced
+// path (Redrive), from the request the record kept (encrypted by the
+// gateway; the store keeps it as opaque bytes).
+
+// ReasonRetriesExhausted is the reason of a record held because its
+// operation used up its retry budget: known not done, waiting for an
+// operator.
+const ReasonRetriesExhausted = "retries exhausted"
+
+// StateExhausted is how operators see a record held for
+// ReasonRetriesExhausted (see Record.Class). Engines keep it as
+// StateUnknown with that reason, so it lives as long as a held record
+// (hold_ttl) and is listed with the held records.
+const StateExhausted State = "retries_exhausted"
+
+// MaxAnswers is how many execution answers a record keeps, the newest.
+const MaxAnswers = 10
+
+// AuditRun: an operator ran the operation again (Redrive).
+const AuditRun = "run"
+
+// Answer is what one execution that ended "not done" answered.
+type Answer struct {
+	At     time.Time // the store's clock when it was recorded
+	Status int       // the status the client got (502 for a request that never left)
+}
+
+// Class is the record's state as operators see it: StateExhausted for a
+// record held because its retries were used up, else State.
+func (r *Record) Class() State {
+	if r.State == StateUnknown && r.Reason == ReasonRetriesExhausted {
+		return StateExhausted
+	}
+	return r.State
+}
+
+// NotDoneRequest records that a claim's execution ended "not done".
+type NotDoneRequest struct {
+	ID, Token string
+	// Status is what the client got, kept in the record's Answers.
+	Status int
+	// MaxExecutions is the route's budget: when this execution makes
+	// that many "not done" executions, the record is held with
+	// ReasonRetriesExhausted (key lifetime HoldTTL) instead of released
+	// (key lifetime TTL). 0: no budget.
+	MaxExecutions int64
+	TTL, HoldTTL  time.Duration
+}
+
+// NotDoneOutcome is what NotDone did.
+type NotDoneOutcome int
+
+const (
+	// NotDoneLost: the claim was taken over; nothing changed.
+	NotDoneLost NotDoneOutcome = iota
+	// NotDoneReleased: released; the next retry executes.
+	NotDoneReleased
+	// NotDoneExhausted: held with ReasonRetriesExhausted.
+	NotDoneExhausted
+)
+
+// CheckNotDone validates a NotDoneRequest as every engine does and applies
+// the defaults.
+func CheckNotDone(req NotDoneRequest) (NotDoneRequest, error) {
+	if !validID(req.ID) {
+		return req, ErrInvalidID
+	}
+	req.TTL, req.HoldTTL = orDefault(req.TTL, DefaultTTL), orDefault(req.HoldTTL, DefaultHoldTTL)
+	if req.TTL < 0 || req.HoldTTL < 0 || req.MaxExecutions < 0 {
+		return req, fmt.Errorf("%w: negative TTL, hold TTL or budget", ErrInvalidArgument)
+	}
+	return req, nil
+}
+
+// NotDone records that the claim's execution ended "not done" with
+// status: released, or held when it used up max "not done" executions
+// (0: no budget).
+func (c *Claim) NotDone(ctx context.Context, status int, max int64) (NotDoneOutcome, error) {
+	return c.engine.NotDone(ctx, NotDoneRequest{
+		ID: c.req.ID, Token: c.req.Token, Status: status, MaxExecutions: max,
+		TTL: c.TTL, HoldTTL: c.req.HoldTTL,
+	})
+}
+
+// RedriveRequest claims a record for an operator's re-drive.
+type RedriveRequest struct {
+	ID string
+	// Token is the new claim's fencing token (NewToken).
+	Token string
+	// Lease and HoldTTL are the claim's, as for a ClaimRequest.
+	Lease, HoldTTL time.Duration
+	// Act is who runs it and why, kept on the audit trail.
+	Act Action
+}
+
+// RedriveRefusal is why a record may not be re-driven at now, as every
+// engine words it (nil: it may). A re-drive needs a kept request and an
+// operation known not to have taken effect: a released record, or one
+// held because its retries were used up. A record held as outcome
+// unknown is refused until someone verifies or releases it.
+func RedriveRefusal(rec *Record, now time.Time) error {
+	switch {
+	case rec.CheckRunning(now):
+		return ConflictOf(rec)
+	case rec.State == StateInFlight && rec.LeaseUntil.After(now):
+		return ConflictOf(rec)
+	case rec.State == StateInFlight, rec.State == StateUnknown && rec.Reason != ReasonRetriesExhausted:
+		return fmt.Errorf("%w: %s is held as outcome unknown: the upstream may have acted; verify it, or release it once you know the operation did not take effect, then run it",
+			ErrConflict, rec.ID)
+	case rec.State == StateCompleted:
+		return fmt.Errorf("%w: %s is already completed; retries replay its result", ErrConflict, rec.ID)
+	case len(rec.Request) == 0:
+		return fmt.Errorf("%w: %s kept no request to run (its route does not set keep_request)", ErrConflict, rec.ID)
+	}
+	return nil
+}
+
+// CheckRedrive validates a RedriveRequest as every engine does and applies
+// the defaults.
+func CheckRedrive(req RedriveRequest) (RedriveRequest, error) {
+	if !validID(req.ID) {
+		return req, ErrInvalidID
+	}
+	if req.Token == "" {
+		return req, fmt.Errorf("%w: a re-drive without a token", ErrInvalidArgument)
+	}
+	req.Lease, req.HoldTTL = orDefault(req.Lease, DefaultLease), orDefault(req.HoldTTL, DefaultHoldTTL)
+	if req.Lease < 0 || req.HoldTTL < 0 {
+		return req, fmt.Errorf("%w: negative lease or hold TTL", ErrInvalidArgument)
+	}
+	return req, req.Act.Validate()
+}
+
+// ClaimFor is the handle of the claim that a re-drive of rec made with
+// req: it records the run's outcome like any execution's.
+func ClaimFor(e ClaimOps, rec *Record, req RedriveRequest, ttl time.Duration) *Claim {
+	return Hold(e, ClaimRequest{
+		ID: rec.ID, Route: rec.Route, Operation: rec.Operation,
+		Fingerprint: rec.Fingerprint, FingerprintRule: rec.FingerprintRule,
+		Token: req.Token, Lease: req.Lease, HoldTTL: req.HoldTTL, TTL: ttl,
+	}, rec.StartedAt, ttl)
+}
+
+// NotDone records a "not done" execution under its claim (one script).
+func (s *Store) NotDone(ctx context.Context, req NotDoneRequest) (NotDoneOutcome, error) {
+	req, err := CheckNotDone(req)
+	if err != nil {
+		return NotDoneLost, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	n, err := s.run(ctx, "not done", req.ID, notDoneScript, s.keys(req.ID),
+		req.ID, req.Token, strconv.Itoa(req.Status), ms(req.TTL), ms(req.HoldTTL),
+		strconv.FormatInt(req.MaxExecutions, 10)).Int64()
+	if err != nil {
+		return NotDoneLost, fmt.Errorf("store: not done %s: %w", req.ID, err)
+	}
+	return NotDoneOutcome(n), nil
+}
+
+// Redrive claims a record for an operator's re-drive under req.Token
+// (one script, atomic against claims): allowed where RedriveRefusal
+// allows it. The record becomes in flight (a new lease, executions+1,
+// the result fields dropped) and act is added to its audit trail. It
+// returns the record as left, with its kept request; with an
+// ErrConflict, the record as it is.
+func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (*Record, error) {
+	req, err := CheckRedrive(req)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := encodeAction(AuditRun, req.Act)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	code, rec, err := s.recordReply(redriveScript.Run(ctx, s.client, s.keys(req.ID),
+		req.ID, req.Token, ms(req.Lease), ms(req.HoldTTL), entry), req.ID)
+	if err != nil {
+		return nil, fmt.Errorf("store: redrive %s: %w", req.ID, err)
+	}
+	switch {
+	case code == codeNotFound || rec == nil:
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, req.ID)
+	case code == codeConflict:
+		if why := RedriveRefusal(rec, s.redisNow()); why != nil {
+			return rec, why
+		}
+		return rec, ConflictOf(rec)
+	case code != codeDone:
+		return nil, fmt.Errorf("store: redrive %s: unexpected reply code %d", req.ID, code)
+	}
+	return rec, nil
+}
+
+// decodeAnswers reads the answers as the claim part keeps them: "at
+// status" lines, oldest first. A line that does not read is skipped.
+func decodeAnswers(s string) []Answer {
+	if s == "" {
+		return nil
+	}
+	out := make([]Answer, 0, strings.Count(s, "\n")+1)
+	for line := range strings.SplitSeq(s, "\n") {
+		at, status, ok := strings.Cut(line, " ")
+		a, err1 := strconv.ParseInt(at, 10, 64)
+		st, err2 := strconv.Atoi(status)
+		if !ok || err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, Answer{At: time.UnixMilli(a), Status: st})
+	}
+	return out
+}

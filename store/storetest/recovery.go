@@ -1,0 +1,282 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+func init() {
+	register(
+		test{"RetryBudget", testRetryBudget},
+		test{"RetryBudgetFenced", testRetryBudgetFenced},
+		test{"KeptRequest", testKeptRequest},
+		test{"Redrive", testRedrive},
+		test{"RedriveRefused", testRedriveRefused},
+	)
+}
+
+// keptReq is claimReq with a sealed request kept on the record.
+func keptReq(id, token string, sealed []byte) store.ClaimRequest {
+	req := claimReq(id, token)
+	req.Request = sealed
+	return req
+}
+
+// exhaust claims id under max-1 released executions and one more that
+// uses up the budget, and returns the held record.
+func exhaust(t *testing.T, e store.Engine, id string, max int64, sealed []byte) *store.Record {
+	t.Helper()
+	ctx := context.Background()
+	for i := int64(1); i <= max; i++ {
+		res := mustClaim(t, e, keptReq(id, "tok-"+string(rune('A'+i)), sealed))
+		if !res.Claimed {
+			t.Fatalf("execution %d: not claimed, record %+v", i, res.Record)
+		}
+		out, err := res.Claim.NotDone(ctx, 503, max)
+		want := store.NotDoneReleased
+		if i == max {
+			want = store.NotDoneExhausted
+		}
+		if err != nil || out != want {
+			t.Fatalf("execution %d: NotDone = %v, %v; want %v", i, out, err, want)
+		}
+		if r := mustGet(t, e, id); r.NotDone != i || len(r.Answers) != int(i) || r.Answers[i-1].Status != 503 || r.Executions != i {
+			t.Fatalf("execution %d: record counts %d not done, %d answers %+v, %d executions", i, r.NotDone, len(r.Answers), r.Answers, r.Executions)
+		}
+	}
+	return mustGet(t, e, id)
+}
+
+func testRetryBudget(t *testing.T, h Harness, e store.Engine) {
+	id := newID(t)
+	before := h.Now(t, e)
+	r := exhaust(t, e, id, 3, nil)
+	if r.State != store.StateUnknown || r.Reason != store.ReasonRetriesExhausted || r.Class() != store.StateExhausted ||
+		!r.NextCheck.IsZero() || r.Status != 0 {
+		t.Fatalf("exhausted record: state %s reason %q class %s next check %v status %d", r.State, r.Reason, r.Class(), r.NextCheck, r.Status)
+	}
+	for _, a := range r.Answers {
+		if a.At.Before(before.Truncate(time.Millisecond)) || a.At.After(h.Now(t, e)) {
+			t.Fatalf("answer time %v outside the test (from %v)", a.At, before)
+		}
+	}
+	checkTTL(t, h, e, id, 720*time.Hour) // held: it lives hold_ttl, not ttl
+	checkListed(t, e, id, store.StateUnknown)
+
+	// Nothing executes until an operator acts: claims find the record.
+	for range 2 {
+		if res := mustClaim(t, e, claimReq(id, "tok-late")); res.Claimed || res.Record.Class() != store.StateExhausted {
+			t.Fatalf("a claim of an exhausted record: claimed %v, class %s", res.Claimed, res.Record.Class())
+		}
+	}
+
+	// An operator's release starts the count again; the answers stay.
+	rel, err := e.OperatorRelease(context.Background(), id, store.Action{Actor: "alice", Reason: "CRM is back"}, time.Hour)
+	if err != nil || rel.State != store.StateReleased || rel.NotDone != 0 || len(rel.Answers) != 3 {
+		t.Fatalf("OperatorRelease: %v, %+v", err, rel)
+	}
+	res := mustClaim(t, e, claimReq(id, "tok-again"))
+	out, err := res.Claim.NotDone(context.Background(), 429, 3)
+	if !res.Claimed || err != nil || out != store.NotDoneReleased {
+		t.Fatalf("after a release: claimed %v, NotDone %v %v", res.Claimed, out, err)
+	}
+
+	// Only the newest answers are kept; no budget never holds.
+	other := newID(t)
+	for i := range store.MaxAnswers + 3 {
+		res := mustClaim(t, e, claimReq(other, "tok-"+strings.Repeat("x", i+1)))
+		out, err := res.Claim.NotDone(context.Background(), 500+i, 0)
+		if err != nil || out != store.NotDoneReleased {
+			t.Fatalf("no budget, execution %d: %v %v", i, out, err)
+		}
+	}
+	o := mustGet(t, e, other)
+	if o.NotDone != store.MaxAnswers+3 || len(o.Answers) != store.MaxAnswers || o.Answers[0].Status != 503 || o.Answers[store.MaxAnswers-1].Status != 512 {
+		t.Fatalf("answers kept: %d not done, %+v", o.NotDone, o.Answers)
+	}
+}
+
+func testRetryBudgetFenced(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	mustClaim(t, e, claimReq(id, "tok-A"))
+	before := mustGet(t, e, id)
+	out, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-other", Status: 503, MaxExecutions: 1})
+	if err != nil || out != store.NotDoneLost {
+		t.Fatalf("NotDone with another token: %v, %v", out, err)
+	}
+	if after := mustGet(t, e, id); after.State != before.State || after.NotDone != 0 || after.Answers != nil {
+		t.Fatalf("fenced NotDone changed the record: %+v", after)
+	}
+	if out, err := e.NotDone(ctx, store.NotDoneRequest{ID: newID(t), Token: "tok-A"}); err != nil || out != store.NotDoneLost {
+		t.Fatalf("NotDone of no record: %v, %v", out, err)
+	}
+	if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: "bad id", Token: "t"}); !errors.Is(err, store.ErrInvalidID) {
+		t.Fatalf("NotDone with a bad id: %v", err)
+	}
+}
+
+func testKeptRequest(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	sealed := []byte("\x00sealed:\r\n\xffbytes")
+	res := mustClaim(t, e, keptReq(id, "tok-A", sealed))
+	if r := mustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
+		t.Fatalf("kept request %q, want %q", r.Request, sealed)
+	}
+	ok, err := res.Claim.Release(ctx)
+	mustOK(t, "Release", ok, err)
+	if r := mustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
+		t.Fatalf("a release dropped the request: %q", r.Request)
+	}
+	// A takeover keeps the retry's request.
+	newer := []byte("newer")
+	res = mustClaim(t, e, keptReq(id, "tok-B", newer))
+	if !res.Claimed || !bytes.Equal(mustGet(t, e, id).Request, newer) {
+		t.Fatalf("takeover: claimed %v, request %q", res.Claimed, mustGet(t, e, id).Request)
+	}
+	ok, err = res.Claim.Complete(ctx, sampleResult())
+	mustOK(t, "Complete", ok, err)
+	if r := mustGet(t, e, id); r.Request != nil || r.State != store.StateCompleted || r.Status != 201 {
+		t.Fatalf("completed: request %q, state %s", r.Request, r.State)
+	}
+
+	// An operator's completion drops it too.
+	held := newID(t)
+	res = mustClaim(t, e, keptReq(held, "tok-A", sealed))
+	ok, err = res.Claim.MarkUnknown(ctx, "upstream_5xx")
+	mustOK(t, "MarkUnknown", ok, err)
+	if r := mustGet(t, e, held); !bytes.Equal(r.Request, sealed) {
+		t.Fatalf("a hold dropped the request: %q", r.Request)
+	}
+	r, err := e.OperatorComplete(ctx, held, sampleResult(), store.Action{Actor: "alice"}, time.Hour)
+	if err != nil || r.Request != nil || mustGet(t, e, held).Request != nil {
+		t.Fatalf("OperatorComplete: %v, request kept: %q", err, mustGet(t, e, held).Request)
+	}
+}
+
+func testRedrive(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := newID(t)
+	sealed := []byte("sealed request")
+	exhaust(t, e, id, 2, sealed)
+	act := store.Action{Actor: "alice", Reason: "the CRM is back"}
+	req := store.RedriveRequest{ID: id, Token: "tok-run", Lease: 30 * time.Second, HoldTTL: 720 * time.Hour, Act: act}
+	before := h.Now(t, e)
+	r, err := e.Redrive(ctx, req)
+	if err != nil {
+		t.Fatalf("Redrive: %v", err)
+	}
+	if r.State != store.StateInFlight || r.Token != "tok-run" || r.Executions != 3 || r.Reason != "" ||
+		!bytes.Equal(r.Request, sealed) || r.StartedAt.Before(before.Truncate(time.Millisecond)) ||
+		!r.LeaseUntil.Equal(r.StartedAt.Add(30*time.Second)) {
+		t.Fatalf("redriven record: %+v", r)
+	}
+	if n := len(r.Audit); n != 1 || r.Audit[0].Action != store.AuditRun || r.Audit[0].Actor != "alice" || r.Audit[0].Reason != act.Reason {
+		t.Fatalf("audit: %+v", r.Audit)
+	}
+	if got := mustGet(t, e, id); got.State != store.StateInFlight || got.Token != "tok-run" {
+		t.Fatalf("stored: %+v", got)
+	}
+	checkListed(t, e, id, store.StateInFlight)
+	// A second run while the first is live is refused.
+	if _, err := e.Redrive(ctx, store.RedriveRequest{ID: id, Token: "tok-2", Act: act}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Redrive of a live run: %v", err)
+	}
+	// The old claims are fenced out.
+	checkFencedOut(t, e, id, "tok-C")
+
+	// A run that fails again is held again at once (the budget is used).
+	c := store.ClaimFor(e, r, req, time.Hour)
+	if out, err := c.NotDone(ctx, 503, 2); err != nil || out != store.NotDoneExhausted {
+		t.Fatalf("the run's NotDone: %v %v", out, err)
+	}
+	// The next run succeeds: retries replay it, and the request is gone.
+	req.Token = "tok-run-2"
+	r, err = e.Redrive(ctx, req)
+	if err != nil {
+		t.Fatalf("second Redrive: %v", err)
+	}
+	ok, err := store.ClaimFor(e, r, req, time.Hour).Complete(ctx, sampleResult())
+	mustOK(t, "Complete of the run", ok, err)
+	got := mustGet(t, e, id)
+	if got.State != store.StateCompleted || got.Status != 201 || got.Request != nil || got.Executions != 4 || len(got.Audit) != 2 {
+		t.Fatalf("after the run: %+v", got)
+	}
+	if res := mustClaim(t, e, claimReq(id, "tok-retry")); res.Claimed || res.Record.Status != 201 {
+		t.Fatalf("the client's retry: claimed %v, status %d", res.Claimed, res.Record.Status)
+	}
+
+	// A record that an operator released may be run too.
+	rel := newID(t)
+	res := mustClaim(t, e, keptReq(rel, "tok-A", sealed))
+	ok, err = res.Claim.MarkUnknown(ctx, "upstream_timeout")
+	mustOK(t, "MarkUnknown", ok, err)
+	if _, err := e.OperatorRelease(ctx, rel, act, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Redrive(ctx, store.RedriveRequest{ID: rel, Token: "tok-run", Act: act}); err != nil || r.State != store.StateInFlight {
+		t.Fatalf("Redrive of a released record: %v", err)
+	}
+}
+
+func testRedriveRefused(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	act := store.Action{Actor: "alice", Reason: "why"}
+	sealed := []byte("sealed")
+	run := func(id string) (*store.Record, error) {
+		return e.Redrive(ctx, store.RedriveRequest{ID: id, Token: "tok-run", Act: act})
+	}
+
+	unknown := newID(t)
+	res := mustClaim(t, e, keptReq(unknown, "tok-A", sealed))
+	ok, err := res.Claim.MarkUnknown(ctx, "upstream_timeout")
+	mustOK(t, "MarkUnknown", ok, err)
+	before := mustGet(t, e, unknown)
+	r, err := run(unknown)
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "held as outcome unknown") || r == nil || r.State != store.StateUnknown {
+		t.Fatalf("Redrive of an outcome-unknown record: %v, %+v", err, r)
+	}
+	if after := mustGet(t, e, unknown); after.State != before.State || after.Token != before.Token || len(after.Audit) != 0 {
+		t.Fatalf("a refused run changed the record: %+v", after)
+	}
+
+	live := newID(t)
+	mustClaim(t, e, keptReq(live, "tok-A", sealed))
+	if _, err := run(live); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "in flight") {
+		t.Fatalf("Redrive of a live claim: %v", err)
+	}
+
+	done := newID(t)
+	res = mustClaim(t, e, keptReq(done, "tok-A", sealed))
+	ok, err = res.Claim.Complete(ctx, sampleResult())
+	mustOK(t, "Complete", ok, err)
+	if _, err := run(done); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "already completed") {
+		t.Fatalf("Redrive of a completed record: %v", err)
+	}
+
+	bare := newID(t)
+	res = mustClaim(t, e, claimReq(bare, "tok-A"))
+	if _, err := res.Claim.NotDone(ctx, 503, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(bare); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "kept no request") {
+		t.Fatalf("Redrive without a kept request: %v", err)
+	}
+
+	if _, err := run(newID(t)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Redrive of no record: %v", err)
+	}
+	if _, err := e.Redrive(ctx, store.RedriveRequest{ID: bare, Token: "t"}); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("Redrive without an actor: %v", err)
+	}
+	if _, err := e.Redrive(ctx, store.RedriveRequest{ID: bare, Act: act}); !errors.Is(err, store.ErrInvalidArgument) {
+		t.Fatalf("Redrive without a token: %v", err)
+	}
+}
