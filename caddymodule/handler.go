@@ -30,6 +30,11 @@ const (
 	outcomeStoreError = "store_error"
 	outcomeBypassed   = "bypassed"
 	outcomeInvalid    = "invalid_request"
+	// outcomeBreakerOpen: the route's breaker refused a new execution.
+	outcomeBreakerOpen = "breaker_open"
+	// outcomeExhausted: the operation used up its retry budget and is
+	// held for an operator.
+	outcomeExhausted = "retries_exhausted"
 )
 
 // guarded is one request that matched a route: what the log line and the
@@ -44,6 +49,7 @@ type guarded struct {
 	now     time.Time   // the Redis clock at the claim: lease times compare with it
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
+	probe   bool            // the request carries its route's breaker probe
 	span    trace.Span      // the request's span when Caddy's tracing is on
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
@@ -110,16 +116,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 	g.check = h.resolveCheck(rt, key, g.id, in)
 
+	probe, wait := rt.breaker.admit()
+	if wait > 0 && h.wouldExecute(r.Context(), g.id) {
+		return h.breakerOpen(g, w, wait)
+	}
+	g.probe = probe
 	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if err == nil && claim == nil {
 		// A held record on a verify route: ask the upstream first.
 		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
+	}
+	if claim == nil || err != nil {
+		rt.breaker.cancel(probe)
 	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
 	}
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
+	}
+	if wait > 0 {
+		// The breaker opened meanwhile, or the record turned out to be
+		// claimable: give the claim back unused.
+		h.enter()
+		go h.releaseLost(claim)
+		return h.breakerOpen(g, w, wait)
 	}
 	return h.execute(g, w, r, next, key, &buf, claim)
 }
@@ -158,6 +179,7 @@ func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
 
 func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
 	g.status = p.Status
+	p.Owner = g.rt.Owner
 	return p.write(w)
 }
 
@@ -189,7 +211,7 @@ func (h *Handler) decided(g *guarded) {
 		)
 	}
 	if ce := h.logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
-		fields := make([]zap.Field, 0, 9)
+		fields := make([]zap.Field, 0, 10)
 		fields = append(fields,
 			zap.String("route", g.rt.Name),
 			zap.String("key_id", g.id),
@@ -202,6 +224,9 @@ func (h *Handler) decided(g *guarded) {
 		}
 		if g.note != "" {
 			fields = append(fields, zap.String("note", g.note))
+		}
+		if g.rt.Owner != "" {
+			fields = append(fields, zap.String("owner", g.rt.Owner))
 		}
 		ce.Write(fields...)
 	}

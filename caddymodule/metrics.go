@@ -21,6 +21,12 @@ type metrics struct {
 	verifications *prometheus.CounterVec
 	// storeUp is 1 while a Redis store answers, 0 while it does not.
 	storeUp *prometheus.GaugeVec
+	// breakerOpen is 1 while a route's breaker is open (retry.breaker).
+	breakerOpen *prometheus.GaugeVec
+	// exhausted counts operations held after using up their retry budget.
+	exhausted *prometheus.CounterVec
+	// redrives counts operators' re-drives by route and result.
+	redrives *prometheus.CounterVec
 }
 
 var processMetrics = &metrics{
@@ -60,6 +66,21 @@ var processMetrics = &metrics{
 		Name:      "store_up",
 		Help:      "1 while the Redis record store answers claims, 0 from the first claim that failed to reach it until it answers again; by store (its addresses).",
 	}, []string{"store"}),
+	breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "breaker_open",
+		Help:      "1 while the route's breaker (retry.breaker) refuses new executions on this gateway, else 0; by route.",
+	}, []string{"route"}),
+	exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "retries_exhausted_total",
+		Help:      "Operations held for an operator after retry.max_executions executions ended \"not done\", by route.",
+	}, []string{"route"}),
+	redrives: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "redrives_total",
+		Help:      "Operators' re-drives (Run now) by route and result (completed, released, exhausted, held, not_sent, refused, error).",
+	}, []string{"route", "result"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -72,6 +93,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
 		processMetrics.verifications, processMetrics.storeUp,
+		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -13,13 +13,15 @@ const problemBase = "https://github.com/idemgate/idemgate/blob/main/docs/problem
 // problem is an RFC 9457 problem detail. Titles follow the IETF
 // Idempotency-Key draft where it names one.
 type problem struct {
-	Type     string   `json:"type"`
-	Title    string   `json:"title"`
-	Status   int      `json:"status"`
-	Detail   string   `json:"detail,omitempty"`
-	Route    string   `json:"route,omitempty"`
-	RecordID string   `json:"record_id,omitempty"`
-	Tried    []string `json:"templates_tried,omitempty"`
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Route    string `json:"route,omitempty"`
+	RecordID string `json:"record_id,omitempty"`
+	// Owner is who resolves the route's held operations (its owner).
+	Owner string   `json:"owner,omitempty"`
+	Tried []string `json:"templates_tried,omitempty"`
 	// NextCheck is when a held record's outcome is checked next.
 	NextCheck *time.Time `json:"next_check,omitempty"`
 
@@ -27,16 +29,18 @@ type problem struct {
 }
 
 var (
-	probKeyMissing = problem{Type: problemBase + "key-missing", Title: "Idempotency-Key is missing", Status: http.StatusBadRequest}
-	probKeyInvalid = problem{Type: problemBase + "key-invalid", Title: "Idempotency-Key is invalid", Status: http.StatusBadRequest}
-	probBadJSON    = problem{Type: problemBase + "malformed-body", Title: "Request body is not valid JSON", Status: http.StatusBadRequest}
-	probTooDeep    = problem{Type: problemBase + "body-too-deep", Title: "Request body is nested too deeply", Status: http.StatusBadRequest}
-	probBadBody    = problem{Type: problemBase + "unreadable-body", Title: "Request body could not be read", Status: http.StatusBadRequest}
-	probTooLarge   = problem{Type: problemBase + "body-too-large", Title: "Request body is too large", Status: http.StatusRequestEntityTooLarge}
-	probKeyReused  = problem{Type: problemBase + "key-reused", Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity}
-	probInFlight   = problem{Type: problemBase + "in-flight", Title: "A request is outstanding for this Idempotency-Key", Status: http.StatusConflict, retryAfter: 1}
-	probUnknown    = problem{Type: problemBase + "outcome-unknown", Title: "Outcome unknown: the operation is held for an operator", Status: http.StatusConflict}
-	probStoreDown  = problem{Type: problemBase + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, retryAfter: 2}
+	probKeyMissing  = problem{Type: problemBase + "key-missing", Title: "Idempotency-Key is missing", Status: http.StatusBadRequest}
+	probKeyInvalid  = problem{Type: problemBase + "key-invalid", Title: "Idempotency-Key is invalid", Status: http.StatusBadRequest}
+	probBadJSON     = problem{Type: problemBase + "malformed-body", Title: "Request body is not valid JSON", Status: http.StatusBadRequest}
+	probTooDeep     = problem{Type: problemBase + "body-too-deep", Title: "Request body is nested too deeply", Status: http.StatusBadRequest}
+	probBadBody     = problem{Type: problemBase + "unreadable-body", Title: "Request body could not be read", Status: http.StatusBadRequest}
+	probTooLarge    = problem{Type: problemBase + "body-too-large", Title: "Request body is too large", Status: http.StatusRequestEntityTooLarge}
+	probKeyReused   = problem{Type: problemBase + "key-reused", Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity}
+	probInFlight    = problem{Type: problemBase + "in-flight", Title: "A request is outstanding for this Idempotency-Key", Status: http.StatusConflict, retryAfter: 1}
+	probUnknown     = problem{Type: problemBase + "outcome-unknown", Title: "Outcome unknown: the operation is held for an operator", Status: http.StatusConflict}
+	probBreakerOpen = problem{Type: problemBase + "breaker-open", Title: "The upstream is failing: new executions are paused", Status: http.StatusServiceUnavailable}
+	probExhausted   = problem{Type: problemBase + "retries-exhausted", Title: "Retries exhausted: the operation is held for an operator", Status: http.StatusConflict}
+	probStoreDown   = problem{Type: problemBase + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, retryAfter: 2}
 )
 
 // write sends p as application/problem+json.

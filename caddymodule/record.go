@@ -164,6 +164,7 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
+	g.rt.breaker.done(g.probe, out.verdict != verdictComplete)
 	deadline := time.Now().Add(c.Lease())
 	if ok, err := h.recordOnce(g.rt.Name, c.ID(), rec); err != nil {
 		h.logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
