@@ -52,6 +52,7 @@ const (
 // same as the console's.
 //
 //	POST /idempotency/records/{id}/verify     {"reason": "..."} (or no body)
+//	POST /idempotency/records/{id}/run        {"reason": "..."} (required)
 //
 // Caddy loads every admin.api module for its admin endpoint on each config
 // load, before the config's apps, so the module finds the stores at request
@@ -95,9 +96,11 @@ func (a *AdminAPI) owner() *storeOwner {
 
 // operator is the operator service over this API's stores.
 func (a *AdminAPI) operator() *Operator {
-	return NewOperator(a.owner().exported, func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
+	op := NewOperator(a.owner().exported, func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
 		return a.owner().verifyNow(ctx, tag, id, act)
 	})
+	op.run = a.owner().runNow
+	return op
 }
 
 func (a *AdminAPI) log() *zap.Logger {
@@ -141,6 +144,14 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return a.verify(w, r, parts[0])
+	case len(parts) == 2 && parts[1] == "run":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		if ok, err := requireJSON(w, r); !ok {
+			return err
+		}
+		return a.run(w, r, parts[0])
 	case len(parts) == 2 && parts[1] == "complete":
 		if err := allow(r, http.MethodPost); err != nil {
 			return err
@@ -181,6 +192,8 @@ type recordSummary struct {
 	Digest      string      `json:"digest,omitempty"`
 	Reason      string      `json:"reason,omitempty"`
 	BodyOmitted bool        `json:"body_omitted,omitempty"`
+	// Owner is who resolves the route's held operations (its owner).
+	Owner string `json:"owner,omitempty"`
 }
 
 // recordView is one record in full: the summary plus the stored response's
@@ -200,6 +213,9 @@ type recordView struct {
 	// Verification lists the checks of the record's outcome and the next
 	// one, for a record whose route has a verify rule.
 	Verification *verificationView `json:"verification,omitempty"`
+	// Retries is the retry budget used and what each "not done"
+	// execution answered, and whether a re-drive is possible.
+	Retries *retriesView `json:"retries,omitempty"`
 }
 
 // auditEntry is one operator action on a record, oldest first.
@@ -226,7 +242,7 @@ func summarize(rec *store.Record) recordSummary {
 		ID:          rec.ID,
 		Route:       rec.Route,
 		Operation:   rec.Operation,
-		State:       rec.State,
+		State:       rec.Class(),
 		Attempts:    rec.Attempts,
 		Executions:  rec.Executions,
 		StartedAt:   rec.StartedAt.UTC(),
@@ -246,7 +262,7 @@ func summarize(rec *store.Record) recordSummary {
 
 // view is rec in full, its body redacted by red.
 func view(rec *store.Record, red store.Redactor) recordView {
-	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec)}
+	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec), Retries: retries(rec)}
 	for _, a := range rec.Audit {
 		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
 	}
@@ -296,6 +312,12 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.State = st
 	}
+	// Records held because their retries were used up are kept as held
+	// records (outcome_unknown): listed from those, the others left out.
+	exhaustedOnly := f.State == store.StateExhausted
+	if exhaustedOnly {
+		f.State = store.StateUnknown
+	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > adminMaxLimit {
@@ -322,7 +344,14 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 			return storeError(err)
 		}
 		for _, rec := range page.Records {
-			out.Records = append(out.Records, summarize(rec))
+			if exhaustedOnly && rec.Class() != store.StateExhausted {
+				continue
+			}
+			sum := summarize(rec)
+			if rt := stores[i].routes[rec.Route]; rt != nil {
+				sum.Owner = rt.Owner
+			}
+			out.Records = append(out.Records, sum)
 		}
 		if page.NextCursor != "" {
 			out.NextCursor = stores[i].tag + "." + page.NextCursor
@@ -340,7 +369,7 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 }
 
 // adminStates are the states a listing may filter by.
-var adminStates = []store.State{store.StateInFlight, store.StateCompleted, store.StateUnknown, store.StateReleased}
+var adminStates = []store.State{store.StateInFlight, store.StateCompleted, store.StateUnknown, store.StateExhausted, store.StateReleased}
 
 func joinStates(states []store.State) string {
 	s := make([]string, len(states))
@@ -385,7 +414,9 @@ func (a *AdminAPI) get(w http.ResponseWriter, r *http.Request, id string) error 
 	if err != nil {
 		return storeError(err)
 	}
-	return writeJSON(w, view(t.Rec, t.Redactor()))
+	v := view(t.Rec, t.Redactor())
+	v.Owner = t.Route.Owner
+	return writeJSON(w, v)
 }
 
 // releaseRequest is the body of POST /idempotency/records/{id}/release,

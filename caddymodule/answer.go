@@ -27,6 +27,9 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *k
 		g.status = rec.Status
 		return replay(w, rec)
 	case store.StateUnknown:
+		if rec.Class() == store.StateExhausted {
+			return h.exhausted(g, w, rec)
+		}
 		g.outcome = outcomeUnknown
 		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
 		p.RecordID = rec.ID
@@ -42,6 +45,20 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *k
 		}
 		return h.problem(g, w, p)
 	}
+}
+
+// exhausted answers a retry of an operation held because its retries were
+// used up: nothing is forwarded until an operator acts.
+func (h *Handler) exhausted(g *guarded, w http.ResponseWriter, rec *store.Record) error {
+	g.outcome = outcomeExhausted
+	detail := fmt.Sprintf("the upstream answered \"not done\" to %d executions of this operation; it is held for an operator (release, complete or run it now) and nothing is forwarded meanwhile; record %s", rec.NotDone, rec.ID)
+	if n := len(rec.Answers); n > 0 {
+		last := rec.Answers[n-1]
+		detail += fmt.Sprintf("; the last answer was %d at %s", last.Status, last.At.UTC().Format(time.RFC3339))
+	}
+	p := probExhausted.with(detail, g.rt.Name)
+	p.RecordID = rec.ID
+	return h.problem(g, w, p)
 }
 
 // sameFingerprint compares the request with the record, under the

@@ -49,6 +49,7 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		TTL:             g.rt.TTL,
 		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
 		Check:           g.check,
+		Request:         g.sealed,
 	}
 }
 

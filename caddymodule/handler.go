@@ -50,6 +50,7 @@ type guarded struct {
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
 	probe   bool            // the request carries its route's breaker probe
+	sealed  []byte          // the request sealed for a re-drive (keep_request), else nil
 	span    trace.Span      // the request's span when Caddy's tracing is on
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
@@ -115,6 +116,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 	g.check = h.resolveCheck(rt, key, g.id, in)
+	g.sealed = h.keep(g, r, key, body)
+	rt.remember(next, r)
 
 	probe, wait := rt.breaker.admit()
 	if wait > 0 && h.wouldExecute(r.Context(), g.id) {

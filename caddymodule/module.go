@@ -48,6 +48,7 @@ type Handler struct {
 
 	routes  []*route
 	ids     *keying.IDKey // derives record ids under the deployment secret
+	seal    *sealer       // encrypts kept requests under a key derived from it
 	store   store.Engine
 	use     *storeUse // the handler's use of the store (see stores.go)
 	logger  *zap.Logger

@@ -27,6 +27,7 @@ import (
 type Operator struct {
 	stores func() []LiveStore
 	verify VerifyFunc
+	run    RunFunc
 }
 
 // VerifyFunc runs an operator's verification check of record id in the
@@ -42,7 +43,7 @@ func NewOperator(stores func() []LiveStore, verify VerifyFunc) *Operator {
 	if verify == nil {
 		verify = VerifyNow
 	}
-	return &Operator{stores: stores, verify: verify}
+	return &Operator{stores: stores, verify: verify, run: RunNow}
 }
 
 // Limits of operator actions, the same through every front end (an

@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -121,8 +122,10 @@ func completing(c *store.Claim, res store.Result) recording {
 }
 
 // recordingFor decides what the outcome leaves on the record, by the
-// route's policy for unknown outcomes.
-func recordingFor(rt *route, c *store.Claim, cw *capture, out callResult) recording {
+// route's policy for unknown outcomes. An upstream's "not done" counts
+// against the route's retry budget; exhausted is told when it used the
+// budget up and the record is held.
+func recordingFor(rt *route, c *store.Claim, cw *capture, out callResult, exhausted func()) recording {
 	v := out.verdict
 	if v == verdictUnknown {
 		switch rt.OnUnknownOutcome {
@@ -142,7 +145,16 @@ func recordingFor(rt *route, c *store.Claim, cw *capture, out callResult) record
 		if out.reason == "not_sent" {
 			result = "not_sent"
 		}
-		return recording{"release", result, c.Release}
+		if out.verdict != verdictRelease {
+			return recording{"release", result, c.Release} // unknown, released by the route's policy
+		}
+		return recording{"not_done", result, func(ctx context.Context) (bool, error) {
+			o, err := c.NotDone(ctx, out.status, int64(rt.MaxExecutions))
+			if o == store.NotDoneExhausted {
+				exhausted()
+			}
+			return o != store.NotDoneLost, err
+		}}
 	default:
 		return recording{"hold", "held", func(ctx context.Context) (bool, error) { return c.MarkUnknown(ctx, out.reason) }}
 	}
@@ -153,10 +165,16 @@ func recordingFor(rt *route, c *store.Claim, cw *capture, out callResult) record
 // fails now (a stall, a failover) is tried again in the background, under
 // the same token, until the claim's lease would have run out. A result
 // whose claim a failover lost is written anew (see store.CompleteRequest).
-func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture) {
+// It returns what the outcome left on the record: completed, released,
+// not_sent, held or exhausted.
+func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture) string {
 	g.outcome = outcomeExecuted
 	g.status = out.status
-	rec := recordingFor(g.rt, c, cw, out)
+	var held atomic.Bool
+	rec := recordingFor(g.rt, c, cw, out, func() {
+		held.Store(true)
+		h.retriesExhausted(g.rt, c.ID())
+	})
 	if rec.op == "hold" {
 		g.note = "held: " + out.reason
 		if !g.check.IsZero() {
@@ -166,7 +184,13 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	g.rt.breaker.done(g.probe, out.verdict != verdictComplete)
 	deadline := time.Now().Add(c.Lease())
-	if ok, err := h.recordOnce(g.rt.Name, c.ID(), rec); err != nil {
+	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)
+	result := rec.result
+	if held.Load() {
+		g.note = "held: " + store.ReasonRetriesExhausted
+		result = "exhausted"
+	}
+	if err != nil {
 		h.logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
 			zap.String("route", g.rt.Name), zap.String("key_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
 		if rec.op == "complete" {
@@ -181,6 +205,7 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 	} else if !ok {
 		h.claimLost(g.rt.Name, c.ID(), rec.op)
 	}
+	return result
 }
 
 // recordOnce makes one try, bounded by the store's op_timeout. Not the
@@ -228,6 +253,15 @@ func (h *Handler) keepRecording(route, id string, rec recording, deadline time.T
 		}
 		return
 	}
+}
+
+// retriesExhausted counts and logs an operation held because its
+// executions used up the route's retry budget.
+func (h *Handler) retriesExhausted(rt *route, id string) {
+	h.metrics.exhausted.WithLabelValues(rt.Name).Inc()
+	h.logger.Warn("retries exhausted: the operation is held for an operator; nothing is forwarded until one acts",
+		zap.String("route", rt.Name), zap.String("key_id", id), zap.String("owner", rt.Owner),
+		zap.Int("max_executions", rt.MaxExecutions))
 }
 
 func (h *Handler) claimLost(route, id, op string) {

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,15 @@ type route struct {
 	retry     map[int]bool
 	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
 	breaker   *breaker                // nil: the route has no retry.breaker
+	// scopeHeaders are the headers the route's scope reads, canonical:
+	// a kept request never carries them.
+	scopeHeaders map[string]bool
+	// redriveHeader is redrive_headers with {env.*} filled in.
+	redriveHeader http.Header
+	// chain is the rest of the handler chain after the idempotency
+	// handler (reverse_proxy and whatever the site puts before it), as
+	// the route's last guarded request saw it: where a re-drive goes.
+	chain atomic.Pointer[chain]
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -67,6 +77,19 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
 		rt.breaker = breakerFor(res.Name, res.Breaker, processMetrics.breakerOpen)
+		rt.scopeHeaders = map[string]bool{}
+		for _, t := range res.Scope {
+			for _, name := range t.Headers() {
+				rt.scopeHeaders[name] = true
+			}
+		}
+		if len(res.RedriveHeaders) > 0 {
+			repl := caddy.NewReplacer()
+			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))
+			for _, hd := range res.RedriveHeaders {
+				rt.redriveHeader.Set(hd.Name, repl.ReplaceAll(hd.Value, ""))
+			}
+		}
 		var err error
 		if rt.path, err = compilePath(res.Path); err != nil {
 			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)

@@ -48,7 +48,10 @@ func (h *Handler) provisionIDKey(ctx context.Context) error {
 			return err
 		}
 	}
-	h.ids, err = keying.NewIDKey(secret)
-	clear(secret)
+	defer clear(secret)
+	if h.ids, err = keying.NewIDKey(secret); err != nil {
+		return err
+	}
+	h.seal, err = newSealer(secret)
 	return err
 }

@@ -301,7 +301,7 @@ func lookupError(err error) string {
 // 409.
 func (h *Handler) verifyHeld(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	rec := g.rec
-	if rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+	if rec == nil || rec.Class() != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
 		return nil, nil
 	}
 	rt := g.rt

@@ -1,0 +1,76 @@
+package caddymodule
+
+import (
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// retriesView is what the record view shows of the retry budget: how many
+// executions ended "not done", what each answered, and whether the record
+// kept its request for a re-drive.
+type retriesView struct {
+	NotDone     int64        `json:"not_done"`
+	Answers     []answerView `json:"answers,omitempty"`
+	KeptRequest bool         `json:"kept_request,omitempty"`
+}
+
+// answerView is one "not done" execution's answer.
+type answerView struct {
+	At     time.Time `json:"at"`
+	Status int       `json:"status"`
+}
+
+// retries is the record's retriesView; nil when it has nothing to show.
+func retries(rec *store.Record) *retriesView {
+	if rec.NotDone == 0 && len(rec.Answers) == 0 && len(rec.Request) == 0 {
+		return nil
+	}
+	v := &retriesView{NotDone: rec.NotDone, KeptRequest: len(rec.Request) > 0}
+	for _, a := range rec.Answers {
+		v.Answers = append(v.Answers, answerView{At: a.At.UTC(), Status: a.Status})
+	}
+	return v
+}
+
+// runRequest is the body of POST /idempotency/records/{id}/run.
+type runRequest struct {
+	// Reason is required and kept on the record's audit trail.
+	Reason string `json:"reason"`
+}
+
+// runView is the answer to a re-drive: the upstream's status and the
+// record after the run.
+type runView struct {
+	UpstreamStatus int        `json:"upstream_status"`
+	Record         recordView `json:"record"`
+}
+
+// run answers POST /idempotency/records/{id}/run: the operation runs once
+// more through the guarded path (see RunNow), synchronously.
+func (a *AdminAPI) run(w http.ResponseWriter, r *http.Request, id string) error {
+	var req runRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		return err
+	}
+	op := a.operator()
+	t, err := op.Find(r.Context(), id)
+	if err != nil {
+		return storeError(err)
+	}
+	act := store.Action{Actor: adminActor, Reason: req.Reason}
+	rec, status, err := op.Run(r.Context(), t, act)
+	if err != nil {
+		return storeError(err)
+	}
+	a.log().Info("record run again by an operator",
+		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("previous_state", string(t.Rec.Class())), zap.Int("upstream_status", status),
+		zap.String("state", string(rec.Class())))
+	v := view(rec, t.Redactor())
+	v.Owner = t.Route.Owner
+	return writeJSON(w, runView{UpstreamStatus: status, Record: v})
+}

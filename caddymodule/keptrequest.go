@@ -1,0 +1,125 @@
+package caddymodule
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// keptRequest is a request as a record keeps it for a re-drive
+// (keep_request): what the upstream needs to run the operation again,
+// without the caller's credentials.
+type keptRequest struct {
+	Method string      `json:"m"`
+	Target string      `json:"t"` // the request target as received: path and query
+	Host   string      `json:"o,omitempty"`
+	Header http.Header `json:"h,omitempty"`
+	Body   []byte      `json:"b,omitempty"`
+	// Key is the derived key, forwarded again in forward_key_header.
+	Key string `json:"k"`
+}
+
+// sealInfo names the key derived from the deployment secret for kept
+// requests; a new format gets a new name.
+const sealInfo = "idemgate keep_request AES-256-GCM v1"
+
+// sealVersion is the first byte of a sealed request.
+const sealVersion = 1
+
+// sealer encrypts kept requests at rest: AES-256-GCM under a key derived
+// with HKDF-SHA-256 from the deployment secret, a random nonce per
+// request, and the record id as additional data, so a sealed request
+// opens only as the request of its own record.
+type sealer struct{ aead cipher.AEAD }
+
+func newSealer(secret []byte) (*sealer, error) {
+	key, err := hkdf.Key(sha256.New, secret, nil, sealInfo, 32)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(key)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &sealer{aead: aead}, nil
+}
+
+// seal encrypts kr for record id.
+func (s *sealer) seal(id string, kr *keptRequest) ([]byte, error) {
+	plain, err := json.Marshal(kr)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(plain)
+	n := s.aead.NonceSize()
+	out := make([]byte, 1+n, 1+n+len(plain)+s.aead.Overhead())
+	out[0] = sealVersion
+	_, _ = rand.Read(out[1:]) // never fails (crypto/rand documents it)
+	return s.aead.Seal(out, out[1:1+n], plain, []byte(id)), nil
+}
+
+// errUnsealable: the kept request does not open under this deployment's
+// secret (another secret, another record's, damaged).
+var errUnsealable = errors.New("the kept request cannot be opened with this deployment's secret")
+
+// open decrypts the request kept on record id.
+func (s *sealer) open(id string, sealed []byte) (*keptRequest, error) {
+	n := s.aead.NonceSize()
+	if len(sealed) < 1+n || sealed[0] != sealVersion {
+		return nil, errUnsealable
+	}
+	plain, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], []byte(id))
+	if err != nil {
+		return nil, errUnsealable
+	}
+	defer clear(plain)
+	var kr keptRequest
+	if err := json.Unmarshal(plain, &kr); err != nil {
+		return nil, errUnsealable
+	}
+	return &kr, nil
+}
+
+// keptHeaders are the request's headers a kept request carries: not the
+// caller's credentials (store.IsCredentialHeader), not the headers the
+// route's scope reads (what identifies the caller), not hop-by-hop ones.
+func keptHeaders(rt *route, h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for name, vv := range h {
+		if store.IsCredentialHeader(name) || unstored[name] || rt.scopeHeaders[name] {
+			continue
+		}
+		out[name] = append([]string(nil), vv...)
+	}
+	return out
+}
+
+// keep seals the request for the record's re-drive, when its route keeps
+// requests; nil otherwise. A request that cannot be sealed is not kept
+// (the record then cannot be re-driven, and says so).
+func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []byte {
+	if !g.rt.KeepRequest || h.seal == nil {
+		return nil
+	}
+	kr := &keptRequest{
+		Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host,
+		Header: keptHeaders(g.rt, r.Header), Body: body, Key: key,
+	}
+	sealed, err := h.seal.seal(g.id, kr)
+	if err != nil {
+		return nil
+	}
+	return sealed
+}

@@ -1,0 +1,194 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// A re-drive (POST /idempotency/records/{id}/run, the console's Run now)
+// runs a held or released operation once more, from the request its
+// record kept (keep_request), through the same guarded path as a
+// client's request: the store claims the record under a new fenced token
+// (store.Redrive: only where the operation is known not done), the
+// request goes to the rest of the route's handler chain, and its outcome
+// is recorded as any execution's, so the client's later retries replay
+// it.
+//
+// The rest of the chain (reverse_proxy, and whatever the site puts after
+// the idempotency handler) is only handed to the handler with a request:
+// Caddy compiles it into the route and passes it to ServeHTTP. So each
+// route remembers the chain, and the server it runs in, from the first
+// guarded request it serves under the current config; a re-drive before
+// any request reached the route on this gateway is refused (503) and
+// says so. The handlers before the idempotency handler (authentication,
+// request_body) are not run again: the operator is authenticated by the
+// admin endpoint or the console, and the caller's credentials were never
+// kept; redrive_headers give the upstream the gateway's own.
+
+// chain is the rest of a route's handler chain and its server.
+type chain struct {
+	next   caddyhttp.Handler
+	server *caddyhttp.Server
+}
+
+// remember keeps the chain after this handler for the route's re-drives
+// (keep_request routes), from the first request that brings it.
+func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
+	if !rt.KeepRequest || rt.chain.Load() != nil {
+		return
+	}
+	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	rt.chain.Store(&chain{next: next, server: srv})
+}
+
+// RunFunc runs an operator's re-drive of record id in the live store
+// tagged tag (see RunNow).
+type RunFunc func(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error)
+
+// ErrNoChain: the gateway cannot re-drive yet: no request has reached the
+// record's route since its config was loaded.
+var ErrNoChain = errors.New("no request has reached the route on this gateway since its config was loaded, so the handler chain a re-drive goes through is not known yet; try again after the route has served a request, or release the record and let the client retry")
+
+// RunNow re-drives record id in the live store tagged tag on act's word
+// and returns the record after the run and the upstream's status.
+// Errors: store.ErrNotFound, store.ErrConflict (see
+// store.RedriveRefusal; also a route no longer configured or without a
+// kept request that opens), ErrNoChain, store.ErrInvalidArgument (act), or
+// the store's failure.
+func RunNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
+	return stores.runNow(ctx, tag, id, act)
+}
+
+// Run re-drives the record on act's word (see RunNow).
+func (o *Operator) Run(ctx context.Context, t Target, act store.Action) (*store.Record, int, error) {
+	if act.Reason == "" {
+		return nil, 0, invalid("a reason is required to run an operation again")
+	}
+	return o.run(ctx, t.Store.Tag, t.Rec.ID, act)
+}
+
+// runNow is RunNow over o's stores.
+func (o *storeOwner) runNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
+	for _, s := range o.live() {
+		if s.tag != tag {
+			continue
+		}
+		rec, err := s.store.Get(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rec == nil {
+			return nil, 0, fmt.Errorf("%w: %s", store.ErrNotFound, id)
+		}
+		rt := s.routes[rec.Route]
+		var h *Handler
+		if rt != nil {
+			h = rt.handler.Load()
+		}
+		if h == nil || !rt.KeepRequest {
+			processMetrics.redrives.WithLabelValues(rec.Route, "refused").Inc()
+			return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
+		}
+		return h.redrive(ctx, rt, rec, act)
+	}
+	return nil, 0, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
+}
+
+// discard is where a re-drive's response goes once recorded: nobody
+// waits for it but the operator, who gets the record.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// redrive claims rec for the run, forwards its kept request once through
+// the route's chain and records the outcome.
+func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
+	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
+		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+		return rec, 0, err
+	}
+	h.enter()
+	defer h.leave()
+	if err := store.RedriveRefusal(rec, time.Now()); err != nil {
+		return refuse("refused", rec, err)
+	}
+	ch := rt.chain.Load()
+	if ch == nil {
+		return refuse("refused", rec, ErrNoChain)
+	}
+	kr, err := h.seal.open(rec.ID, rec.Request)
+	if err != nil {
+		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))
+	}
+	target, err := url.ParseRequestURI(kr.Target)
+	if err != nil {
+		return refuse("refused", rec, fmt.Errorf("%w: record %s: the kept request target does not parse", store.ErrConflict, rec.ID))
+	}
+	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
+	began := time.Now()
+	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
+	h.metrics.observeStore("redrive", began, err)
+	switch {
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
+		return refuse("refused", claimed, err)
+	case err != nil:
+		return refuse("error", nil, err)
+	}
+	c := store.ClaimFor(h.store, claimed, req, rt.TTL)
+
+	r := &http.Request{
+		Method: kr.Method, URL: target, RequestURI: kr.Target, Host: kr.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: kr.Header.Clone(), Body: http.NoBody, RemoteAddr: "127.0.0.1:0",
+	}
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	if len(kr.Body) > 0 {
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(kr.Body)), int64(len(kr.Body))
+	}
+	for name, vv := range rt.redriveHeader {
+		r.Header[name] = vv
+	}
+	sink := &discard{h: http.Header{}}
+	r = caddyhttp.PrepareRequest(r.WithContext(context.Background()), caddy.NewReplacer(), sink, ch.server)
+	body, err := readBody(r, max(rt.MaxBody, int64(len(kr.Body))))
+	defer body.release()
+	if err != nil {
+		_, _ = c.Release(context.Background())
+		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
+	}
+	prepareUpstream(r, rt, kr.Key, &body)
+
+	g := &guarded{rt: rt, start: began, id: rec.ID}
+	cw := newCapture(sink, rt.MaxResponse)
+	defer cw.release()
+	stopRenewing := h.renewWhileRunning(c)
+	panicked, callErr := callNext(ch.next, cw, r)
+	stopRenewing()
+	result := h.settle(g, c, classify(rt, cw, callErr, panicked), cw)
+	cw.deliver()
+	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+	h.logger.Info("operation run again by an operator",
+		zap.String("route", rt.Name), zap.String("key_id", rec.ID), zap.String("owner", rt.Owner),
+		zap.String("actor", act.Actor), zap.Int("status", g.status), zap.String("result", result))
+	after, err := h.store.Get(context.WithoutCancel(ctx), rec.ID)
+	if err != nil || after == nil {
+		after = claimed
+	}
+	return after, g.status, nil
+}
