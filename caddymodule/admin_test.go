@@ -391,7 +391,7 @@ func TestAdminRecords(t *testing.T) {
 					{"POST", "/idempotency/records/" + missing + "/release", "", 404, "not found"},
 					{"POST", "/idempotency/records/" + missing + "/complete", `{"status":200}`, 404, "not found"},
 					{"GET", "/idempotency/records/NOT-AN-ID", "", 400, "not a record id"},
-					{"GET", "/idempotency/records?state=done", "", 400, `state "done" is not one of in_flight, completed, outcome_unknown, released`},
+					{"GET", "/idempotency/records?state=done", "", 400, `state "done" is not one of in_flight, completed, outcome_unknown, retries_exhausted, released`},
 					{"GET", "/idempotency/records?limit=0", "", 400, "limit"},
 					{"GET", "/idempotency/records?limit=1001", "", 400, "limit"},
 					{"GET", "/idempotency/records?limit=x", "", 400, "limit"},

@@ -71,6 +71,9 @@ func RunNow(ctx context.Context, tag, id string, act store.Action) (*store.Recor
 	return stores.runNow(ctx, tag, id, act)
 }
 
+// SetRun makes o run re-drives with run (tests, other front ends).
+func (o *Operator) SetRun(run RunFunc) { o.run = run }
+
 // Run re-drives the record on act's word (see RunNow).
 func (o *Operator) Run(ctx context.Context, t Target, act store.Action) (*store.Record, int, error) {
 	if act.Reason == "" {

@@ -129,6 +129,8 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 			pg.Form = form
 		case actionVerify:
 			pg.VerifyReason = form.Reason
+		case actionRun:
+			pg.RunReason = form.Reason
 		default:
 			pg.ReleaseReason = form.Reason
 		}
@@ -167,18 +169,23 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		done, err = op.Release(r.Context(), t, act)
 	case actionVerify:
 		done, err = op.Verify(r.Context(), t, act)
+	case actionRun:
+		done, _, err = op.Run(r.Context(), t, act)
 	default:
 		done, res, err = op.Complete(r.Context(), t, comp, act)
 	}
-	switch status := caddymodule.OperatorStatus(err); status {
-	case http.StatusOK:
-	case http.StatusConflict:
+	switch status := caddymodule.OperatorStatus(err); {
+	case errors.Is(err, caddymodule.ErrNoChain):
+		refuse(http.StatusServiceUnavailable, "Not done: "+sentence(err.Error())+".", done)
+		return
+	case status == http.StatusOK:
+	case status == http.StatusConflict:
 		refuse(status, "Not done: "+conflictText(action, err, done, rec)+".", done)
 		return
-	case http.StatusNotFound:
+	case status == http.StatusNotFound:
 		p.renderError(w, status, "No such record", "The record expired or was removed before the action took effect.")
 		return
-	case http.StatusBadRequest:
+	case status == http.StatusBadRequest:
 		refuse(status, "Not done: "+sentence(strings.TrimPrefix(err.Error(), store.ErrInvalidArgument.Error()+": "))+".", done)
 		return
 	default:
@@ -189,7 +196,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	}
 	fields := []zap.Field{
 		zap.String("route", done.Route), zap.String("key_id", id), zap.String("action", action),
-		zap.String("actor", act.Actor), zap.String("previous_state", string(rec.State)),
+		zap.String("actor", act.Actor), zap.String("previous_state", string(rec.Class())),
 		zap.Int64("executions", done.Executions),
 	}
 	if action == actionComplete {
@@ -217,6 +224,10 @@ func conflictText(action string, err error, cur, rec *store.Record) string {
 		return "a verification check is asking the upstream right now, and its answer may resolve the record. Act once it has ended (reload the page in a moment)"
 	case action == actionVerify:
 		return verifyConflict(err)
+	case action == actionRun:
+		// The store's refusal says why in full (outcome unknown, completed, no kept request).
+		_, why, _ := strings.Cut(err.Error(), store.ErrConflict.Error()+": ")
+		return orDefault(why, err.Error())
 	}
 	return "the record changed meanwhile and is now " + stateTag(cur.State).Long + ". Read it again before you act"
 }

@@ -21,6 +21,8 @@ func stateTag(st store.State) stateInfo {
 	switch st {
 	case store.StateUnknown:
 		return stateInfo{"Held", "Held: outcome unknown", "held"}
+	case store.StateExhausted:
+		return stateInfo{"Held", "Held: retries exhausted", "held"}
 	case store.StateInFlight:
 		return stateInfo{"In flight", "In flight", "inflight"}
 	case store.StateReleased:
@@ -48,6 +50,8 @@ func reasonText(rec *store.Record) string {
 		return "the call's lease ran out without a result (the gateway stopped or the call hung)"
 	case "operator":
 		return "resolved by an operator"
+	case store.ReasonRetriesExhausted:
+		return "the upstream answered \"not done\" to every execution the route allows (retry.max_executions)"
 	case "verified":
 		return "found upstream by a verification check"
 	case store.ReasonVerifiedNotApplied:
@@ -67,10 +71,22 @@ type advice struct {
 	// Alarm is true when the record shows something wrong (more than one
 	// execution of a completed operation).
 	Alarm bool
+	// Attempt says when the operation is tried next ("" for never).
+	Attempt string
 }
 
 // adviceFor explains rec as of now.
 func adviceFor(rec *store.Record, now time.Time) advice {
+	if rec.Class() == store.StateExhausted {
+		return exhaustedAdvice(rec)
+	}
+	a := stateAdvice(rec, now)
+	a.Attempt = nextAttempt(rec, now)
+	return a
+}
+
+// stateAdvice explains rec by its state.
+func stateAdvice(rec *store.Record, now time.Time) advice {
 	switch rec.State {
 	case store.StateUnknown:
 		a := advice{
@@ -78,7 +94,7 @@ func adviceFor(rec *store.Record, now time.Time) advice {
 				"Retries are answered 409 and nothing is sent upstream until someone resolves it.",
 			Unknown: "Whether " + rec.Route + " took effect upstream.",
 			Next: "The upstream may have done it: look it up there, then Complete with its answer " +
-				"(retries replay it) or Release (the next retry runs it once).",
+				"(retries replay it) or Release (the next retry runs it once" + runNowHint(rec) + ").",
 			Act: true,
 		}
 		if !rec.Check.IsZero() {
@@ -114,10 +130,11 @@ func adviceFor(rec *store.Record, now time.Time) advice {
 		if rec.Reason == "operator" {
 			known = "Released by an operator."
 		}
-		return advice{
-			Known: known,
-			Next:  "Nothing to do: the next retry with the same payload runs it, once.",
+		next := "Nothing to do: the next retry with the same payload runs it, once."
+		if len(rec.Request) > 0 {
+			next += " If the sender has given up, Run now sends the kept request once."
 		}
+		return advice{Known: known, Next: next}
 	case store.StateCompleted:
 		a := advice{
 			Known: "Completed with status " + strconv.Itoa(rec.Status) + "; retries replay the stored answer.",

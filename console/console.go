@@ -98,6 +98,8 @@ type Console struct {
 	origin *http.CrossOriginProtection
 	// verifyNow runs an operator's check; nil: the running gateways'.
 	verifyNow caddymodule.VerifyFunc
+	// runNow runs an operator's re-drive; nil: the running gateways'.
+	runNow caddymodule.RunFunc
 }
 
 // CaddyModule returns the Caddy module information.
@@ -179,7 +181,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			return nil
 		}
 		c.serveRecord(w, r, p, parts[1])
-	case len(parts) == 3 && parts[0] == "records" && (parts[2] == actionRelease || parts[2] == actionComplete || parts[2] == actionVerify):
+	case len(parts) == 3 && parts[0] == "records" && (parts[2] == actionRelease || parts[2] == actionComplete || parts[2] == actionVerify || parts[2] == actionRun):
 		if !allowMethod(w, r, p, http.MethodPost) {
 			return nil
 		}

@@ -44,6 +44,7 @@ type queueRow struct {
 	Reason     string
 	Advice     advice
 	Checks     string // the verification checks and the next one
+	Owner      string // who resolves the route's held operations
 }
 
 // routeSummary is one route's line of the summary.
@@ -236,13 +237,15 @@ walk:
 	slices.SortStableFunc(recs, func(a, b *store.Record) int {
 		return cmp.Or(cmp.Compare(rank(a.State), rank(b.State)), a.StartedAt.Compare(b.StartedAt))
 	})
+	owners := ownersOf(stores)
 	rows := make([]queueRow, len(recs))
 	for i, rec := range recs {
 		rows[i] = queueRow{
 			ID:         rec.ID,
 			Short:      shortID(rec.ID),
 			Route:      rec.Route,
-			State:      stateTag(rec.State),
+			State:      stateTag(rec.Class()),
+			Owner:      owners[rec.Route],
 			Started:    rec.StartedAt,
 			Age:        age(rec.StartedAt, now),
 			Attempts:   rec.Attempts,

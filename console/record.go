@@ -37,6 +37,13 @@ type recordPage struct {
 	Confirm    bool // the route asks twice
 
 	CanRelease, CanComplete bool
+	// Owner is who resolves the route's held operations; Answers are what
+	// its "not done" executions answered; CanRun offers Run now (its
+	// reason in RunReason).
+	Owner     string
+	Answers   []answerRow
+	CanRun    bool
+	RunReason string
 	// Verification shows the record's checks; CanVerify offers Verify
 	// now (its reason in VerifyReason).
 	Verification verificationView
@@ -64,7 +71,7 @@ func newRecordPage(p *pageContext, t caddymodule.Target) recordPage {
 	pg := recordPage{
 		pageContext: p,
 		Rec:         rec,
-		State:       stateTag(rec.State),
+		State:       stateTag(rec.Class()),
 		Reason:      reasonText(rec),
 		Advice:      adviceFor(rec, p.Now),
 		Age:         age(rec.StartedAt, p.Now),
@@ -75,6 +82,8 @@ func newRecordPage(p *pageContext, t caddymodule.Target) recordPage {
 	pg.Timeline = timeline(rec, p.Now)
 	pg.Verification = verificationOf(rec, p.Now)
 	pg.CanVerify = canVerify(rec, rt, known)
+	pg.CanRun = canRun(rec, rt, known, p.Now)
+	pg.Owner, pg.Answers = rt.Owner, answersOf(rec)
 	if rec.State == store.StateCompleted {
 		pg.Response = true
 		pg.Headers = redactHeader(rec.Header)
@@ -129,6 +138,8 @@ func timeline(rec *store.Record, now time.Time) []event {
 			}
 		case store.AuditVerify:
 			title = "Check asked for by " + a.Actor
+		case store.AuditRun:
+			title = "Run now by " + a.Actor
 		}
 		detail := "No reason given."
 		if a.Reason != "" {
@@ -138,7 +149,7 @@ func timeline(rec *store.Record, now time.Time) []event {
 	}
 	slices.SortStableFunc(ev, func(a, b event) int { return a.At.Compare(b.At) })
 	if rec.State == store.StateUnknown {
-		ev = append(ev, event{Kind: "held", Title: "Held: outcome unknown",
+		ev = append(ev, event{Kind: "held", Title: stateTag(rec.Class()).Long,
 			Detail: sentence(orDefault(reasonText(rec), "the gateway could not tell the outcome")) + "."})
 	}
 	return ev
@@ -161,7 +172,11 @@ func validRecordID(id string) bool {
 // operator is the operator service over the console's stores, the admin
 // API's too.
 func (c *Console) operator() *caddymodule.Operator {
-	return caddymodule.NewOperator(c.stores, c.verifyNow)
+	op := caddymodule.NewOperator(c.stores, c.verifyNow)
+	if c.runNow != nil {
+		op.SetRun(c.runNow)
+	}
+	return op
 }
 
 // lookup finds a record for a page through the operator service,
@@ -198,6 +213,8 @@ func (c *Console) serveRecord(w http.ResponseWriter, r *http.Request, p *pageCon
 		pg.Notice = "Completed. Retries now get this answer without calling the upstream. Your reason is on the timeline."
 	case actionVerify:
 		pg.Notice = verifiedNotice(rec)
+	case actionRun:
+		pg.Notice = runNotice(rec)
 	}
 	p.render(w, http.StatusOK, "record", pg)
 }

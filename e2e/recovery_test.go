@@ -14,6 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // recoveryRules: a CRM route with a retry budget of 3, an owner, kept
@@ -364,5 +367,111 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 			t.Fatalf("idemgate_breaker_open = %v after closing, want 0", v)
 		}
 		t.Logf("%s: probe 1 failed (calls 5, reopened), probe 2 succeeded (calls 6), closed (calls 7)", be.name)
+	})
+}
+
+// TestRunNowInBrowser: a record held after 503s is run again from the
+// console in a real browser: it executes once, the client's retry
+// replays it, and the audit trail shows who and why. A record held as
+// outcome unknown offers no Run now.
+func TestRunNowInBrowser(t *testing.T) {
+	exe := chromium(t)
+	const user, password = "alice", "correct horse battery staple"
+	forEachBackend(t, func(t *testing.T, be backend) {
+		crm := newOutage(t)
+		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consolePort := freePort(t)
+		g := writeGateway(t, gatewayConfig{store: be.store(t), upstream: crm.addr(), rules: recoveryRules, sites: fmt.Sprintf(`
+:%d {
+	handle_path /ops/* {
+		basic_auth {
+			%s %s
+		}
+		idempotency_console
+	}
+}`, consolePort, user, hash)})
+		g.env = []string{"CRM_REDRIVE_TOKEN=redrive-credential-42"}
+		g.start()
+		t.Cleanup(g.stop)
+		console := fmt.Sprintf("http://127.0.0.1:%d/ops/", consolePort)
+
+		const key = "evt_184:create_crm_deal"
+		for range 3 {
+			postDeal(t, g, "/crm/deals", key)
+		}
+		r := postDeal(t, g, "/crm/deals", key)
+		if !isProblem(t, r, http.StatusConflict, "retries-exhausted", "") {
+			t.Fatalf("after 3 executions: %d %s", r.status, r.body)
+		}
+		id := r.problem(t)["record_id"].(string)
+		postDeal(t, g, "/unsure", "unsure-1")
+		unsure := heldID(t, postDeal(t, g, "/unsure", "unsure-1"), "retry of /unsure")
+		if crm.calls.Load() != 4 {
+			t.Fatalf("upstream calls: %d, want 4", crm.calls.Load())
+		}
+
+		b := newBrowser(t, exe, user, password)
+		b.do(chromedp.Navigate(console), chromedp.WaitVisible(chromedp.CSS(".queue")))
+		mustSee(t, b.text(), "retries exhausted", "payments-team", "None: held until an operator acts", "Run now")
+		b.shot("recovery-queue-" + be.name)
+
+		b.do(chromedp.Navigate(console+"records/"+id), chromedp.WaitVisible(chromedp.ID("run-h")))
+		mustSee(t, b.text(), "Held: retries exhausted", "Owner", "payments-team", "What each execution answered",
+			"3 executions ended \"not done\"", "did not take effect", "Next attempt", "Run now")
+		b.shot("recovery-record-exhausted-" + be.name)
+
+		// The CRM is back: Run now.
+		crm.up.Store(true)
+		const why = "CRM maintenance ended at 14:05; the sender gave up"
+		b.do(
+			chromedp.SetValue(chromedp.ID("n-reason"), why),
+			chromedp.Click(chromedp.CSS(`form[action$="/run"] button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(".banner.ok")),
+		)
+		mustSee(t, b.text(), "Ran once more: the upstream answered 201", "Run now by alice", "Reason: "+why)
+		b.shot("recovery-record-run-" + be.name)
+		if n := crm.calls.Load(); n != 5 {
+			t.Fatalf("upstream calls after Run now: %d, want 5 (one execution)", n)
+		}
+		last, _ := crm.lastRequest()
+		if last.Header.Get("Authorization") != "" || last.Header.Get("X-Redrive-Token") != "redrive-credential-42" {
+			t.Fatalf("the re-driven request's credentials: %v", last.Header)
+		}
+
+		// The client's retry replays it.
+		r = postDeal(t, g, "/crm/deals", key)
+		if r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the client's retry: %d %v %s", r.status, r.header, r.body)
+		}
+		if n := crm.calls.Load(); n != 5 {
+			t.Fatalf("upstream calls after the retry: %d, want 5", n)
+		}
+
+		// The audit trail says who and why.
+		var view struct {
+			State string
+			Audit []struct{ Actor, Action, Reason string }
+		}
+		adminJSON(t, g, "GET", "/idempotency/records/"+id, "", &view)
+		if view.State != "completed" || len(view.Audit) != 1 || view.Audit[0].Actor != user ||
+			view.Audit[0].Action != "run" || view.Audit[0].Reason != why {
+			t.Fatalf("record view after the run: %+v", view)
+		}
+
+		// An outcome-unknown record offers no Run now.
+		b.do(chromedp.Navigate(console+"records/"+unsure), chromedp.WaitVisible(chromedp.ID("release-h")))
+		page := b.text()
+		mustSee(t, page, "Held: outcome unknown", "payments-team")
+		if strings.Contains(page, "Run now\n") || strings.Contains(page, "Send the kept request upstream once more") {
+			t.Fatalf("the outcome-unknown record offers Run now:\n%s", page)
+		}
+		if n := crm.calls.Load(); n != 5 {
+			t.Fatalf("upstream calls at the end: %d, want 5", n)
+		}
+		t.Logf("%s: held after 3 executions (calls 3), Run now from the console by %s executed once (calls 5 with /unsure's 1), the retry replayed it; audit: %+v",
+			be.name, user, view.Audit)
 	})
 }
