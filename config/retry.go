@@ -2,13 +2,10 @@ package config
 
 import (
 	"cmp"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/keying"
 )
@@ -92,13 +89,6 @@ func resolveRecovery(res *Resolved, rt, def *Policy) {
 	slices.SortFunc(res.RedriveHeaders, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// redriveReservedHeaders are set by the gateway for a re-drive, or are
-// hop-by-hop.
-var redriveReservedHeaders = map[string]bool{
-	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
-	"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true, "Proxy-Connection": true,
-}
-
 // recovery checks a policy's recovery fields; f is "defaults." or
 // "routes[i].".
 func (c *errorList) recovery(f string, p *Policy) {
@@ -124,23 +114,9 @@ func (c *errorList) recovery(f string, p *Policy) {
 	case len(o) > maxOwnerLen || strings.TrimSpace(o) != o || strings.ContainsFunc(o, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		c.add(f+"owner", "%s is not an owner: 1 to %d characters, no control characters or surrounding spaces", quote(o), maxOwnerLen)
 	}
-	seen := make(map[string]string, len(p.RedriveHeaders))
-	for _, name := range slices.Sorted(maps.Keys(p.RedriveHeaders)) {
-		field := f + "redrive_headers." + name
-		canon := http.CanonicalHeaderKey(name)
-		other, dup := seen[canon]
-		seen[canon] = name
-		switch {
-		case dup:
-			c.add(field, "is the same header as %s (header names are case-insensitive)", quote(other))
-		case !httpguts.ValidHeaderFieldName(name):
-			c.add(field, "%s is not a valid header name", quote(name))
-		case redriveReservedHeaders[canon]:
-			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
-		default:
-			if err := keying.CheckEnvText(p.RedriveHeaders[name]); err != nil {
-				c.add(field, "%v", err)
-			}
+	c.headerTemplates(f+"redrive_headers.", p.RedriveHeaders, func(field, value string) {
+		if err := keying.CheckEnvText(value); err != nil {
+			c.add(field, "%v", err)
 		}
-	}
+	})
 }

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -59,20 +57,7 @@ func TestRecoveryResolve(t *testing.T) {
 	}
 
 	// Caddy's JSON has the same schema.
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Rules
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&back); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-	again, err := back.Resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
+	again, b := jsonRoundTrip(t, r)
 	if !reflect.DeepEqual(again, res) {
 		t.Errorf("JSON round trip differs: %s", b)
 	}

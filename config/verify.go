@@ -227,27 +227,13 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	if v.Method != "" && !httpguts.ValidHeaderFieldName(v.Method) {
 		c.add(f("method"), "%s is not an HTTP method", quote(v.Method))
 	}
-	seen := make(map[string]string, len(v.Headers))
-	for _, name := range slices.Sorted(maps.Keys(v.Headers)) {
-		field := f("headers." + name)
-		canon := http.CanonicalHeaderKey(name)
-		other, dup := seen[canon]
-		seen[canon] = name
-		switch {
-		case dup:
-			c.add(field, "is the same header as %s (header names are case-insensitive)", quote(other))
-		case !httpguts.ValidHeaderFieldName(name):
-			c.add(field, "%s is not a valid header name", quote(name))
-		case verifyReservedHeaders[canon]:
-			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
-		default:
-			if leaks := creds.in(v.Headers[name]); len(leaks) > 0 {
-				c.add(field, "placeholder {%s} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", leaks[0].name)
-			} else if err := keying.CheckEnvText(v.Headers[name]); err != nil {
-				c.add(field, "%v", err)
-			}
+	c.headerTemplates(f("headers."), v.Headers, func(field, value string) {
+		if leaks := creds.in(value); len(leaks) > 0 {
+			c.add(field, "placeholder {%s} copies the caller's credentials: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)", leaks[0].name)
+		} else if err := keying.CheckEnvText(value); err != nil {
+			c.add(field, "%v", err)
 		}
-	}
+	})
 	c.duration(f("timeout"), v.Timeout, 0)
 	if time.Duration(v.Timeout) > maxVerifyTimeout {
 		c.add(f("timeout"), "must be at most %s, got %s: a retry waits for its check", maxVerifyTimeout, v.Timeout)
@@ -304,8 +290,33 @@ func checkVerify(c *errorList, i int, rt *Route, def *Policy) {
 	}
 }
 
-// verifyReservedHeaders are set by the HTTP client for every check.
-var verifyReservedHeaders = map[string]bool{
+// headerTemplates checks a mapping of header names to value templates
+// (verify.headers, redrive_headers) whose fields start with prefix: each
+// name valid, set once whatever its case, and not one the gateway sets
+// itself; value checks each value.
+func (c *errorList) headerTemplates(prefix string, headers map[string]string, value func(field, value string)) {
+	seen := make(map[string]string, len(headers))
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		field := prefix + name
+		canon := http.CanonicalHeaderKey(name)
+		other, dup := seen[canon]
+		seen[canon] = name
+		switch {
+		case dup:
+			c.add(field, "is the same header as %s (header names are case-insensitive)", quote(other))
+		case !httpguts.ValidHeaderFieldName(name):
+			c.add(field, "%s is not a valid header name", quote(name))
+		case gatewayHeaders[canon]:
+			c.add(field, "%s is set by the gateway itself and may not be configured", canon)
+		default:
+			value(field, headers[name])
+		}
+	}
+}
+
+// gatewayHeaders are set by the gateway's HTTP client (for every check
+// and every re-drive): hop-by-hop headers, Host and the body's framing.
+var gatewayHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
 	"Keep-Alive": true, "Te": true, "Trailer": true, "Upgrade": true, "Proxy-Connection": true,
 }

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -74,20 +72,7 @@ func TestVerifyResolve(t *testing.T) {
 	}
 
 	// JSON (Caddy's config) has the same schema.
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Rules
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&back); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-	again, err := back.Resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
+	again, b := jsonRoundTrip(t, r)
 	if !reflect.DeepEqual(again, res) {
 		t.Errorf("JSON round trip:\n got %+v\nwant %+v\njson %s", again[0].Verify, res[0].Verify, b)
 	}

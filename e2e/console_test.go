@@ -103,21 +103,22 @@ type consoleGateway struct {
 
 func startConsoleGateway(t *testing.T, upstream, user, password string) *consoleGateway {
 	t.Helper()
+	site, console := authedConsole(t, user, password)
+	g := startGateway(t, gatewayConfig{store: "embedded", upstream: upstream, rules: consoleRules, sites: site})
+	return &consoleGateway{gateway: g, console: console}
+}
+
+// authedConsole is a site block that mounts the console under /ops/
+// behind basic_auth for user on a port of its own, and the console's URL.
+func authedConsole(t *testing.T, user, password string) (site, console string) {
+	t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	consolePort := freePort(t)
-	g := startGateway(t, gatewayConfig{store: "embedded", upstream: upstream, rules: consoleRules, sites: fmt.Sprintf(`
-:%d {
-	handle_path /ops/* {
-		basic_auth {
-			%s %s
-		}
-		idempotency_console
-	}
-}`, consolePort, user, hash)})
-	return &consoleGateway{gateway: g, console: fmt.Sprintf("http://127.0.0.1:%d/ops/", consolePort)}
+	port := freePort(t)
+	return consoleSite(port, "basic_auth {\n\t\t\t"+user+" "+string(hash)+"\n\t\t}", ""),
+		fmt.Sprintf("http://127.0.0.1:%d/ops/", port)
 }
 
 // heldRecord sends one request that the upstream fails, then its retry,

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // recoveryRules: a CRM route with a retry budget of 3, an owner, kept
@@ -87,12 +86,14 @@ func (o *outage) lastRequest() (*http.Request, []byte) {
 	return o.last, o.body
 }
 
-// startRecoveryGateway runs a gateway on be with rules, and the re-drive
-// credential in its environment.
-func startRecoveryGateway(t *testing.T, be backend, upstream, rules string) (*gateway, string) {
+// startRecoveryGateway runs a gateway as cfg says on be's store, with the
+// re-drive credential in its environment, and returns it with the store's
+// Caddyfile arguments.
+func startRecoveryGateway(t *testing.T, be backend, cfg gatewayConfig) (*gateway, string) {
 	t.Helper()
 	storeArg := be.store(t)
-	g := writeGateway(t, gatewayConfig{store: storeArg, upstream: upstream, rules: rules})
+	cfg.store = storeArg
+	g := writeGateway(t, cfg)
 	g.env = []string{"CRM_REDRIVE_TOKEN=redrive-credential-42"}
 	g.start()
 	t.Cleanup(g.stop)
@@ -117,7 +118,7 @@ func postDeal(t *testing.T, g *gateway, path, key string) response {
 func TestRetriesExhausted(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		crm := newOutage(t)
-		g, storeArg := startRecoveryGateway(t, be, crm.addr(), recoveryRules)
+		g, storeArg := startRecoveryGateway(t, be, gatewayConfig{upstream: crm.addr(), rules: recoveryRules})
 		const key = "evt_184:create_crm_deal"
 
 		for i := 1; i <= 3; i++ {
@@ -297,13 +298,13 @@ func checkNotAtRest(t *testing.T, g *gateway, be backend, storeArg, id string) {
 func TestBreakerOpensAndProbes(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		crm := newOutage(t)
-		g, _ := startRecoveryGateway(t, be, crm.addr(), `routes:
+		g, _ := startRecoveryGateway(t, be, gatewayConfig{upstream: crm.addr(), rules: `routes:
   - name: create_crm_deal
     match: { path: /crm/deals }
     key: ["{header.Idempotency-Key}"]
     owner: payments-team
     retry: { max_executions: 10, breaker: { failures: 3, cool_down: 2s } }
-`)
+`})
 		calls := func() int64 { return crm.calls.Load() }
 		crm.up.Store(true)
 		if r := postDeal(t, g, "/crm/deals", "done"); r.status != 201 {
@@ -379,24 +380,8 @@ func TestRunNowInBrowser(t *testing.T) {
 	const user, password = "alice", "correct horse battery staple"
 	forEachBackend(t, func(t *testing.T, be backend) {
 		crm := newOutage(t)
-		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		consolePort := freePort(t)
-		g := writeGateway(t, gatewayConfig{store: be.store(t), upstream: crm.addr(), rules: recoveryRules, sites: fmt.Sprintf(`
-:%d {
-	handle_path /ops/* {
-		basic_auth {
-			%s %s
-		}
-		idempotency_console
-	}
-}`, consolePort, user, hash)})
-		g.env = []string{"CRM_REDRIVE_TOKEN=redrive-credential-42"}
-		g.start()
-		t.Cleanup(g.stop)
-		console := fmt.Sprintf("http://127.0.0.1:%d/ops/", consolePort)
+		site, console := authedConsole(t, user, password)
+		g, _ := startRecoveryGateway(t, be, gatewayConfig{upstream: crm.addr(), rules: recoveryRules, sites: site})
 
 		const key = "evt_184:create_crm_deal"
 		for range 3 {
