@@ -67,7 +67,7 @@ func (a *AdminAPI) run(w http.ResponseWriter, r *http.Request, id string) error 
 		return storeError(err)
 	}
 	a.log().Info("record run again by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(t.Rec.Class())), zap.Int("upstream_status", status),
 		zap.String("state", string(rec.Class())))
 	v := view(rec, t.Redactor())

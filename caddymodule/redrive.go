@@ -187,7 +187,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	cw.deliver()
 	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
-		zap.String("route", rt.Name), zap.String("key_id", rec.ID), zap.String("owner", rt.Owner),
+		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),
 		zap.String("actor", act.Actor), zap.Int("status", g.status), zap.String("result", result))
 	after, err := h.store.Get(context.WithoutCancel(ctx), rec.ID)
 	if err != nil || after == nil {

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -149,81 +147,9 @@ func CheckRedrive(req RedriveRequest) (RedriveRequest, error) {
 // ClaimFor is the handle of the claim that a re-drive of rec made with
 // req: it records the run's outcome like any execution's.
 func ClaimFor(e ClaimOps, rec *Record, req RedriveRequest, ttl time.Duration) *Claim {
-	return Hold(e, ClaimRequest{
+	return NewClaim(e, ClaimRequest{
 		ID: rec.ID, Route: rec.Route, Operation: rec.Operation,
 		Fingerprint: rec.Fingerprint, FingerprintRule: rec.FingerprintRule,
 		Token: req.Token, Lease: req.Lease, HoldTTL: req.HoldTTL, TTL: ttl,
 	}, rec.StartedAt, ttl)
-}
-
-// NotDone records a "not done" execution under its claim (one script).
-func (s *Store) NotDone(ctx context.Context, req NotDoneRequest) (NotDoneOutcome, error) {
-	req, err := CheckNotDone(req)
-	if err != nil {
-		return NotDoneLost, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-	defer cancel()
-	n, err := s.run(ctx, "not done", req.ID, notDoneScript, s.keys(req.ID),
-		req.ID, req.Token, strconv.Itoa(req.Status), ms(req.TTL), ms(req.HoldTTL),
-		strconv.FormatInt(req.MaxExecutions, 10)).Int64()
-	if err != nil {
-		return NotDoneLost, fmt.Errorf("store: not done %s: %w", req.ID, err)
-	}
-	return NotDoneOutcome(n), nil
-}
-
-// Redrive claims a record for an operator's re-drive under req.Token
-// (one script, atomic against claims): allowed where RedriveRefusal
-// allows it. The record becomes in flight (a new lease, executions+1,
-// the result fields dropped) and act is added to its audit trail. It
-// returns the record as left, with its kept request; with an
-// ErrConflict, the record as it is.
-func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (*Record, error) {
-	req, err := CheckRedrive(req)
-	if err != nil {
-		return nil, err
-	}
-	entry, err := encodeAction(AuditRun, req.Act)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-	defer cancel()
-	code, rec, err := s.recordReply(redriveScript.Run(ctx, s.client, s.keys(req.ID),
-		req.ID, req.Token, ms(req.Lease), ms(req.HoldTTL), entry), req.ID)
-	if err != nil {
-		return nil, fmt.Errorf("store: redrive %s: %w", req.ID, err)
-	}
-	switch {
-	case code == codeNotFound || rec == nil:
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, req.ID)
-	case code == codeConflict:
-		if why := RedriveRefusal(rec, s.redisNow()); why != nil {
-			return rec, why
-		}
-		return rec, ConflictOf(rec)
-	case code != codeDone:
-		return nil, fmt.Errorf("store: redrive %s: unexpected reply code %d", req.ID, code)
-	}
-	return rec, nil
-}
-
-// decodeAnswers reads the answers as the claim part keeps them: "at
-// status" lines, oldest first. A line that does not read is skipped.
-func decodeAnswers(s string) []Answer {
-	if s == "" {
-		return nil
-	}
-	out := make([]Answer, 0, strings.Count(s, "\n")+1)
-	for line := range strings.SplitSeq(s, "\n") {
-		at, status, ok := strings.Cut(line, " ")
-		a, err1 := strconv.ParseInt(at, 10, 64)
-		st, err2 := strconv.Atoi(status)
-		if !ok || err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, Answer{At: time.UnixMilli(a), Status: st})
-	}
-	return out
 }

@@ -23,7 +23,7 @@ func init() {
 
 // keptReq is claimReq with a sealed request kept on the record.
 func keptReq(id, token string, sealed []byte) store.ClaimRequest {
-	req := claimReq(id, token)
+	req := ClaimReq(id, token)
 	req.Request = sealed
 	return req
 }
@@ -34,7 +34,7 @@ func exhaust(t *testing.T, e store.Engine, id string, max int64, sealed []byte) 
 	t.Helper()
 	ctx := context.Background()
 	for i := int64(1); i <= max; i++ {
-		res := mustClaim(t, e, keptReq(id, "tok-"+string(rune('A'+i)), sealed))
+		res := MustClaim(t, e, keptReq(id, "tok-"+string(rune('A'+i)), sealed))
 		if !res.Claimed {
 			t.Fatalf("execution %d: not claimed, record %+v", i, res.Record)
 		}
@@ -46,15 +46,15 @@ func exhaust(t *testing.T, e store.Engine, id string, max int64, sealed []byte) 
 		if err != nil || out != want {
 			t.Fatalf("execution %d: NotDone = %v, %v; want %v", i, out, err, want)
 		}
-		if r := mustGet(t, e, id); r.NotDone != i || len(r.Answers) != int(i) || r.Answers[i-1].Status != 503 || r.Executions != i {
+		if r := MustGet(t, e, id); r.NotDone != i || len(r.Answers) != int(i) || r.Answers[i-1].Status != 503 || r.Executions != i {
 			t.Fatalf("execution %d: record counts %d not done, %d answers %+v, %d executions", i, r.NotDone, len(r.Answers), r.Answers, r.Executions)
 		}
 	}
-	return mustGet(t, e, id)
+	return MustGet(t, e, id)
 }
 
 func testRetryBudget(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
+	id := NewID(t)
 	before := h.Now(t, e)
 	r := exhaust(t, e, id, 3, nil)
 	if r.State != store.StateUnknown || r.Reason != store.ReasonRetriesExhausted || r.Class() != store.StateExhausted ||
@@ -66,12 +66,12 @@ func testRetryBudget(t *testing.T, h Harness, e store.Engine) {
 			t.Fatalf("answer time %v outside the test (from %v)", a.At, before)
 		}
 	}
-	checkTTL(t, h, e, id, 720*time.Hour) // held: it lives hold_ttl, not ttl
+	CheckTTL(t, h, e, id, 720*time.Hour) // held: it lives hold_ttl, not ttl
 	checkListed(t, e, id, store.StateUnknown)
 
 	// Nothing executes until an operator acts: claims find the record.
 	for range 2 {
-		if res := mustClaim(t, e, claimReq(id, "tok-late")); res.Claimed || res.Record.Class() != store.StateExhausted {
+		if res := MustClaim(t, e, ClaimReq(id, "tok-late")); res.Claimed || res.Record.Class() != store.StateExhausted {
 			t.Fatalf("a claim of an exhausted record: claimed %v, class %s", res.Claimed, res.Record.Class())
 		}
 	}
@@ -81,22 +81,22 @@ func testRetryBudget(t *testing.T, h Harness, e store.Engine) {
 	if err != nil || rel.State != store.StateReleased || rel.NotDone != 0 || len(rel.Answers) != 3 {
 		t.Fatalf("OperatorRelease: %v, %+v", err, rel)
 	}
-	res := mustClaim(t, e, claimReq(id, "tok-again"))
+	res := MustClaim(t, e, ClaimReq(id, "tok-again"))
 	out, err := res.Claim.NotDone(context.Background(), 429, 3)
 	if !res.Claimed || err != nil || out != store.NotDoneReleased {
 		t.Fatalf("after a release: claimed %v, NotDone %v %v", res.Claimed, out, err)
 	}
 
 	// Only the newest answers are kept; no budget never holds.
-	other := newID(t)
+	other := NewID(t)
 	for i := range store.MaxAnswers + 3 {
-		res := mustClaim(t, e, claimReq(other, "tok-"+strings.Repeat("x", i+1)))
+		res := MustClaim(t, e, ClaimReq(other, "tok-"+strings.Repeat("x", i+1)))
 		out, err := res.Claim.NotDone(context.Background(), 500+i, 0)
 		if err != nil || out != store.NotDoneReleased {
 			t.Fatalf("no budget, execution %d: %v %v", i, out, err)
 		}
 	}
-	o := mustGet(t, e, other)
+	o := MustGet(t, e, other)
 	if o.NotDone != store.MaxAnswers+3 || len(o.Answers) != store.MaxAnswers || o.Answers[0].Status != 503 || o.Answers[store.MaxAnswers-1].Status != 512 {
 		t.Fatalf("answers kept: %d not done, %+v", o.NotDone, o.Answers)
 	}
@@ -104,17 +104,17 @@ func testRetryBudget(t *testing.T, h Harness, e store.Engine) {
 
 func testRetryBudgetFenced(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok-A"))
-	before := mustGet(t, e, id)
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok-A"))
+	before := MustGet(t, e, id)
 	out, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-other", Status: 503, MaxExecutions: 1})
 	if err != nil || out != store.NotDoneLost {
 		t.Fatalf("NotDone with another token: %v, %v", out, err)
 	}
-	if after := mustGet(t, e, id); after.State != before.State || after.NotDone != 0 || after.Answers != nil {
+	if after := MustGet(t, e, id); after.State != before.State || after.NotDone != 0 || after.Answers != nil {
 		t.Fatalf("fenced NotDone changed the record: %+v", after)
 	}
-	if out, err := e.NotDone(ctx, store.NotDoneRequest{ID: newID(t), Token: "tok-A"}); err != nil || out != store.NotDoneLost {
+	if out, err := e.NotDone(ctx, store.NotDoneRequest{ID: NewID(t), Token: "tok-A"}); err != nil || out != store.NotDoneLost {
 		t.Fatalf("NotDone of no record: %v, %v", out, err)
 	}
 	if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: "bad id", Token: "t"}); !errors.Is(err, store.ErrInvalidID) {
@@ -124,46 +124,46 @@ func testRetryBudgetFenced(t *testing.T, h Harness, e store.Engine) {
 
 func testKeptRequest(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
+	id := NewID(t)
 	sealed := []byte("\x00sealed:\r\n\xffbytes")
-	res := mustClaim(t, e, keptReq(id, "tok-A", sealed))
-	if r := mustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
+	res := MustClaim(t, e, keptReq(id, "tok-A", sealed))
+	if r := MustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
 		t.Fatalf("kept request %q, want %q", r.Request, sealed)
 	}
 	ok, err := res.Claim.Release(ctx)
-	mustOK(t, "Release", ok, err)
-	if r := mustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
+	MustOK(t, "Release", ok, err)
+	if r := MustGet(t, e, id); !bytes.Equal(r.Request, sealed) {
 		t.Fatalf("a release dropped the request: %q", r.Request)
 	}
 	// A takeover keeps the retry's request.
 	newer := []byte("newer")
-	res = mustClaim(t, e, keptReq(id, "tok-B", newer))
-	if !res.Claimed || !bytes.Equal(mustGet(t, e, id).Request, newer) {
-		t.Fatalf("takeover: claimed %v, request %q", res.Claimed, mustGet(t, e, id).Request)
+	res = MustClaim(t, e, keptReq(id, "tok-B", newer))
+	if !res.Claimed || !bytes.Equal(MustGet(t, e, id).Request, newer) {
+		t.Fatalf("takeover: claimed %v, request %q", res.Claimed, MustGet(t, e, id).Request)
 	}
-	ok, err = res.Claim.Complete(ctx, sampleResult())
-	mustOK(t, "Complete", ok, err)
-	if r := mustGet(t, e, id); r.Request != nil || r.State != store.StateCompleted || r.Status != 201 {
+	ok, err = res.Claim.Complete(ctx, SampleResult())
+	MustOK(t, "Complete", ok, err)
+	if r := MustGet(t, e, id); r.Request != nil || r.State != store.StateCompleted || r.Status != 201 {
 		t.Fatalf("completed: request %q, state %s", r.Request, r.State)
 	}
 
 	// An operator's completion drops it too.
-	held := newID(t)
-	res = mustClaim(t, e, keptReq(held, "tok-A", sealed))
+	held := NewID(t)
+	res = MustClaim(t, e, keptReq(held, "tok-A", sealed))
 	ok, err = res.Claim.MarkUnknown(ctx, "upstream_5xx")
-	mustOK(t, "MarkUnknown", ok, err)
-	if r := mustGet(t, e, held); !bytes.Equal(r.Request, sealed) {
+	MustOK(t, "MarkUnknown", ok, err)
+	if r := MustGet(t, e, held); !bytes.Equal(r.Request, sealed) {
 		t.Fatalf("a hold dropped the request: %q", r.Request)
 	}
-	r, err := e.OperatorComplete(ctx, held, sampleResult(), store.Action{Actor: "alice"}, time.Hour)
-	if err != nil || r.Request != nil || mustGet(t, e, held).Request != nil {
-		t.Fatalf("OperatorComplete: %v, request kept: %q", err, mustGet(t, e, held).Request)
+	r, err := e.OperatorComplete(ctx, held, SampleResult(), store.Action{Actor: "alice"}, time.Hour)
+	if err != nil || r.Request != nil || MustGet(t, e, held).Request != nil {
+		t.Fatalf("OperatorComplete: %v, request kept: %q", err, MustGet(t, e, held).Request)
 	}
 }
 
 func testRedrive(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
+	id := NewID(t)
 	sealed := []byte("sealed request")
 	exhaust(t, e, id, 2, sealed)
 	act := store.Action{Actor: "alice", Reason: "the CRM is back"}
@@ -181,7 +181,7 @@ func testRedrive(t *testing.T, h Harness, e store.Engine) {
 	if n := len(r.Audit); n != 1 || r.Audit[0].Action != store.AuditRun || r.Audit[0].Actor != "alice" || r.Audit[0].Reason != act.Reason {
 		t.Fatalf("audit: %+v", r.Audit)
 	}
-	if got := mustGet(t, e, id); got.State != store.StateInFlight || got.Token != "tok-run" {
+	if got := MustGet(t, e, id); got.State != store.StateInFlight || got.Token != "tok-run" {
 		t.Fatalf("stored: %+v", got)
 	}
 	checkListed(t, e, id, store.StateInFlight)
@@ -203,21 +203,21 @@ func testRedrive(t *testing.T, h Harness, e store.Engine) {
 	if err != nil {
 		t.Fatalf("second Redrive: %v", err)
 	}
-	ok, err := store.ClaimFor(e, r, req, time.Hour).Complete(ctx, sampleResult())
-	mustOK(t, "Complete of the run", ok, err)
-	got := mustGet(t, e, id)
+	ok, err := store.ClaimFor(e, r, req, time.Hour).Complete(ctx, SampleResult())
+	MustOK(t, "Complete of the run", ok, err)
+	got := MustGet(t, e, id)
 	if got.State != store.StateCompleted || got.Status != 201 || got.Request != nil || got.Executions != 4 || len(got.Audit) != 2 {
 		t.Fatalf("after the run: %+v", got)
 	}
-	if res := mustClaim(t, e, claimReq(id, "tok-retry")); res.Claimed || res.Record.Status != 201 {
+	if res := MustClaim(t, e, ClaimReq(id, "tok-retry")); res.Claimed || res.Record.Status != 201 {
 		t.Fatalf("the client's retry: claimed %v, status %d", res.Claimed, res.Record.Status)
 	}
 
 	// A record that an operator released may be run too.
-	rel := newID(t)
-	res := mustClaim(t, e, keptReq(rel, "tok-A", sealed))
+	rel := NewID(t)
+	res := MustClaim(t, e, keptReq(rel, "tok-A", sealed))
 	ok, err = res.Claim.MarkUnknown(ctx, "upstream_timeout")
-	mustOK(t, "MarkUnknown", ok, err)
+	MustOK(t, "MarkUnknown", ok, err)
 	if _, err := e.OperatorRelease(ctx, rel, act, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -234,35 +234,35 @@ func testRedriveRefused(t *testing.T, h Harness, e store.Engine) {
 		return e.Redrive(ctx, store.RedriveRequest{ID: id, Token: "tok-run", Act: act})
 	}
 
-	unknown := newID(t)
-	res := mustClaim(t, e, keptReq(unknown, "tok-A", sealed))
+	unknown := NewID(t)
+	res := MustClaim(t, e, keptReq(unknown, "tok-A", sealed))
 	ok, err := res.Claim.MarkUnknown(ctx, "upstream_timeout")
-	mustOK(t, "MarkUnknown", ok, err)
-	before := mustGet(t, e, unknown)
+	MustOK(t, "MarkUnknown", ok, err)
+	before := MustGet(t, e, unknown)
 	r, err := run(unknown)
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "held as outcome unknown") || r == nil || r.State != store.StateUnknown {
 		t.Fatalf("Redrive of an outcome-unknown record: %v, %+v", err, r)
 	}
-	if after := mustGet(t, e, unknown); after.State != before.State || after.Token != before.Token || len(after.Audit) != 0 {
+	if after := MustGet(t, e, unknown); after.State != before.State || after.Token != before.Token || len(after.Audit) != 0 {
 		t.Fatalf("a refused run changed the record: %+v", after)
 	}
 
-	live := newID(t)
-	mustClaim(t, e, keptReq(live, "tok-A", sealed))
+	live := NewID(t)
+	MustClaim(t, e, keptReq(live, "tok-A", sealed))
 	if _, err := run(live); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "in flight") {
 		t.Fatalf("Redrive of a live claim: %v", err)
 	}
 
-	done := newID(t)
-	res = mustClaim(t, e, keptReq(done, "tok-A", sealed))
-	ok, err = res.Claim.Complete(ctx, sampleResult())
-	mustOK(t, "Complete", ok, err)
+	done := NewID(t)
+	res = MustClaim(t, e, keptReq(done, "tok-A", sealed))
+	ok, err = res.Claim.Complete(ctx, SampleResult())
+	MustOK(t, "Complete", ok, err)
 	if _, err := run(done); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "already completed") {
 		t.Fatalf("Redrive of a completed record: %v", err)
 	}
 
-	bare := newID(t)
-	res = mustClaim(t, e, claimReq(bare, "tok-A"))
+	bare := NewID(t)
+	res = MustClaim(t, e, ClaimReq(bare, "tok-A"))
 	if _, err := res.Claim.NotDone(ctx, 503, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func testRedriveRefused(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("Redrive without a kept request: %v", err)
 	}
 
-	if _, err := run(newID(t)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := run(NewID(t)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Redrive of no record: %v", err)
 	}
 	if _, err := e.Redrive(ctx, store.RedriveRequest{ID: bare, Token: "t"}); !errors.Is(err, store.ErrInvalidArgument) {
