@@ -467,8 +467,8 @@ var ErrNoVerify = errors.New("the record's route has no verify rule in the runni
 // current record, when there is one); a missing one store.ErrNotFound.
 func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	switch {
-	case rec.State != store.StateUnknown:
-		return rec, "", fmt.Errorf("%w: record %s is %s: only a record held as outcome unknown is verified", store.ErrConflict, rec.ID, rec.State)
+	case rec.Class() != store.StateUnknown:
+		return rec, "", fmt.Errorf("%w: record %s is %s: only a record held as outcome unknown is verified", store.ErrConflict, rec.ID, rec.Class())
 	case rec.Check.IsZero():
 		return rec, "", fmt.Errorf("%w: record %s carries no check (it was held before its route had a verify rule): release or complete it", store.ErrConflict, rec.ID)
 	}

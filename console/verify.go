@@ -75,7 +75,7 @@ func verificationOf(rec *store.Record, now time.Time) verificationView {
 // that carries a check, on a route of the running config with a verify
 // rule.
 func canVerify(rec *store.Record, rt config.Resolved, known bool) bool {
-	return rec.State == store.StateUnknown && !rec.Check.IsZero() && known && rt.Verify != nil
+	return rec.Class() == store.StateUnknown && !rec.Check.IsZero() && known && rt.Verify != nil
 }
 
 // checkEvents are the timeline's checks.

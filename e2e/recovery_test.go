@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,6 +409,23 @@ func TestRunNowInBrowser(t *testing.T) {
 		mustSee(t, b.text(), "Held: retries exhausted", "Owner", "payments-team", "What each execution answered",
 			"3 executions ended \"not done\"", "did not take effect", "Next attempt", "Run now")
 		b.shot("recovery-record-exhausted-" + be.name)
+
+		// Run now obeys the console's rules: a form without its token, or
+		// from another site, is refused, and nothing runs.
+		form := url.Values{"reason": {"no token"}}
+		basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+		for _, extra := range [][]string{nil, {"Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"}} {
+			hdr := append([]string{"Content-Type", "application/x-www-form-urlencoded", "Authorization", basic}, extra...)
+			if r := send(t, "POST", console+"records/"+id+"/run", []byte(form.Encode()), hdr...); r.status != http.StatusForbidden {
+				t.Fatalf("Run now POST %v: %d %s, want 403", extra, r.status, r.body)
+			}
+		}
+		if r := send(t, "POST", console+"records/"+id+"/run", []byte(form.Encode()), "Content-Type", "application/x-www-form-urlencoded"); r.status != http.StatusUnauthorized {
+			t.Fatalf("Run now POST without credentials: %d", r.status)
+		}
+		if n := crm.calls.Load(); n != 4 {
+			t.Fatalf("upstream calls after refused Run now POSTs: %d, want 4", n)
+		}
 
 		// The CRM is back: Run now.
 		crm.up.Store(true)
