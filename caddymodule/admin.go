@@ -419,11 +419,27 @@ func (a *AdminAPI) get(w http.ResponseWriter, r *http.Request, id string) error 
 	return writeJSON(w, v)
 }
 
-// releaseRequest is the body of POST /idempotency/records/{id}/release,
-// which may also be empty.
+// releaseRequest is the body of POST /idempotency/records/{id}/release
+// (which may also be empty) and of .../run.
 type releaseRequest struct {
 	// Reason is kept on the record's audit trail.
 	Reason string `json:"reason"`
+}
+
+// actionOn reads an action's {"reason": "…"} body (empty allowed when
+// emptyOK), finds record id and returns the operator service, the record
+// and the admin API's action.
+func (a *AdminAPI) actionOn(w http.ResponseWriter, r *http.Request, id string, emptyOK bool) (*Operator, Target, store.Action, error) {
+	var req releaseRequest
+	if err := decodeBody(w, r, &req, emptyOK); err != nil {
+		return nil, Target{}, store.Action{}, err
+	}
+	op := a.operator()
+	t, err := op.Find(r.Context(), id)
+	if err != nil {
+		return nil, Target{}, store.Action{}, storeError(err)
+	}
+	return op, t, store.Action{Actor: adminActor, Reason: req.Reason}, nil
 }
 
 // decodeBody decodes r's JSON body into v: one JSON value, no unknown
@@ -446,16 +462,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) err
 // release answers POST /idempotency/records/{id}/release: the record turns
 // released and the next retry executes.
 func (a *AdminAPI) release(w http.ResponseWriter, r *http.Request, id string) error {
-	var req releaseRequest
-	if err := decodeBody(w, r, &req, true); err != nil {
+	op, t, act, err := a.actionOn(w, r, id, true)
+	if err != nil {
 		return err
 	}
-	op := a.operator()
-	t, err := op.Find(r.Context(), id)
-	if err != nil {
-		return storeError(err)
-	}
-	act := store.Action{Actor: adminActor, Reason: req.Reason}
 	rec, err := op.Release(r.Context(), t, act)
 	if err != nil {
 		return storeError(err)

@@ -36,12 +36,6 @@ func retries(rec *store.Record) *retriesView {
 	return v
 }
 
-// runRequest is the body of POST /idempotency/records/{id}/run.
-type runRequest struct {
-	// Reason is required and kept on the record's audit trail.
-	Reason string `json:"reason"`
-}
-
 // runView is the answer to a re-drive: the upstream's status and the
 // record after the run.
 type runView struct {
@@ -52,16 +46,10 @@ type runView struct {
 // run answers POST /idempotency/records/{id}/run: the operation runs once
 // more through the guarded path (see RunNow), synchronously.
 func (a *AdminAPI) run(w http.ResponseWriter, r *http.Request, id string) error {
-	var req runRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	op, t, act, err := a.actionOn(w, r, id, false)
+	if err != nil {
 		return err
 	}
-	op := a.operator()
-	t, err := op.Find(r.Context(), id)
-	if err != nil {
-		return storeError(err)
-	}
-	act := store.Action{Actor: adminActor, Reason: req.Reason}
 	rec, status, err := op.Run(r.Context(), t, act)
 	if err != nil {
 		return storeError(err)

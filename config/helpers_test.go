@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -28,4 +29,17 @@ func jsonRoundTrip(t *testing.T, r *Rules) ([]Resolved, []byte) {
 		t.Fatal(err)
 	}
 	return again, b
+}
+
+// wantParseErrors parses yaml as r.yaml and wants exactly the errors
+// want, in order.
+func wantParseErrors(t *testing.T, yaml string, want []string) {
+	t.Helper()
+	_, err := Parse("r.yaml", []byte(yaml))
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	if got := err.Error(); got != strings.Join(want, "\n") {
+		t.Errorf("errors:\n got %s\nwant %s", strings.ReplaceAll(got, "\n", "\n     "), strings.Join(want, "\n     "))
+	}
 }

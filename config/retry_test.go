@@ -101,14 +101,6 @@ func TestRecoveryErrors(t *testing.T) {
 			`r.yaml:5: routes[0].retry.max_execution: unknown field; did you mean max_executions?`,
 		}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("r.yaml", []byte(tt.yaml))
-			if err == nil {
-				t.Fatal("Parse succeeded")
-			}
-			if got := err.Error(); got != strings.Join(tt.want, "\n") {
-				t.Errorf("errors:\n got %s\nwant %s", strings.ReplaceAll(got, "\n", "\n     "), strings.Join(tt.want, "\n     "))
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.yaml, tt.want) })
 	}
 }
