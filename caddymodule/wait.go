@@ -2,9 +2,11 @@ package caddymodule
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
@@ -38,6 +40,28 @@ const (
 	waitGone      = "client_gone" // the client hung up
 	waitStoreFail = "store_error" // the store could not be read: 409
 )
+
+// wokenReads shares one store read among the waiters of a record that
+// the same notice woke: 50 duplicates of one request cost one GET.
+var wokenReads singleflight.Group
+
+// readWoken reads record id for a woken waiter, sharing the read with the
+// other waiters of the record in this process. The read is not the
+// request's: a waiter whose client hangs up does not fail the others'.
+// Each gets a record of its own (its header map is written into a
+// response).
+func (h *Handler) readWoken(id string) (*store.Record, error) {
+	v, err, _ := wokenReads.Do(fmt.Sprintf("%p/%s", h.store, id), func() (any, error) {
+		return h.store.Get(context.Background(), id)
+	})
+	rec, _ := v.(*store.Record)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	own := *rec
+	own.Header = rec.Header.Clone()
+	return &own, nil
+}
 
 // waits reports whether duplicates of the route wait for the first.
 func (rt *route) waits() bool {
@@ -141,7 +165,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			g.note = "the client went away while waiting for the first request"
 			return nil, nil
 		}
-		rec, err := h.store.Get(ctx, g.id)
+		rec, err := h.readWoken(g.id)
 		if err != nil {
 			if ctx.Err() != nil {
 				result = waitGone

@@ -202,19 +202,22 @@ func TestWaitAcrossGateways(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	up := newUpstream(t)
+	const n = 50
 	var gws []*gateway
 	for range 2 {
 		gws = append(gws, startGateway(t, gatewayConfig{store: "redis://" + srv.Addr, upstream: up.addr(), rules: waitRules}))
 	}
-	// A request per gateway first: ids, secret and scripts are in place.
-	for i, gw := range gws {
-		send(t, "POST", gw.url+"/deals", []byte(`{}`), "Idempotency-Key", fmt.Sprint("warm-", i))
+	// Requests on each gateway first, as many at once as will wait: the
+	// secret, the scripts and the connection pools are in place.
+	for _, gw := range gws {
+		together(n, func(i int) {
+			send(t, "POST", gw.url+"/status/200", []byte(`{}`), "Idempotency-Key", fmt.Sprint("warm-", i))
+		})
 	}
 	first, open := startFirst(t, gws[0], up, "/deals", "fleet-wait")
 	if err := admin.ConfigResetStat(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const n = 50
 	var opened time.Time
 	time.AfterFunc(time.Second, func() { opened = time.Now(); open() })
 	rs, at := sendAll(t, gws, "/deals", "fleet-wait", n)
