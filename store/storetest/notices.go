@@ -54,26 +54,26 @@ func testNotices(t *testing.T, _ Harness, e store.Engine) {
 		name string
 		act  func(id, token string) (bool, error)
 	}{
-		{"Complete", func(id, token string) (bool, error) { return complete(e, id, token, sampleResult(), time.Hour) }},
+		{"Complete", func(id, token string) (bool, error) { return complete(e, id, token, SampleResult(), time.Hour) }},
 		{"Release", func(id, token string) (bool, error) { return e.Release(ctx, id, token, time.Hour) }},
 		{"MarkUnknown", func(id, token string) (bool, error) { return e.MarkUnknown(ctx, id, token, "upstream_5xx", time.Hour) }},
 	}
 	for _, st := range steps {
-		id, other := newID(t), newID(t)
+		id, other := NewID(t), NewID(t)
 		w, wOther, wStopped := n.Watch(id), n.Watch(other), n.Watch(id)
 		wStopped.Stop()
-		mustClaim(t, e, claimReq(id, "tok"))
-		mustClaim(t, e, claimReq(other, "tok"))
+		MustClaim(t, e, ClaimReq(id, "tok"))
+		MustClaim(t, e, ClaimReq(other, "tok"))
 
 		// A fenced-out call changes nothing and sends no notice.
 		ok, err := st.act(id, "not-the-token")
-		mustLose(t, st.name+" with another token", ok, err)
+		MustLose(t, st.name+" with another token", ok, err)
 		if woken(w, 200*time.Millisecond) {
 			t.Errorf("%s fenced out: the watch was woken", st.name)
 		}
 
 		ok, err = st.act(id, "tok")
-		mustOK(t, st.name, ok, err)
+		MustOK(t, st.name, ok, err)
 		if !woken(w, noticeWithin) {
 			t.Fatalf("%s: no notice within %s", st.name, noticeWithin)
 		}
