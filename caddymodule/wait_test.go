@@ -126,7 +126,11 @@ func TestWaitForFirst(t *testing.T) {
 func TestWaiterHangsUp(t *testing.T) {
 	h, _ := newHandler(t, fmt.Sprintf(waitRules, "5s"), testStores[0].cfg(t))
 	up := newGated()
-	go serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k")
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k")
+	}()
 	<-up.entered
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -155,6 +159,7 @@ func TestWaiterHangsUp(t *testing.T) {
 		t.Errorf("watching %d after the client left, want 0", n)
 	}
 	up.release <- http.StatusCreated
+	<-firstDone // the store is closed when the test ends
 }
 
 // newRequestCtx is a request as Caddy hands it to the handler, under ctx.
