@@ -242,7 +242,7 @@ func TestWaitAcrossGateways(t *testing.T) {
 		}
 	}
 	slices.Sort(after)
-	t.Logf("%d waiters on 2 gateways: replay after the upstream answered: median %s, p90 %s, max %s",
+	t.Logf("%d waiters on 2 gateways: replay after the upstream was let answer: median %s, p90 %s, max %s",
 		n, after[n/2].Round(100*time.Microsecond), after[n*9/10].Round(100*time.Microsecond), after[n-1].Round(100*time.Microsecond))
 
 	// Redis's own counters over the waiters, the first request's
