@@ -172,3 +172,26 @@ func newRequestCtx(ctx context.Context, method, path, body string, headers ...st
 }
 
 func newDiscard() *discardWriter { return &discardWriter{header: http.Header{}} }
+
+// TestWaitWithoutNotices: on an engine without notices a waiter polls the
+// store (a tenth of in_flight_wait, at least 50ms) and still gets the
+// replay, once the first completes.
+func TestWaitWithoutNotices(t *testing.T) {
+	h, _ := newHandler(t, fmt.Sprintf(waitRules, "1s"), testStores[0].cfg(t))
+	h.notices = nil // as an engine that cannot notify
+	up := newGated()
+	first := make(chan int, 1)
+	go func() { first <- serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k").Code }()
+	<-up.entered
+	time.AfterFunc(250*time.Millisecond, func() { up.release <- http.StatusCreated })
+	w := serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k")
+	if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Errorf("waiter without notices: %d replayed=%q %s, want the replay", w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+	}
+	if c := <-first; c != http.StatusCreated {
+		t.Errorf("first: %d", c)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Errorf("executions %d, want 1", n)
+	}
+}
