@@ -51,6 +51,8 @@ type guarded struct {
 	note    string
 	probe   bool            // the request carries its route's breaker probe
 	sealed  []byte          // the request sealed for a re-drive (keep_request), else nil
+	would   string          // observe mode: what enforce would have done (see observe)
+	waited  time.Duration   // on_in_flight wait: how long it waited for the first request
 	span    trace.Span      // the request's span when Caddy's tracing is on
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
@@ -84,6 +86,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
+	if err != nil && rt.observing() {
+		return h.observe(g, w, r, next, "", &buf, wouldInvalid)
+	}
 	if errors.Is(err, keying.ErrInvalidKey) {
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
@@ -95,6 +100,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.reject(g, w, err)
 	}
 	if idx < 0 {
+		if rt.RequireKey && rt.observing() {
+			return h.observe(g, w, r, next, "", &buf, wouldMissingKey)
+		}
 		if rt.RequireKey {
 			g.outcome = outcomeMissingKey
 			p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
@@ -106,10 +114,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	if err := keying.ValidateKey(key); err != nil {
+		if rt.observing() {
+			return h.observe(g, w, r, next, "", &buf, wouldInvalid)
+		}
 		g.outcome = outcomeInvalid
 		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
 	}
 	fp, err := keying.Fingerprint(method, rt.Operation, in, rt.Fingerprint)
+	if err != nil && rt.observing() {
+		return h.observe(g, w, r, next, key, &buf, wouldInvalid)
+	}
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
@@ -120,14 +134,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	rt.remember(next, r)
 
 	probe, wait := rt.breaker.admit()
-	if wait > 0 && h.wouldExecute(r.Context(), g.id) {
+	if wait > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
 		return h.breakerOpen(g, w, wait)
 	}
 	g.probe = probe
+	wt := h.watch(rt, g.id)
+	defer wt.stop()
 	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if err == nil && claim == nil {
 		// A held record on a verify route: ask the upstream first.
 		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
+	}
+	if err == nil && claim == nil && h.shouldWait(wt, g, method, in, fp) {
+		claim, err = h.await(r.Context(), g, wt, method, in, fp)
 	}
 	if claim == nil || err != nil {
 		rt.breaker.cancel(probe)
@@ -135,16 +154,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
 	}
+	if claim == nil && rt.observing() {
+		return h.observe(g, w, r, next, key, &buf, h.wouldAnswer(g, h.sameFingerprint(g.rec, method, rt, in, fp)))
+	}
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
-	if wait > 0 {
+	if wait > 0 && !rt.observing() {
 		// The breaker opened meanwhile, or the record turned out to be
 		// claimable: give the claim back unused.
 		h.enter()
 		go h.releaseLost(claim)
 		return h.breakerOpen(g, w, wait)
 	}
+	wt.stop() // the request runs itself: it waits for nothing
 	return h.execute(g, w, r, next, key, &buf, claim)
 }
 
@@ -158,7 +181,7 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 		// unguarded would defeat the mode on every route.
 		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
 	}
-	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
 		body.forward(r)
 		return next.ServeHTTP(w, r)
@@ -214,7 +237,7 @@ func (h *Handler) decided(g *guarded) {
 		)
 	}
 	if ce := h.logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
-		fields := make([]zap.Field, 0, 10)
+		fields := make([]zap.Field, 0, 13)
 		fields = append(fields,
 			zap.String("route", g.rt.Name),
 			zap.String("record_id", g.id),
@@ -230,6 +253,15 @@ func (h *Handler) decided(g *guarded) {
 		}
 		if g.rt.Owner != "" {
 			fields = append(fields, zap.String("owner", g.rt.Owner))
+		}
+		if g.rt.observing() {
+			fields = append(fields, zap.String("mode", string(config.ModeObserve)))
+		}
+		if g.would != "" {
+			fields = append(fields, zap.String("would", g.would))
+		}
+		if g.waited > 0 {
+			fields = append(fields, zap.Duration("waited", g.waited))
 		}
 		ce.Write(fields...)
 	}

@@ -50,7 +50,8 @@ type Handler struct {
 	ids     *keying.IDKey // derives record ids under the deployment secret
 	seal    *sealer       // encrypts kept requests under a key derived from it
 	store   store.Engine
-	use     *storeUse // the handler's use of the store (see stores.go)
+	notices store.Notices // completion notices, when a route waits for them
+	use     *storeUse     // the handler's use of the store (see stores.go)
 	logger  *zap.Logger
 	metrics *metrics
 }
@@ -83,6 +84,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.provisionVerify()
+	h.provisionNotices()
 	return nil
 }
 
