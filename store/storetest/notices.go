@@ -44,7 +44,15 @@ func woken(w *store.Watch, d time.Duration) bool {
 	}
 }
 
-// testNotices: Complete, Release and MarkUnknown wake the watches of
+// notDoneAct records a "not done" execution under a budget of max.
+func notDoneAct(e store.Engine, max int64) func(id, token string) (bool, error) {
+	return func(id, token string) (bool, error) {
+		o, err := e.NotDone(context.Background(), store.NotDoneRequest{ID: id, Token: token, Status: 503, MaxExecutions: max})
+		return o != store.NotDoneLost, err
+	}
+}
+
+// testNotices: Complete, Release, MarkUnknown and NotDone wake the watches of
 // their record when they act, and only then; watches of other records
 // and stopped watches are not woken.
 func testNotices(t *testing.T, _ Harness, e store.Engine) {
@@ -57,6 +65,8 @@ func testNotices(t *testing.T, _ Harness, e store.Engine) {
 		{"Complete", func(id, token string) (bool, error) { return complete(e, id, token, SampleResult(), time.Hour) }},
 		{"Release", func(id, token string) (bool, error) { return e.Release(ctx, id, token, time.Hour) }},
 		{"MarkUnknown", func(id, token string) (bool, error) { return e.MarkUnknown(ctx, id, token, "upstream_5xx", time.Hour) }},
+		{"NotDone releasing", notDoneAct(e, 5)},
+		{"NotDone exhausting", notDoneAct(e, 1)},
 	}
 	for _, st := range steps {
 		id, other := NewID(t), NewID(t)

@@ -20,9 +20,11 @@ if max > 0 and n >= max then
   r.st, r.rsn, r.chn, r.exp = 'u', '$ReasonRetriesExhausted', '', now + tonumber(ARGV[5])
   save(r)
   settle(was, 'u', r.exp)
+  notice()
   return 2
 end
 r.st, r.exp = 'r', now + tonumber(ARGV[4])
 save(r)
 settle(was, 'r', r.exp)
+notice()
 return 1
