@@ -83,3 +83,21 @@ func replay(w http.ResponseWriter, rec *store.Record) error {
 	_, err := w.Write(rec.Body)
 	return err
 }
+
+// withNextCheck tells a retry that got 409 for a held record when its
+// outcome is checked next, if it is.
+func withNextCheck(p *problem, rec *store.Record, now time.Time) {
+	if rec.NextCheck.IsZero() {
+		if len(rec.Checks) > 0 {
+			p.Detail += fmt.Sprintf("; %d verification checks could not settle it", rec.CheckCount)
+		}
+		return
+	}
+	next := rec.NextCheck.UTC()
+	p.NextCheck = &next
+	p.Detail += "; it is being verified with the upstream, next check at " + next.Format(time.RFC3339)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	p.retryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
+}

@@ -14,11 +14,37 @@ import (
 // that answers it (g.rec, with the store's clock in g.now). It returns the
 // claim the request now holds, or nil when the record answers it.
 //
+// A record held as outcome unknown, found by a retry on a route with a
+// verify rule, is settled with the upstream first (Verifier.Settle): a
+// verified result answers the retry, a record found not applied (released)
+// or gone is claimed again, and one still held answers 409.
+func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	c, err := h.claimKey(ctx, g, method, in, fp)
+	if err != nil || c != nil {
+		return c, err
+	}
+	if rec := g.rec; rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+		return nil, nil
+	}
+	after, note := h.verifier.Settle(ctx, g.rt, g.rec, g.check)
+	if note != "" {
+		g.note = note
+	}
+	if after == nil || after.State == store.StateReleased {
+		return h.claimKey(ctx, g, method, in, fp)
+	}
+	g.rec = after
+	return nil, nil
+}
+
+// claimKey asks the store for the request's key once (twice when the
+// record was made under an earlier fingerprint rule).
+//
 // A released record, or one whose lease ran out, that was made under an
 // earlier fingerprint rule is taken over only with the fingerprint that
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
-func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+func (h *Handler) claimKey(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	req := h.claimRequest(g, fp, g.rt.fpRule)
 	res, err := h.claimOnce(ctx, req)
 	if err == nil {
@@ -63,7 +89,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 	if err != nil {
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
-		h.enter()
+		h.use.enter()
 		go h.releaseLost(store.Hold(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
@@ -73,7 +99,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 // releaseLost gives back a claim whose answer may have been lost.
 // It runs in the background and leaves the handler when done.
 func (h *Handler) releaseLost(c *store.Claim) {
-	defer h.leave()
+	defer h.use.leave()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	defer cancel()
 	_, _ = c.Release(ctx)

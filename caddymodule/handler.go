@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -57,8 +58,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The config may be replaced while this request runs: its store stays
 	// open until the request is done with it.
-	h.enter()
-	defer h.leave()
+	h.use.enter()
+	defer h.use.leave()
 	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
@@ -111,10 +112,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.check = h.resolveCheck(rt, key, g.id, in)
 
 	claim, err := h.claim(r.Context(), g, method, in, fp)
-	if err == nil && claim == nil {
-		// A held record on a verify route: ask the upstream first.
-		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
-	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
 	}
@@ -122,6 +119,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.answer(g, w, method, in, fp)
 	}
 	return h.execute(g, w, r, next, key, &buf, claim)
+}
+
+// resolveCheck resolves the route's check from the request, for the claim
+// to keep on the record: its URL and the values of found.match. It is
+// zero when the route has none or a placeholder is empty (a lookup for ""
+// would find the wrong thing), or a match value is too long or not UTF-8:
+// such a record is held for an operator as without verify.
+func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
+	v := rt.Verify
+	if v == nil {
+		return store.Check{}
+	}
+	unresolved := func(what string, err error) store.Check {
+		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
+			zap.String("route", rt.Name), zap.String("key_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
+		return store.Check{}
+	}
+	u, ok, err := v.URL.Resolve(key, id, in)
+	if err != nil || !ok {
+		return unresolved("url", err)
+	}
+	chk := store.Check{Method: v.Method, URL: u, After: v.After}
+	for _, m := range v.FoundMatch {
+		val, ok, err := m.Value.ResolveText(key, id, in)
+		if err != nil || !ok {
+			return unresolved("found.match", err)
+		}
+		if len(val) > store.MaxCheckMatchValue || !utf8.ValidString(val) {
+			return unresolved("found.match", errors.New("too long or not UTF-8"))
+		}
+		chk.Match = append(chk.Match, store.CheckMatch{Path: m.Path, Value: val})
+	}
+	return chk
 }
 
 // storeFailed handles a store that could not be reached at claim time.

@@ -46,12 +46,13 @@ type Handler struct {
 	// instance.
 	Store StoreConfig `json:"store,omitempty"`
 
-	routes  []*route
-	ids     *keying.IDKey // derives record ids under the deployment secret
-	store   store.Engine
-	use     *storeUse // the handler's use of the store (see stores.go)
-	logger  *zap.Logger
-	metrics *metrics
+	routes   []*route
+	ids      *keying.IDKey // derives record ids under the deployment secret
+	store    store.Engine
+	use      *storeUse // the handler's use of the store (see stores.go)
+	verifier *Verifier // settles held records with the upstream (see verifier.go)
+	logger   *zap.Logger
+	metrics  *metrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -81,7 +82,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.provisionVerify()
+	h.verifier = newVerifier(h)
 	return nil
 }
 

@@ -160,7 +160,7 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 	if rec.op == "hold" {
 		g.note = "held: " + out.reason
 		if !g.check.IsZero() {
-			h.scheduleChecks(g.rt, c)
+			h.verifier.Schedule(g.rt, c)
 		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
@@ -175,7 +175,7 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
 		}
-		h.enter()
+		h.use.enter()
 		go h.keepRecording(g.rt.Name, c.ID(), rec, deadline)
 	} else if !ok {
 		h.claimLost(g.rt.Name, c.ID(), rec.op)
@@ -204,7 +204,7 @@ const (
 // deadline passes. It runs in the background and leaves the handler when
 // done.
 func (h *Handler) keepRecording(route, id string, rec recording, deadline time.Time) {
-	defer h.leave()
+	defer h.use.leave()
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if time.Now().Add(pause).After(deadline) {

@@ -21,7 +21,7 @@ type route struct {
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
-	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
+	verifier  atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
