@@ -35,8 +35,8 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *k
 	default:
 		g.outcome = outcomeInFlight
 		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
-		// Redis's clock, not this gateway's: instances with skewed clocks
-		// give the same hint.
+		// The store's clock, not this gateway's: instances with skewed
+		// clocks give the same hint.
 		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
 			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
 		}

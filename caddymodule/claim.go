@@ -2,9 +2,12 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -130,4 +133,22 @@ func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 		return store.ExpiredRelease
 	}
 	return store.ExpiredHold
+}
+
+// storeFailed handles a store that could not be reached at claim time.
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
+	g.outcome = outcomeStoreError
+	g.note = err.Error()
+	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
+	if errors.Is(err, store.ErrReplicasShort) {
+		// wait_strict: the store is up, a replica is not; forwarding
+		// unguarded would defeat the mode on every route.
+		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+	}
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
+		g.note = "forwarded unguarded: " + g.note
+		body.forward(r)
+		return next.ServeHTTP(w, r)
+	}
+	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
 }

@@ -2,8 +2,9 @@
 // http.handlers.idempotency, its Caddyfile directive, the shared
 // record-store connections, and the operator API admin.api.idempotency.
 //
-// A guarded request goes through the handler top to bottom:
-// match route → derive key → claim → forward → record → complete.
+// A guarded request goes through the handler top to bottom, one file per
+// step: match → key → claim → (check) → forward → record → answer (see
+// ServeHTTP and docs/request-path.md).
 package caddymodule
 
 import (
