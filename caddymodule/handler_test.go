@@ -43,7 +43,7 @@ var testStores = []struct {
 // newHandler provisions a handler from YAML rules, with its logs observed.
 func newHandler(t *testing.T, rules string, sc StoreConfig) (*Handler, *observer.ObservedLogs) {
 	t.Helper()
-	parsed, err := config.Parse("routes.yaml", []byte(rules))
+	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,13 +35,13 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		case !reflect.ValueOf(h.Defaults).IsZero():
 			return errors.New("idempotency: rules_file and inline defaults are both set; use one of them")
 		}
-		rules, err := config.LoadWith(h.RulesFile, limits)
+		rules, err := config.Load(h.RulesFile, limits)
 		if err != nil {
 			return fmt.Errorf("idempotency rules: %w", err)
 		}
 		h.Rules = *rules
 	}
-	resolved, err := h.Rules.ResolveWith(limits)
+	resolved, err := h.Rules.Resolve(limits)
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
