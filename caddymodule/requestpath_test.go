@@ -17,6 +17,7 @@ import (
 // in, each row is in another file than the one before, the crossings
 // stated are the rows' changes of file, and they are at most 12.
 func TestRequestPathListing(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "request-path.md"))
 	if err != nil {
 		t.Fatal(err)
