@@ -432,7 +432,7 @@ func (a *AdminAPI) release(w http.ResponseWriter, r *http.Request, id string) er
 		return storeError(err)
 	}
 	a.log().Info("record released by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(t.Rec.State)), zap.Int64("executions", rec.Executions))
 	return writeJSON(w, view(rec, t.Redactor()))
 }
@@ -527,7 +527,7 @@ func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) e
 		return storeError(err)
 	}
 	a.log().Info("record completed by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(t.Rec.State)), zap.Int("status", res.Status))
 	return writeJSON(w, view(rec, t.Redactor()))
 }
@@ -559,7 +559,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 		return storeError(err)
 	}
 	a.log().Info("record verified by an operator",
-		zap.String("route", found.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", found.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
 	return writeJSON(w, view(rec, s.redactor(rec.Route)))
 }

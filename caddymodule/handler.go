@@ -320,7 +320,7 @@ func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) stor
 	}
 	unresolved := func(what string, err error) store.Check {
 		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
-			zap.String("route", rt.Name), zap.String("key_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
+			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
 		return store.Check{}
 	}
 	u, ok, err := v.URL.Resolve(key, id, in)
@@ -345,7 +345,7 @@ func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) stor
 // (access logs, `header`, `handle_errors`).
 const (
 	placeholderRoute    = "http.idempotency.route"
-	placeholderKeyID    = "http.idempotency.key_id"
+	placeholderRecordID = "http.idempotency.record_id"
 	placeholderOutcome  = "http.idempotency.outcome"
 	placeholderReplayed = "http.idempotency.replayed"
 )
@@ -356,14 +356,14 @@ func (h *Handler) decided(g *guarded) {
 	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
 	if g.repl != nil {
 		g.repl.Set(placeholderRoute, g.rt.Name)
-		g.repl.Set(placeholderKeyID, g.id)
+		g.repl.Set(placeholderRecordID, g.id)
 		g.repl.Set(placeholderOutcome, g.outcome)
 		g.repl.Set(placeholderReplayed, g.outcome == outcomeReplayed)
 	}
 	if g.span.IsRecording() {
 		g.span.SetAttributes(
 			attribute.String("idempotency.route", g.rt.Name),
-			attribute.String("idempotency.key_id", g.id),
+			attribute.String("idempotency.record_id", g.id),
 			attribute.String("idempotency.outcome", g.outcome),
 			attribute.Bool("idempotency.replayed", g.outcome == outcomeReplayed),
 		)
@@ -372,7 +372,7 @@ func (h *Handler) decided(g *guarded) {
 		fields := make([]zap.Field, 0, 9)
 		fields = append(fields,
 			zap.String("route", g.rt.Name),
-			zap.String("key_id", g.id),
+			zap.String("record_id", g.id),
 			zap.String("outcome", g.outcome),
 			zap.Int("status", g.status),
 			zap.Duration("duration", time.Since(g.start)),

@@ -87,12 +87,12 @@ func (v *Verifier) Settle(ctx context.Context, rt *route, rec *store.Record, fal
 	if other := v.routeNamed(rec.Route); other != nil && other.Verify != nil {
 		rule = other // the headers of the route that made the claim
 	}
-	run, err := v.check(rule, rec.Held(), fallback, false, checkRetry, nil)
+	run, err := v.check(rule, rec.Fence(), fallback, false, checkRetry, nil)
 	if err != nil {
 		v.metrics.storeErrors.WithLabelValues(rt.Name, "check").Inc()
 		return rec, "verification check failed: " + err.Error()
 	}
-	if !run.ran && rec.Held().Of(run.rec) {
+	if !run.ran && rec.Fence().Holds(run.rec) {
 		run.rec = v.awaitCheck(ctx, rule, run.rec)
 	}
 	if run.ran {
@@ -173,13 +173,13 @@ func (v *Verifier) Verify(rt *route, rec *store.Record, act store.Action) (*stor
 	}
 	v.use.enter()
 	defer v.use.leave()
-	run, err := v.check(rt, rec.Held(), store.Check{}, false, checkOperator, &act)
+	run, err := v.check(rt, rec.Fence(), store.Check{}, false, checkOperator, &act)
 	switch {
 	case err != nil:
 		return nil, "", err
 	case run.rec == nil:
 		return nil, "", fmt.Errorf("%w: %s", store.ErrNotFound, rec.ID)
-	case !run.ran && rec.Held().Of(run.rec):
+	case !run.ran && rec.Fence().Holds(run.rec):
 		return run.rec, "", fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, rec.ID)
 	case !run.ran:
 		return run.rec, "", fmt.Errorf("%w: record %s was resolved while the check ran (it is %s now); the check changed nothing", store.ErrConflict, rec.ID, run.rec.State)
@@ -199,7 +199,7 @@ func (v *Verifier) checkLease(rt *route) time.Duration {
 // the record carries none; op is the operator who asked for it (nil for
 // the gateway's own checks). A store failure is an error; a lookup
 // failure is a verdict.
-func (v *Verifier) check(rt *route, held store.Held, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
+func (v *Verifier) check(rt *route, held store.Fence, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
 	rule := rt.Verify
 	ctx, cancel := context.WithTimeout(context.Background(), v.opTimeout)
 	began := time.Now()
@@ -230,7 +230,7 @@ func (v *Verifier) check(rt *route, held store.Held, fallback store.Check, due b
 	v.metrics.observeStore("end_check", began, err)
 	verificationsTotal.WithLabelValues(rt.Name, entry.Verdict).Inc()
 	fields := []zap.Field{
-		zap.String("route", rt.Name), zap.String("key_id", held.ID()), zap.String("trigger", why),
+		zap.String("route", rt.Name), zap.String("record_id", held.ID()), zap.String("trigger", why),
 		zap.String("verdict", entry.Verdict), zap.Int("status", entry.Status),
 		zap.Duration("duration", time.Since(started)),
 	}

@@ -17,7 +17,7 @@ func (v *Verifier) Schedule(rt *route, c *store.Claim) {
 		return
 	}
 	v.use.enter()
-	s := &checkSchedule{v: v, rt: rt, held: c.Held()}
+	s := &checkSchedule{v: v, rt: rt, held: c.Fence()}
 	s.timer = time.AfterFunc(rt.Verify.After, s.run)
 }
 
@@ -25,7 +25,7 @@ func (v *Verifier) Schedule(rt *route, c *store.Claim) {
 type checkSchedule struct {
 	v        *Verifier
 	rt       *route
-	held     store.Held
+	held     store.Fence
 	timer    *time.Timer
 	failures int // store failures in a row
 }
@@ -41,12 +41,12 @@ func (s *checkSchedule) run() {
 		// The store is unreachable: try again later, a few times.
 		if s.failures++; s.failures > rule.Attempts {
 			s.v.logger.Warn("verification schedule gave up: the record store keeps failing; the record stays held",
-				zap.String("route", s.rt.Name), zap.String("key_id", s.held.ID()), zap.Error(err))
+				zap.String("route", s.rt.Name), zap.String("record_id", s.held.ID()), zap.Error(err))
 			s.v.use.leave()
 			return
 		}
 		wait = rule.Every
-	case !s.held.Of(rec),
+	case !s.held.Holds(rec),
 		rec.NextCheck.IsZero() || rec.CheckCount >= int64(rule.Attempts):
 		// Resolved, or gone, or its scheduled checks are done.
 		s.v.use.leave()

@@ -494,7 +494,7 @@ func TestLockLeaseLongerThanOpTimeout(t *testing.T) {
 				return
 			}
 			if err == nil || err.Error() != tc.want {
-				t.Fatalf("ParseWith:\n got %v\nwant %s", err, tc.want)
+				t.Fatalf("Parse:\n got %v\nwant %s", err, tc.want)
 			}
 			// The same rules from JSON: the field, no file or line.
 			r, perr := Parse("r.yaml", []byte(tc.yaml), Limits{})
@@ -504,7 +504,7 @@ func TestLockLeaseLongerThanOpTimeout(t *testing.T) {
 			_, err = r.Resolve(Limits{OpTimeout: tc.op})
 			want := tc.want[strings.Index(tc.want, ": ")+2:]
 			if err == nil || err.Error() != want {
-				t.Fatalf("ResolveWith:\n got %v\nwant %s", err, want)
+				t.Fatalf("Resolve:\n got %v\nwant %s", err, want)
 			}
 		})
 	}
