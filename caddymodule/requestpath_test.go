@@ -27,7 +27,7 @@ func TestRequestPathListing(t *testing.T) {
 		t.Fatal("docs/request-path.md: no request-path marker")
 	}
 	declared := declaredFuncs(t)
-	row := regexp.MustCompile("(?m)^\\| (\\d+) \\| (\\S+\\.go) \\| (.+) \\|$")
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| (\S+\.go) \| (.+) \|$`)
 	fn := regexp.MustCompile("`([^`]+)`")
 	var files []string
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
