@@ -20,24 +20,50 @@ import (
 // A record held as outcome unknown, found by a retry on a route with a
 // verify rule, is settled with the upstream first (Verifier.Settle): a
 // verified result answers the retry, a record found not applied (released)
-// or gone is claimed again, and one still held answers 409.
+// or gone is claimed again, and one still held answers 409. On a route
+// whose duplicates wait, a duplicate of a request in flight waits for it
+// (see wait.go), watching the record from before its claim.
 func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	var wt *waiter
+	if g.rt.wait {
+		wt = h.watch(g.rt, g.id)
+		defer wt.stop()
+	}
+	c, err := h.claimOrSettle(ctx, g, method, in, fp)
+	if err != nil || c != nil || !h.shouldWait(wt, g, method, in, fp) {
+		return c, err
+	}
+	return h.await(ctx, g, wt, method, in, fp)
+}
+
+// claimOrSettle claims the key, or settles the held record found with
+// the upstream (settleHeld).
+func (h *Handler) claimOrSettle(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	c, err := h.claimKey(ctx, g, method, in, fp)
 	if err != nil || c != nil {
 		return c, err
 	}
-	if rec := g.rec; rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+	return h.settleHeld(ctx, g, method, in, fp)
+}
+
+// settleHeld asks the Verifier to settle g.rec when it is held as outcome
+// unknown on a route with a verify rule and the request is its retry:
+// nil when the record answers the request (g.rec, completed or still
+// held), or the claim of a record the check released (or that is gone).
+func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	rec := g.rec
+	if rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
 		return nil, nil
 	}
-	after, note := h.verifier.Settle(ctx, g.rt, g.rec, g.check)
+	after, note := h.verifier.Settle(ctx, g.rt, rec, g.check)
 	if note != "" {
 		g.note = note
 	}
-	if after == nil || after.State == store.StateReleased {
-		return h.claimKey(ctx, g, method, in, fp)
+	if after != nil && after.State != store.StateReleased {
+		g.rec = after
+		return nil, nil
 	}
-	g.rec = after
-	return nil, nil
+	return h.claimKey(ctx, g, method, in, fp)
 }
 
 // claimKey asks the store for the request's key once (twice when the
@@ -145,7 +171,7 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 		// unguarded would defeat the mode on every route.
 		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
 	}
-	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
 		body.forward(r)
 		return next.ServeHTTP(w, r)

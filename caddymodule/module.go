@@ -50,8 +50,9 @@ type Handler struct {
 	routes   []*route
 	ids      *keying.IDKey // derives record ids under the deployment secret
 	store    store.Engine
-	use      *storeUse // the handler's use of the store (see stores.go)
-	verifier *Verifier // settles held records with the upstream (see verifier.go)
+	notices  store.Notices // completion notices, when a route waits for them
+	use      *storeUse     // the handler's use of the store (see stores.go)
+	verifier *Verifier     // settles held records with the upstream (see verifier.go)
 	logger   *zap.Logger
 	metrics  *metrics
 }
@@ -84,6 +85,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = newVerifier(h)
+	h.provisionNotices()
 	return nil
 }
 

@@ -22,6 +22,7 @@ type route struct {
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
 	verifier  atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
+	wait      bool                     // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -65,6 +66,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
+		rt.wait = rt.waits()
 		var err error
 		if rt.path, err = compilePath(res.Path); err != nil {
 			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)
