@@ -43,6 +43,14 @@ type chain struct {
 	server *caddyhttp.Server
 }
 
+// provisionRedrive lets the operator API reach this handler through its
+// routes, to run a re-drive on an operator's word.
+func (h *Handler) provisionRedrive() {
+	for _, rt := range h.routes {
+		rt.handler.Store(h)
+	}
+}
+
 // remember keeps the chain after this handler for the route's re-drives
 // (keep_request routes), from the first request that brings it.
 func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
@@ -124,8 +132,8 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
-	h.enter()
-	defer h.leave()
+	h.use.enter()
+	defer h.use.leave()
 	if err := store.RedriveRefusal(rec, time.Now()); err != nil {
 		return refuse("refused", rec, err)
 	}
@@ -183,7 +191,8 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	stopRenewing := h.renewWhileRunning(c)
 	panicked, callErr := callNext(ch.next, cw, r)
 	stopRenewing()
-	result := h.settle(g, c, classify(rt, cw, callErr, panicked), cw)
+	out := classify(rt, cw, callErr, panicked)
+	result := h.record(g, c, out, storedResult(rt, cw, out))
 	cw.deliver()
 	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",

@@ -22,7 +22,7 @@ type route struct {
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
-	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
+	handler   atomic.Pointer[Handler] // the handler the route is in, for re-drives
 	breaker   *breaker                // nil: the route has no retry.breaker
 	// scopeHeaders are the headers the route's scope reads, canonical:
 	// a kept request never carries them.
@@ -32,7 +32,9 @@ type route struct {
 	// chain is the rest of the handler chain after the idempotency
 	// handler (reverse_proxy and whatever the site puts before it), as
 	// the route's last guarded request saw it: where a re-drive goes.
-	chain atomic.Pointer[chain]
+	chain    atomic.Pointer[chain]
+	verifier atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
+	wait     bool                     // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -46,13 +48,13 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		case !reflect.ValueOf(h.Defaults).IsZero():
 			return errors.New("idempotency: rules_file and inline defaults are both set; use one of them")
 		}
-		rules, err := config.LoadWith(h.RulesFile, limits)
+		rules, err := config.Load(h.RulesFile, limits)
 		if err != nil {
 			return fmt.Errorf("idempotency rules: %w", err)
 		}
 		h.Rules = *rules
 	}
-	resolved, err := h.Rules.ResolveWith(limits)
+	resolved, err := h.Rules.Resolve(limits)
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
@@ -90,6 +92,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 				rt.redriveHeader.Set(hd.Name, repl.ReplaceAll(hd.Value, ""))
 			}
 		}
+		rt.wait = rt.waits()
 		var err error
 		if rt.path, err = compilePath(res.Path); err != nil {
 			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)

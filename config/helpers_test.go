@@ -24,7 +24,7 @@ func jsonRoundTrip(t *testing.T, r *Rules) ([]Resolved, []byte) {
 	if err := dec.Decode(&back); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
 	}
-	again, err := back.Resolve()
+	again, err := back.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func jsonRoundTrip(t *testing.T, r *Rules) ([]Resolved, []byte) {
 // want, in order.
 func wantParseErrors(t *testing.T, yaml string, want []string) {
 	t.Helper()
-	_, err := Parse("r.yaml", []byte(yaml))
+	_, err := Parse("r.yaml", []byte(yaml), Limits{})
 	if err == nil {
 		t.Fatal("Parse succeeded")
 	}

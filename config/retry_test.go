@@ -25,11 +25,11 @@ routes:
 `
 
 func TestRecoveryResolve(t *testing.T) {
-	r, err := Parse("r.yaml", []byte(retryRules))
+	r, err := Parse("r.yaml", []byte(retryRules), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestRecoveryResolve(t *testing.T) {
 			t.Errorf("%s: max %d breaker %+v owner %q keep %v headers %+v", got.Name, got.MaxExecutions, got.Breaker, got.Owner, got.KeepRequest, got.RedriveHeaders)
 		}
 	}
-	plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve()
+	plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(Limits{})
 	if p := plain[0]; p.MaxExecutions != 5 || p.Breaker != nil || p.Owner != "" || p.KeepRequest || p.RedriveHeaders != nil {
 		t.Errorf("built-in defaults: %+v", p)
 	}

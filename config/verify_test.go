@@ -35,11 +35,11 @@ const verifyRules = `routes:
 `
 
 func TestVerifyResolve(t *testing.T) {
-	r, err := Parse("r.yaml", []byte(verifyRules))
+	r, err := Parse("r.yaml", []byte(verifyRules), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestVerifyResolve(t *testing.T) {
 		!v.Found(203) || v.Found(404) || !v.NotFound(410) || v.ReplayStatus != 0 || v.FoundObject != "" || v.FoundMatch != nil {
 		t.Errorf("tuned: %+v", v)
 	}
-	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(); plain[0].Verify != nil {
+	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(Limits{}); plain[0].Verify != nil {
 		t.Errorf("a route without verify resolved one: %+v", plain[0].Verify)
 	}
 
