@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -172,8 +173,11 @@ func TestCaddyfileEmbeddedDir(t *testing.T) {
 					Servers map[string]struct {
 						Routes []struct {
 							Handle []struct {
-								Handler string      `json:"handler"`
-								Store   StoreConfig `json:"store"`
+								Handler string `json:"handler"`
+								Store   struct {
+									Engine string `json:"engine"`
+									embedded.Module
+								} `json:"store"`
 							} `json:"handle"`
 						} `json:"routes"`
 					} `json:"servers"`
@@ -189,7 +193,7 @@ func TestCaddyfileEmbeddedDir(t *testing.T) {
 				for _, h := range rt.Handle {
 					if h.Handler == "idempotency" {
 						found = true
-						if h.Store.Dir != want || len(h.Store.Addresses) != 0 {
+						if h.Store.Dir != want || h.Store.Engine != "embedded" {
 							t.Errorf("store %s: %+v, want dir %q", store, h.Store, want)
 						}
 					}

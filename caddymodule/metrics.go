@@ -16,11 +16,8 @@ type metrics struct {
 	executions  *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
-	waitShort   *prometheus.CounterVec
 	// verifications counts checks of held records by route and verdict.
 	verifications *prometheus.CounterVec
-	// storeUp is 1 while a Redis store answers, 0 while it does not.
-	storeUp *prometheus.GaugeVec
 }
 
 var processMetrics = &metrics{
@@ -45,21 +42,11 @@ var processMetrics = &metrics{
 		Help:      "Latency of record store calls by operation.",
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 2.5},
 	}, []string{"op", "result"}),
-	waitShort: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "idemgate",
-		Name:      "store_wait_short_total",
-		Help:      "Claims and completions that fewer replicas than wait_replicas acknowledged within wait_timeout, by op.",
-	}, []string{"op"}),
 	verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "verifications_total",
 		Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
 	}, []string{"route", "verdict"}),
-	storeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "idemgate",
-		Name:      "store_up",
-		Help:      "1 while the Redis record store answers claims, 0 from the first claim that failed to reach it until it answers again; by store (its addresses).",
-	}, []string{"store"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -70,8 +57,8 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	}
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
-		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
-		processMetrics.verifications, processMetrics.storeUp,
+		processMetrics.storeErrors, processMetrics.storeTime,
+		processMetrics.verifications,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

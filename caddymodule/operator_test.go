@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 const operatorTestRules = `
@@ -52,7 +53,7 @@ func storedRecord(t *testing.T, h *Handler, name string, res store.Result) strin
 // Content-Type (a UTF-8 BOM allowed) and in URL-encoded forms, and of
 // the route's redact_fields; other values stay.
 func TestOperatorRedactsStoredBodies(t *testing.T) {
-	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
+	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -96,7 +97,7 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 // a Content-Type that is a short, valid header value, an external id of
 // at most store.MaxExternalID bytes.
 func TestOperatorCompleteLimits(t *testing.T) {
-	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
+	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, body, msg string
