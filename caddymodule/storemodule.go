@@ -81,13 +81,20 @@ func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Stor
 		name = "redis" // addresses
 	}
 	d := caddyfile.NewDispenser(storeBlock(storeLine, opts))
-	mod, err := caddyfile.UnmarshalModule(d, storeNamespace+"."+name)
+	info, err := caddy.GetModule(storeNamespace + "." + name)
 	if err != nil {
-		return nil, err
+		return nil, d.Errf("store %s: %v", name, err)
 	}
-	sm, ok := mod.(StoreModule)
+	sm, ok := info.New().(StoreModule)
 	if !ok {
-		return nil, d.Errf("module %s.%s is not a record store", storeNamespace, name)
+		return nil, d.Errf("module %s is not a record store", info.ID)
+	}
+	unm, ok := sm.(caddyfile.Unmarshaler)
+	if !ok {
+		return nil, d.Errf("module %s has no Caddyfile syntax; use JSON", info.ID)
+	}
+	if err := unm.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
 	}
 	return sm, nil
 }
