@@ -66,6 +66,7 @@ func checkIndexed(t testing.TB, s *Store, id string, want store.State, ttl time.
 // checks after each step that exactly the new state's index lists it,
 // scored with its expiry time.
 func TestIndexFollowsTransitions(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		name string
 		do   func(t *testing.T, s *Store, id string)
@@ -178,6 +179,7 @@ func sameShardIDs(t testing.TB, shard string, n int) []string {
 // TestExpiredRecordsLeaveTheIndex: a record whose key expired is no longer
 // listed, and the next write to its index trims it.
 func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ids := sameShardIDs(t, "7ab", 2)

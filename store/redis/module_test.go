@@ -157,6 +157,7 @@ func TestPoolKey(t *testing.T) {
 }
 
 func TestStoreOptionsWaitAndCA(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartTLS(t)
 	ok := Module{Addresses: []string{"rediss://" + srv.Addr}, TLSCAFile: srv.CAFile(), TLSServerName: redistest.TLSServerName,
 		WaitReplicas: 2, WaitTimeout: caddy.Duration(50 * time.Millisecond)}
