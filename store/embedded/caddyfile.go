@@ -3,9 +3,9 @@ package embedded
 import (
 	"path/filepath"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
+	"github.com/idemgate/idemgate/internal/caddyopt"
 )
 
 // UnmarshalCaddyfile sets up the embedded store from the idempotency
@@ -46,15 +46,11 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			m.CacheSize = int64(n)
 		case "op_timeout":
-			var s string
-			if !d.AllArgs(&s) {
-				return d.ArgErr()
+			dur, err := caddyopt.Duration(d)
+			if err != nil {
+				return err
 			}
-			dur, err := caddy.ParseDuration(s)
-			if err != nil || dur <= 0 {
-				return d.Errf("%s: %q is not a positive duration", opt, s)
-			}
-			m.OpTimeout = caddy.Duration(dur)
+			m.OpTimeout = dur
 		case "wait_replicas", "wait_timeout":
 			return d.Errf("%s needs a Redis with replicas; the embedded store has none", opt)
 		case "allow_eviction":

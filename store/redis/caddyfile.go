@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/idemgate/idemgate/internal/caddyopt"
 )
 
 // UnmarshalCaddyfile sets up the Redis store from the idempotency
@@ -114,21 +114,17 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				m.PoolSize = n
 			}
 		case "dial_timeout", "op_timeout", "wait_timeout":
-			var s string
-			if !d.AllArgs(&s) {
-				return d.ArgErr()
-			}
-			dur, err := caddy.ParseDuration(s)
-			if err != nil || dur <= 0 {
-				return d.Errf("%s: %q is not a positive duration", opt, s)
+			dur, err := caddyopt.Duration(d)
+			if err != nil {
+				return err
 			}
 			switch opt {
 			case "dial_timeout":
-				m.DialTimeout = caddy.Duration(dur)
+				m.DialTimeout = dur
 			case "op_timeout":
-				m.OpTimeout = caddy.Duration(dur)
+				m.OpTimeout = dur
 			default:
-				m.WaitTimeout = caddy.Duration(dur)
+				m.WaitTimeout = dur
 			}
 		case "cache_size":
 			return d.Err("cache_size is the embedded store's; Redis keeps its records in its own memory")

@@ -472,7 +472,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {
-		rec := createdRecord(req, now, args.Lease)
+		created := store.NewRecord(req, now, args.Lease)
+		rec := &created
 		return store.ClaimResult{Claimed: true, Claim: store.NewClaim(s, req, rec.StartedAt, req.TTL), Record: rec, Now: now}, nil
 	}
 	if len(v) != 4 {
@@ -489,25 +490,6 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 		res.Claimed, res.Claim = true, store.NewClaim(s, req, rec.StartedAt, req.TTL)
 	}
 	return res, nil
-}
-
-// createdRecord is the record the claim script makes for a new key: what
-// the request asked for, started at the script's clock now.
-func createdRecord(req store.ClaimRequest, now time.Time, lease time.Duration) *store.Record {
-	return &store.Record{
-		ID:              req.ID,
-		Route:           req.Route,
-		Operation:       req.Operation,
-		Fingerprint:     req.Fingerprint,
-		FingerprintRule: req.FingerprintRule,
-		State:           store.StateInFlight,
-		Token:           req.Token,
-		StartedAt:       now,
-		LeaseUntil:      now.Add(time.Duration(store.Millis(lease)) * time.Millisecond),
-		Attempts:        1,
-		Executions:      1,
-		Check:           req.Check.Normalized(),
-	}
 }
 
 // claimPart is the claim part of the record a claim of a new key writes. A
