@@ -58,6 +58,7 @@ type report struct {
 	mem      *memoryResult
 	idle     map[string][]roundStats // plain and execute on one connection
 	ping     time.Duration           // p50 of a bare EVALSHA round trip from the load generator (0: none)
+	wait     *waitResult             // duplicates waiting for one slow call (nil: not measured)
 	took     time.Duration
 	failures string // non-empty when answers were wrong: the run is invalid
 }
@@ -416,6 +417,7 @@ func (r *report) text() string {
 	b.WriteString(r.generatorLine())
 	b.WriteString(r.idleLine())
 	b.WriteString(r.memoryLine())
+	b.WriteString(r.wait.text())
 	b.WriteString(r.goals())
 	if r.e.pinMsg != "" {
 		b.WriteString("pinned set skipped: " + r.e.pinMsg + "\n")
@@ -458,7 +460,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "At %d keep-alive connections (the two set; requests barely queue for the CPUs):\n\n%s\n", r.o.conns2, t)
 		b.WriteString("+p50 ms, +gw µs: what the variant adds over two-plain (p50 latency, gateway CPU per request).\n\n")
 	}
-	b.WriteString("```\n" + r.ratios() + r.sideBySide() + "```\n\n")
+	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.wait.text() + "```\n\n")
 	b.WriteString(r.goals())
 	if l := r.busyLine(); l != "" {
 		b.WriteString("- " + l)

@@ -18,6 +18,13 @@ type metrics struct {
 	storeTime   *prometheus.HistogramVec
 	// verifications counts checks of held records by route and verdict.
 	verifications *prometheus.CounterVec
+	// observed counts what enforce would have done with the requests a
+	// route in observe mode forwarded.
+	observed *prometheus.CounterVec
+	// waits counts duplicates that waited for the first request, by how
+	// the wait ended; waitTime is how long they waited.
+	waits    *prometheus.CounterVec
+	waitTime *prometheus.HistogramVec
 }
 
 var processMetrics = &metrics{
@@ -47,6 +54,22 @@ var processMetrics = &metrics{
 		Name:      "verifications_total",
 		Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
 	}, []string{"route", "verdict"}),
+	observed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "observed_total",
+		Help:      "Requests a route in observe mode forwarded that enforce would have answered itself, by route and what enforce would have done (replay, conflict, mismatch, unknown, missing_key, invalid).",
+	}, []string{"route", "would"}),
+	waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "in_flight_waits_total",
+		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, timeout, client_gone, store_error).",
+	}, []string{"route", "result"}),
+	waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "idemgate",
+		Name:      "in_flight_wait_seconds",
+		Help:      "How long duplicates waited for the first request with their key, by route.",
+		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"route"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -59,6 +82,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime,
 		processMetrics.verifications,
+		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

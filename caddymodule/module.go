@@ -60,7 +60,8 @@ type Handler struct {
 	ids      *keying.IDKey // derives record ids under the deployment secret
 	storeMod StoreModule   // the loaded Store module
 	store    store.Engine
-	use      *storeUse // the handler's use of the store (see stores.go)
+	notices  store.Notices // completion notices, when a route waits for them
+	use      *storeUse     // the handler's use of the store (see stores.go)
 	logger   *zap.Logger
 	metrics  *metrics
 }
@@ -97,6 +98,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.provisionVerify()
+	h.provisionNotices()
 	return nil
 }
 

@@ -131,6 +131,8 @@ type Engine struct {
 	secretMu sync.Mutex
 	secret   []byte
 
+	notices store.LocalNotices // completions, releases and holds, to this process's waiters
+
 	recovered Recovery
 	closeOnce sync.Once
 	closeErr  error
@@ -611,7 +613,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		return false, errors.New("store: negative TTL")
 	}
 	result := newResult(req.Result)
-	return e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
 		var r *rec
 		switch {
 		case cur == nil:
@@ -640,7 +642,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		r.setResult(result)
 		r.expireAt = now + store.Millis(ttl)
 		return r
-	})
+	}))
 }
 
 // Release marks the record released: the next claim executes again.
@@ -652,7 +654,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.Token != token {
 			return nil
 		}
@@ -661,7 +663,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 		r.State = store.StateReleased
 		r.expireAt = now + store.Millis(ttl)
 		return r
-	})
+	}))
 }
 
 // MarkUnknown holds the record as outcome unknown; a completed record is
@@ -677,7 +679,7 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
 			return nil
 		}
@@ -686,7 +688,7 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 		r.expireAt = now + store.Millis(holdTTL)
 		r.scheduleFirstCheck(now)
 		return r
-	})
+	}))
 }
 
 // change runs one fenced state change: f returns the new record, or nil
