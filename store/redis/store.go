@@ -29,7 +29,7 @@
 // Redis 7.0 or newer is required (SET with NX and GET together; scripts
 // that read TIME and then write rely on effects replication). Open works with a single node,
 // Sentinel (MasterName) and Cluster. The embedded store is another engine
-// behind the same contract (Engine): package store/local.
+// behind the same contract (store.Engine): package store/embedded.
 package redis
 
 import (
