@@ -1,4 +1,6 @@
-// Package store keeps idempotency records in Redis.
+// Package redis is the Redis record store: it keeps idempotency records in
+// Redis, behind the store.Engine contract, and is the Caddy module
+// idempotency.stores.redis (module.go).
 //
 // A record is one Redis string under prefix + "{" + tag + "}" + id (its
 // stored form: blob.go), where the tag is the id's first three characters:
