@@ -1,4 +1,4 @@
-// Package local is the durable embedded record store: the store.Engine
+// Package embedded is the durable embedded record store: the store.Engine
 // contract for a single gateway on Pebble (CockroachDB's storage engine),
 // keeping its records in one directory (DIR).
 //
