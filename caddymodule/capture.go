@@ -30,7 +30,7 @@ type capture struct {
 	// The client's writer: Header, Unwrap (for http.ResponseController)
 	// and Push come from the wrapper; Write, WriteHeader, ReadFrom and
 	// FlushError are capture's own.
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper
 	max int64
 
 	status    int         // final status; 0 until WriteHeader(>=200)
@@ -81,7 +81,7 @@ func appendBounded(b, p []byte, limit int64) []byte {
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
 	return &capture{
-		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		max:                   max, buf: getBuffer(), digest: sha256.New(), declared: -1,
 	}
 }

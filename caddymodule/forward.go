@@ -23,9 +23,9 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	cw := newCapture(w, g.rt.MaxResponse)
 	defer cw.release()
 
-	stopRenewing := h.renewWhileRunning(c)
+	renewing := h.renewWhileRunning(c)
 	panicked, err := callNext(next, cw, r)
-	stopRenewing()
+	renewing.stop()
 
 	// The upstream's answer is all here (unless it was too large to hold
 	// back): record it, then hand it to the client at whatever pace the
@@ -97,14 +97,14 @@ func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (p
 // renewWhileRunning extends the claim's lease while the upstream call is
 // alive, so a slow live call is never mistaken for a dead one. Calls that
 // finish within a third of the lease cost no renewal: nothing runs before
-// then but a timer (no goroutine per call). stop returns once no renewal
-// is running and none will start.
-func (h *Handler) renewWhileRunning(c *store.Claim) (stop func()) {
+// then but a timer (no goroutine per call). Its stop returns once no
+// renewal is running and none will start.
+func (h *Handler) renewWhileRunning(c *store.Claim) *renewal {
 	rn := &renewal{h: h, claim: c}
 	rn.mu.Lock() // renew reads rn.timer
 	rn.timer = time.AfterFunc(c.Lease()/3, rn.renew)
 	rn.mu.Unlock()
-	return rn.stop
+	return rn
 }
 
 // renewal is the lease renewal of one running call.

@@ -109,24 +109,43 @@ func (c *checkedConn) needsPeek() bool {
 	return now-c.used.Load() >= int64(freshConn) || now-c.health.failed.Load() < int64(suspectFor)
 }
 
-// SyscallConn gives go-redis's health check the socket, or a stand-in
-// whose Read reports nothing to read without a system call when the peek
-// is not needed. Its Write and Control are the socket's.
+// SyscallConn gives go-redis's health check the socket, or, when the peek
+// is not needed, a stand-in whose Read reports "nothing to read, not
+// closed" without a system call (and without an allocation: it is the
+// connection itself). Its Write and Control are the socket's.
 func (c *checkedConn) SyscallConn() (syscall.RawConn, error) {
-	raw, err := c.sys.SyscallConn()
-	if err != nil || c.needsPeek() {
-		return raw, err
+	if c.needsPeek() {
+		return c.sys.SyscallConn()
 	}
-	return unpeekedRaw{raw}, nil
+	return (*unpeekedRaw)(c), nil
 }
 
-// unpeekedRaw is a socket whose Read runs nothing: "no data, not closed".
-type unpeekedRaw struct{ syscall.RawConn }
+// unpeekedRaw is a fresh connection's socket as the health check sees it.
+type unpeekedRaw checkedConn
 
-func (unpeekedRaw) Read(func(fd uintptr) bool) error { return nil }
+func (*unpeekedRaw) Read(func(fd uintptr) bool) error { return nil }
 
-// Interface guard
-var _ syscall.Conn = (*checkedConn)(nil)
+func (r *unpeekedRaw) Write(f func(fd uintptr) bool) error {
+	raw, err := r.sys.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return raw.Write(f)
+}
+
+func (r *unpeekedRaw) Control(f func(fd uintptr)) error {
+	raw, err := r.sys.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return raw.Control(f)
+}
+
+// Interface guards
+var (
+	_ syscall.Conn    = (*checkedConn)(nil)
+	_ syscall.RawConn = (*unpeekedRaw)(nil)
+)
 
 // failedConn is a connection that was never made: every read and write
 // returns the dial's error.
