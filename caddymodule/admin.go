@@ -430,7 +430,7 @@ func (a *AdminAPI) release(w http.ResponseWriter, r *http.Request, id string) er
 		return storeError(err)
 	}
 	a.log().Info("record released by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(t.Rec.State)), zap.Int64("executions", rec.Executions))
 	return writeJSON(w, view(rec, t.Redactor()))
 }
@@ -525,7 +525,7 @@ func (a *AdminAPI) complete(w http.ResponseWriter, r *http.Request, id string) e
 		return storeError(err)
 	}
 	a.log().Info("record completed by an operator",
-		zap.String("route", rec.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("previous_state", string(t.Rec.State)), zap.Int("status", res.Status))
 	return writeJSON(w, view(rec, t.Redactor()))
 }

@@ -60,7 +60,7 @@ func (h *Handler) sameFingerprint(rec *store.Record, method string, rt *route, i
 func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.Input) (string, bool) {
 	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
 	if err != nil {
-		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("key_id", rec.ID), zap.Error(err))
+		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("record_id", rec.ID), zap.Error(err))
 		return "", false
 	}
 	fp, err := keying.Fingerprint(method, rec.Operation, in, rule)

@@ -64,7 +64,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
 		h.enter()
-		go h.releaseLost(store.Hold(h.store, req, time.Time{}, req.TTL))
+		go h.releaseLost(store.NewClaim(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
 	return res, nil

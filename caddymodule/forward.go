@@ -133,9 +133,9 @@ func (rn *renewal) renew() {
 	h.metrics.observeStore("renew", began, err)
 	switch {
 	case err != nil:
-		h.logger.Warn("renewing a claim failed", zap.String("key_id", rn.claim.ID()), zap.Error(err))
+		h.logger.Warn("renewing a claim failed", zap.String("record_id", rn.claim.ID()), zap.Error(err))
 	case !ok:
-		h.logger.Warn("claim lost while the upstream call was running", zap.String("key_id", rn.claim.ID()))
+		h.logger.Warn("claim lost while the upstream call was running", zap.String("record_id", rn.claim.ID()))
 		return
 	}
 	rn.timer.Reset(rn.claim.Lease() / 3)

@@ -41,7 +41,7 @@ type guarded struct {
 	outcome string
 	status  int
 	rec     *store.Record
-	now     time.Time   // the Redis clock at the claim: lease times compare with it
+	now     time.Time   // the store's clock at the claim: lease times compare with it
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
 	span    trace.Span      // the request's span when Caddy's tracing is on
@@ -165,7 +165,7 @@ func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
 // (access logs, `header`, `handle_errors`).
 const (
 	placeholderRoute    = "http.idempotency.route"
-	placeholderKeyID    = "http.idempotency.key_id"
+	placeholderRecordID = "http.idempotency.record_id"
 	placeholderOutcome  = "http.idempotency.outcome"
 	placeholderReplayed = "http.idempotency.replayed"
 )
@@ -176,14 +176,14 @@ func (h *Handler) decided(g *guarded) {
 	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
 	if g.repl != nil {
 		g.repl.Set(placeholderRoute, g.rt.Name)
-		g.repl.Set(placeholderKeyID, g.id)
+		g.repl.Set(placeholderRecordID, g.id)
 		g.repl.Set(placeholderOutcome, g.outcome)
 		g.repl.Set(placeholderReplayed, g.outcome == outcomeReplayed)
 	}
 	if g.span.IsRecording() {
 		g.span.SetAttributes(
 			attribute.String("idempotency.route", g.rt.Name),
-			attribute.String("idempotency.key_id", g.id),
+			attribute.String("idempotency.record_id", g.id),
 			attribute.String("idempotency.outcome", g.outcome),
 			attribute.Bool("idempotency.replayed", g.outcome == outcomeReplayed),
 		)
@@ -192,7 +192,7 @@ func (h *Handler) decided(g *guarded) {
 		fields := make([]zap.Field, 0, 9)
 		fields = append(fields,
 			zap.String("route", g.rt.Name),
-			zap.String("key_id", g.id),
+			zap.String("record_id", g.id),
 			zap.String("outcome", g.outcome),
 			zap.Int("status", g.status),
 			zap.Duration("duration", time.Since(g.start)),

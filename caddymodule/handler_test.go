@@ -474,7 +474,7 @@ routes:
 		for _, kv := range spans[i].Attributes() {
 			attrs[string(kv.Key)] = kv.Value.String()
 		}
-		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.key_id"]) != 32 ||
+		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.record_id"]) != 32 ||
 			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {
 			t.Errorf("span %d attributes = %v, want callResult %s", i, attrs, want)
 		}

@@ -153,7 +153,7 @@ func TestDecisionPlaceholders(t *testing.T) {
 		if err := h.ServeHTTP(w, req, caddyhttp.HandlerFunc(up.next)); err != nil {
 			t.Fatal(err)
 		}
-		got := repl.ReplaceAll("{http.idempotency.route} {http.idempotency.outcome} {http.idempotency.replayed} {http.idempotency.key_id}", "-")
+		got := repl.ReplaceAll("{http.idempotency.route} {http.idempotency.outcome} {http.idempotency.replayed} {http.idempotency.record_id}", "-")
 		parts := strings.Fields(got)
 		if len(parts) != 4 || parts[0] != "deals" || parts[1] != want.outcome || parts[2] != want.replayed || len(parts[3]) != 32 {
 			t.Errorf("request %d: placeholders %q, want deals %s %s <key id>", i, got, want.outcome, want.replayed)

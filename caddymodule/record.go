@@ -167,7 +167,7 @@ func (h *Handler) settle(g *guarded, c *store.Claim, out callResult, cw *capture
 	deadline := time.Now().Add(c.Lease())
 	if ok, err := h.recordOnce(g.rt.Name, c.ID(), rec); err != nil {
 		h.logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
-			zap.String("route", g.rt.Name), zap.String("key_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
+			zap.String("route", g.rt.Name), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
 		if rec.op == "complete" {
 			// The capture's buffer goes back to its pool when the request
 			// ends: the background tries keep a copy of their own.
@@ -209,7 +209,7 @@ func (h *Handler) keepRecording(route, id string, rec recording, deadline time.T
 	for tries := 2; ; tries++ {
 		if time.Now().Add(pause).After(deadline) {
 			h.logger.Error("gave up recording the upstream outcome; the record will surface as outcome unknown",
-				zap.String("route", route), zap.String("key_id", id), zap.String("step", rec.op), zap.Int("tries", tries-1))
+				zap.String("route", route), zap.String("record_id", id), zap.String("step", rec.op), zap.Int("tries", tries-1))
 			return
 		}
 		time.Sleep(pause)
@@ -217,13 +217,13 @@ func (h *Handler) keepRecording(route, id string, rec recording, deadline time.T
 		ok, err := h.recordOnce(route, id, rec)
 		switch {
 		case err != nil:
-			h.logger.Debug("recording the upstream outcome failed again", zap.String("key_id", id), zap.Int("try", tries), zap.Error(err))
+			h.logger.Debug("recording the upstream outcome failed again", zap.String("record_id", id), zap.Int("try", tries), zap.Error(err))
 			continue
 		case !ok:
 			h.claimLost(route, id, rec.op)
 		default:
 			h.logger.Info("recorded the upstream outcome after retrying",
-				zap.String("route", route), zap.String("key_id", id), zap.String("step", rec.op), zap.Int("tries", tries))
+				zap.String("route", route), zap.String("record_id", id), zap.String("step", rec.op), zap.Int("tries", tries))
 		}
 		return
 	}
@@ -231,7 +231,7 @@ func (h *Handler) keepRecording(route, id string, rec recording, deadline time.T
 
 func (h *Handler) claimLost(route, id, op string) {
 	h.logger.Warn("the claim was taken over while the upstream call ran; its outcome was not recorded",
-		zap.String("route", route), zap.String("key_id", id), zap.String("step", op))
+		zap.String("route", route), zap.String("record_id", id), zap.String("step", op))
 }
 
 // storedResult is what a completed call leaves for replays.

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // insideScripts are the commands the store's scripts run inside Redis.
@@ -21,7 +21,7 @@ var insideScripts = []string{"time", "get", "set", "setrange", "zadd", "zrem", "
 // roundTrips reads INFO commandstats and returns the commands clients sent
 // (every command except those run inside scripts and the test's own INFO
 // and CONFIG RESETSTAT), by name.
-func roundTrips(t *testing.T, admin *redis.Client) map[string]int64 {
+func roundTrips(t *testing.T, admin *goredis.Client) map[string]int64 {
 	t.Helper()
 	sent := redistest.CommandStats(t, admin)
 	for name := range sent {
@@ -43,7 +43,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
 	sent := &redistest.CommandLog{}
-	h.store.(*store.Store).Client().AddHook(sent)
+	h.store.(*redis.Store).Client().AddHook(sent)
 	ctx := context.Background()
 	const n = 25
 

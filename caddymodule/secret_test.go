@@ -53,9 +53,9 @@ func keyIDOf(t *testing.T, h *Handler, logs *observer.ObservedLogs, key string, 
 	if len(entries) == 0 {
 		t.Fatal("no decision line")
 	}
-	id, _ := entries[len(entries)-1].ContextMap()["key_id"].(string)
+	id, _ := entries[len(entries)-1].ContextMap()["record_id"].(string)
 	if len(id) != 32 {
-		t.Fatalf("key_id %q", id)
+		t.Fatalf("record_id %q", id)
 	}
 	return id
 }

@@ -16,10 +16,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // StoreConfig selects and configures the record store.
@@ -134,9 +135,9 @@ func (c StoreConfig) embedded() bool {
 }
 
 // options turns the config into store options, replacing placeholders.
-func (c StoreConfig) options() (store.Options, error) {
+func (c StoreConfig) options() (redis.Options, error) {
 	repl := caddy.NewReplacer()
-	opts := store.Options{
+	opts := redis.Options{
 		MasterName:    c.MasterName,
 		Cluster:       c.Cluster,
 		Username:      repl.ReplaceAll(c.Username, ""),
@@ -215,7 +216,7 @@ func (c StoreConfig) options() (store.Options, error) {
 // parseRedisURL reads a redis:// or rediss:// URL with go-redis's own
 // parser (a missing port is 6379) and reports whether it names a
 // database. Its errors never hold the URL, which may hold a password.
-func parseRedisURL(addr string) (opts *redis.Options, hasDB bool, err error) {
+func parseRedisURL(addr string) (opts *goredis.Options, hasDB bool, err error) {
 	u, err := url.Parse(addr)
 	var ue *url.Error
 	switch {
@@ -230,7 +231,7 @@ func parseRedisURL(addr string) (opts *redis.Options, hasDB bool, err error) {
 	case u.RawQuery != "":
 		return nil, false, errors.New("options in the URL are not read; use the store options (pool_size, dial_timeout, ...)")
 	}
-	opts, err = redis.ParseURL(addr)
+	opts, err = goredis.ParseURL(addr)
 	return opts, strings.Trim(u.Path, "/") != "", err
 }
 
@@ -259,7 +260,7 @@ func loadCAs(file string) (*x509.CertPool, error) {
 // poolKey identifies a store connection shared by configs with the same
 // options, taken after placeholder replacement. It is a hash, so the key
 // holds no password.
-func (c StoreConfig) poolKey(opts store.Options) string {
+func (c StoreConfig) poolKey(opts redis.Options) string {
 	if c.embedded() {
 		dir, err := filepath.Abs(c.embeddedDir())
 		if err != nil {
@@ -316,7 +317,7 @@ func durationOr(d caddy.Duration, def time.Duration) time.Duration {
 
 // logEvictionCheck warns about a Redis whose maxmemory-policy may evict
 // records: once per store connection, when it is opened.
-func logEvictionCheck(logger *zap.Logger, ec store.EvictionCheck) {
+func logEvictionCheck(logger *zap.Logger, ec redis.EvictionCheck) {
 	switch {
 	case ec.Err != nil:
 		logger.Info("could not read the Redis eviction policy; make sure it is noeviction",
@@ -336,13 +337,13 @@ const waitShortLogEvery = 10 * time.Second
 // log the first and then at most one every waitShortLogEvery with the
 // number in between. It logs through Caddy's current default logger, since
 // the store outlives the config that opened it.
-func waitShortLogger(wanted int) func(store.WaitShortfall) {
+func waitShortLogger(wanted int) func(redis.WaitShortfall) {
 	var (
 		mu         sync.Mutex
 		last       time.Time
 		suppressed int
 	)
-	return func(ws store.WaitShortfall) {
+	return func(ws redis.WaitShortfall) {
 		processMetrics.waitShort.WithLabelValues(ws.Op).Inc()
 		mu.Lock()
 		if !last.IsZero() && time.Since(last) < waitShortLogEvery {
@@ -355,7 +356,7 @@ func waitShortLogger(wanted int) func(store.WaitShortfall) {
 		suppressed = 0
 		mu.Unlock()
 		fields := []zap.Field{
-			zap.String("step", ws.Op), zap.String("key_id", ws.ID),
+			zap.String("step", ws.Op), zap.String("record_id", ws.ID),
 			zap.Int("acked", ws.Acked), zap.Int("wait_replicas", wanted),
 			zap.Int("more_since_last_report", n),
 		}

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 func TestStoreOptions(t *testing.T) {
@@ -218,7 +218,7 @@ func TestStoreOptionsWaitAndCA(t *testing.T) {
 		t.Fatalf("TLS store with tls_ca_file: %v", err)
 	}
 	t.Cleanup(func() { _ = u.retire() })
-	if err := u.engine.(*store.Store).Client().Ping(context.Background()).Err(); err != nil {
+	if err := u.engine.(*redis.Store).Client().Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stores.open(base, nil, zap.NewNop()); err == nil || !strings.Contains(err.Error(), "certificate") {

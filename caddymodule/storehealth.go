@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // handlerLog is Caddy's current default logger under the handler's name:
@@ -19,8 +19,8 @@ func handlerLog() *zap.Logger { return caddy.Log().Named("http.handlers.idempote
 // when the store stops answering and one when it answers again (with how
 // long it was down and how many claims failed meanwhile), and the gauge
 // idemgate_store_up{store=label}.
-func availabilityReporter(label string, log func() *zap.Logger) func(store.Availability) {
-	return func(a store.Availability) {
+func availabilityReporter(label string, log func() *zap.Logger) func(redis.Availability) {
+	return func(a redis.Availability) {
 		if a.Up {
 			processMetrics.storeUp.WithLabelValues(label).Set(1)
 			log().Warn("record store available again",

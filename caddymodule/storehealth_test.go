@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 func storeUp(t *testing.T, label string) float64 {
@@ -33,11 +33,11 @@ func TestAvailabilityReporter(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	label := "reporter-test:6379"
 	report := availabilityReporter(label, func() *zap.Logger { return zap.New(core) })
-	report(store.Availability{Err: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")})
+	report(redis.Availability{Err: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")})
 	if got := storeUp(t, label); got != 0 {
 		t.Fatalf("idemgate_store_up after the down report = %v, want 0", got)
 	}
-	report(store.Availability{Up: true, Down: 2345 * time.Millisecond, Refused: 17})
+	report(redis.Availability{Up: true, Down: 2345 * time.Millisecond, Refused: 17})
 	if got := storeUp(t, label); got != 1 {
 		t.Fatalf("idemgate_store_up after the up report = %v, want 1", got)
 	}

@@ -16,7 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/local"
+	"github.com/idemgate/idemgate/store/embedded"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // stores owns the life of every record store the process has open.
@@ -98,10 +99,10 @@ func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*
 		}
 		installRedisLogger()
 		label := c.label()
-		opts.OnEvictionCheck = func(ec store.EvictionCheck) { logEvictionCheck(logger, ec) }
+		opts.OnEvictionCheck = func(ec redis.EvictionCheck) { logEvictionCheck(logger, ec) }
 		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
 		opts.OnAvailability = availabilityReporter(label, handlerLog)
-		s, err := store.Open(opts)
+		s, err := redis.Open(opts)
 		if err != nil {
 			return nil, err
 		}
@@ -120,8 +121,8 @@ func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*
 }
 
 // openEmbedded opens the embedded store's DIR for this process.
-func openEmbedded(c StoreConfig, opts store.Options, logger *zap.Logger) (caddy.Destructor, error) {
-	e, err := local.Open(local.Options{
+func openEmbedded(c StoreConfig, opts redis.Options, logger *zap.Logger) (caddy.Destructor, error) {
+	e, err := embedded.Open(embedded.Options{
 		Dir:       c.embeddedDir(),
 		OpTimeout: opts.OpTimeout,
 		CacheSize: c.CacheSize,

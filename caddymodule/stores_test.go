@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/local"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 const storesRules = `
@@ -49,7 +49,7 @@ func TestEmbeddedStoreAcrossReloads(t *testing.T) {
 	if _, err := old.store.Get(context.Background(), "abc"); err == nil {
 		t.Fatal("the store is still open after its last user left")
 	}
-	e, err := local.Open(local.Options{Dir: sc.Dir})
+	e, err := embedded.Open(embedded.Options{Dir: sc.Dir})
 	if err != nil {
 		t.Fatalf("DIR not given up: %v", err)
 	}

@@ -71,7 +71,7 @@ func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) stor
 	}
 	unresolved := func(what string, err error) store.Check {
 		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
-			zap.String("route", rt.Name), zap.String("key_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
+			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
 		return store.Check{}
 	}
 	u, ok, err := v.URL.Resolve(key, id, in)
@@ -111,7 +111,7 @@ type checkRun struct {
 // run when the record carries none; op is the operator who asked for it
 // (nil for the gateway's own checks). A store failure is an error; a
 // lookup failure is a verdict.
-func (h *Handler) checkOnce(rt *route, held store.Held, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
+func (h *Handler) checkOnce(rt *route, held store.Fence, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
 	v := rt.Verify
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	began := time.Now()
@@ -142,7 +142,7 @@ func (h *Handler) checkOnce(rt *route, held store.Held, fallback store.Check, du
 	h.metrics.observeStore("end_check", began, err)
 	h.metrics.verifications.WithLabelValues(rt.Name, entry.Verdict).Inc()
 	fields := []zap.Field{
-		zap.String("route", rt.Name), zap.String("key_id", held.ID()), zap.String("trigger", why),
+		zap.String("route", rt.Name), zap.String("record_id", held.ID()), zap.String("trigger", why),
 		zap.String("verdict", entry.Verdict), zap.Int("status", entry.Status),
 		zap.Duration("duration", time.Since(started)),
 	}
@@ -308,13 +308,13 @@ func (h *Handler) verifyHeld(ctx context.Context, g *guarded, method string, in 
 	if other := h.routeNamed(rec.Route); other != nil && other.Verify != nil {
 		rt = other // the headers of the route that made the claim
 	}
-	run, err := h.checkOnce(rt, rec.Held(), g.check, false, checkRetry, nil)
+	run, err := h.checkOnce(rt, rec.Fence(), g.check, false, checkRetry, nil)
 	if err != nil {
 		h.metrics.storeErrors.WithLabelValues(g.rt.Name, "check").Inc()
 		g.note = "verification check failed: " + err.Error()
 		return nil, nil
 	}
-	if !run.ran && rec.Held().Of(run.rec) {
+	if !run.ran && rec.Fence().Holds(run.rec) {
 		run.rec = h.awaitCheck(ctx, rt, run.rec)
 	}
 	if run.ran {
@@ -383,7 +383,7 @@ func (h *Handler) scheduleChecks(rt *route, c *store.Claim) {
 		return
 	}
 	h.enter()
-	s := &checkSchedule{h: h, rt: rt, held: c.Held()}
+	s := &checkSchedule{h: h, rt: rt, held: c.Fence()}
 	s.timer = time.AfterFunc(rt.Verify.After, s.run)
 }
 
@@ -391,7 +391,7 @@ func (h *Handler) scheduleChecks(rt *route, c *store.Claim) {
 type checkSchedule struct {
 	h        *Handler
 	rt       *route
-	held     store.Held
+	held     store.Fence
 	timer    *time.Timer
 	failures int // store failures in a row
 }
@@ -407,12 +407,12 @@ func (s *checkSchedule) run() {
 		// The store is unreachable: try again later, a few times.
 		if s.failures++; s.failures > v.Attempts {
 			s.h.logger.Warn("verification schedule gave up: the record store keeps failing; the record stays held",
-				zap.String("route", s.rt.Name), zap.String("key_id", s.held.ID()), zap.Error(err))
+				zap.String("route", s.rt.Name), zap.String("record_id", s.held.ID()), zap.Error(err))
 			s.h.leave()
 			return
 		}
 		wait = v.Every
-	case !s.held.Of(rec),
+	case !s.held.Holds(rec),
 		rec.NextCheck.IsZero() || rec.CheckCount >= int64(v.Attempts):
 		// Resolved, or gone, or its scheduled checks are done.
 		s.h.leave()
@@ -453,7 +453,7 @@ func withNextCheck(p *problem, rec *store.Record, now time.Time) {
 func (h *Handler) verifyNow(rt *route, rec *store.Record, act store.Action) (checkRun, error) {
 	h.enter()
 	defer h.leave()
-	return h.checkOnce(rt, rec.Held(), store.Check{}, false, checkOperator, &act)
+	return h.checkOnce(rt, rec.Fence(), store.Check{}, false, checkOperator, &act)
 }
 
 // ErrNoVerify is returned by VerifyNow when the record's route has no
@@ -486,7 +486,7 @@ func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Rec
 		return nil, "", err
 	case run.rec == nil:
 		return nil, "", fmt.Errorf("%w: %s", store.ErrNotFound, rec.ID)
-	case !run.ran && rec.Held().Of(run.rec):
+	case !run.ran && rec.Fence().Holds(run.rec):
 		return run.rec, "", fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, rec.ID)
 	case !run.ran:
 		return run.rec, "", fmt.Errorf("%w: record %s was resolved while the check ran (it is %s now); the check changed nothing", store.ErrConflict, rec.ID, run.rec.State)
@@ -576,7 +576,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 		return storeError(err)
 	}
 	a.log().Info("record verified by an operator",
-		zap.String("route", found.Route), zap.String("key_id", id), zap.String("actor", act.Actor),
+		zap.String("route", found.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
 	return writeJSON(w, view(rec, s.redactor(rec.Route)))
 }

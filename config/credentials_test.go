@@ -29,6 +29,7 @@ func TestCallerCredentials(t *testing.T) {
 		// Not credentials.
 		{"key", ""},
 		{"key_id", ""},
+		{"record_id", ""},
 		{"env.CRM_TOKEN", ""}, // the gateway's own, filled in when the check runs
 		{"header.Idempotency-Key", ""},
 		{"body.id", ""},

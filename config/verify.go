@@ -61,7 +61,7 @@ var (
 type Verify struct {
 	// URL is the lookup, an absolute http or https URL template:
 	// "{env.CRM_URL}/crm/deals?source_key={key}". Placeholders: {key} (the
-	// derived key), {key_id} (the record id), {header.NAME},
+	// derived key), {record_id} (the record id), {header.NAME},
 	// {query.NAME}, {form.NAME} and {body.PATH} of the request, each
 	// URL-escaped, and {env.NAME}, filled in as it is from the
 	// environment of the gateway that runs the check. Placeholders that
@@ -115,7 +115,7 @@ type VerifyFound struct {
 	// inconclusive. Default: the whole answer.
 	Object string `json:"object,omitempty"`
 	// Match maps JSON paths (gjson syntax) in the lookup's body to
-	// templates their values must equal, as text: {key}, {key_id},
+	// templates their values must equal, as text: {key}, {record_id},
 	// request placeholders and literal text, such as
 	// {"0.source_key": "{key}"}. An answer whose value at a path differs
 	// or is missing is about another operation: inconclusive, never

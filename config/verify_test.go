@@ -148,7 +148,7 @@ func TestVerifyErrors(t *testing.T) {
 			`r.yaml:8: routes[0].verify.headers.X-N: must be a string, not 5 (quote it to make it a string)`,
 		}},
 		{"url placeholders", head + "    verify:\n      url: \"http://crm/{nope}\"\n      found: { id: id }\n", []string{
-			`r.yaml:6: routes[0].verify.url: "http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`,
+			`r.yaml:6: routes[0].verify.url: "http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {record_id}, {env.NAME})`,
 		}},
 		{"caller credentials", "defaults: { scope: [\"{header.X-Api-Key}:{query.tenant}\"] }\n" + head + `    verify:
       url: "http://crm/x?k={key}&a={header.Authorization}&b={header.x-api-key}&c={query.tenant}&d={query.access_token}&e={header.Cookie}"
@@ -182,7 +182,7 @@ func TestVerifyErrors(t *testing.T) {
 			`r.yaml:10: routes[0].verify.found.match: "": a path must not be empty`,
 			`r.yaml:10: routes[0].verify.found.match: " ": a path must not be empty`,
 			`r.yaml:10: routes[0].verify.found.match.a: must not be empty: a template such as "{key}"`,
-			`r.yaml:10: routes[0].verify.found.match.b: "{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id})`,
+			`r.yaml:10: routes[0].verify.found.match.b: "{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {record_id})`,
 			`r.yaml:10: routes[0].verify.found.match.c: "{env.CRM_TOKEN}": placeholder {env.CRM_TOKEN}: {env.NAME} is not allowed here (the value is compared with the answer, not sent)`,
 			`r.yaml:10: routes[0].verify.found.match.d: "has space": byte 0x20 at offset 3 (literal text is visible ASCII)`,
 		}},

@@ -78,14 +78,14 @@ type confirmPage struct {
 // and sends the browser back to the record.
 func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageContext, id, action string) {
 	if err := c.origin.Check(r); err != nil {
-		c.logger.Warn("console: cross-origin action refused", zap.String("key_id", safeID(id)), zap.String("action", action))
+		c.logger.Warn("console: cross-origin action refused", zap.String("record_id", safeID(id)), zap.String("action", action))
 		p.renderError(w, http.StatusForbidden, "Refused: request from another site",
 			"The browser says this form was sent from another site. Open the console itself and act from there.")
 		return
 	}
 	if p.Anonymous && !c.AllowAnonymous {
 		c.logger.Warn("console: action without a signed-in operator refused",
-			zap.String("key_id", safeID(id)), zap.String("action", action))
+			zap.String("record_id", safeID(id)), zap.String("action", action))
 		p.renderError(w, http.StatusForbidden, "Refused: nobody is signed in",
 			"Every action is kept on the record with the operator who took it, read from "+c.Actor+
 				", which Caddy's authentication in front of the console sets (basic_auth, or another authentication provider)."+
@@ -105,7 +105,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	}
 	if err := c.checkCSRF(r.PostForm.Get(csrfField), p.Actor, p.Now); err != nil {
 		c.logger.Warn("console: action without a valid form token refused",
-			zap.String("key_id", safeID(id)), zap.String("action", action), zap.String("actor", p.Actor), zap.String("problem", err.Error()))
+			zap.String("record_id", safeID(id)), zap.String("action", action), zap.String("actor", p.Actor), zap.String("problem", err.Error()))
 		p.renderError(w, http.StatusForbidden, "Refused: the form is not valid",
 			"This form has expired or was not made by this console for you ("+err.Error()+"). Go back, reload the page and try again.")
 		return
@@ -182,13 +182,13 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		refuse(status, "Not done: "+sentence(strings.TrimPrefix(err.Error(), store.ErrInvalidArgument.Error()+": "))+".", done)
 		return
 	default:
-		c.logger.Error("console: operator action failed", zap.String("key_id", id), zap.String("action", action), zap.Error(err))
+		c.logger.Error("console: operator action failed", zap.String("record_id", id), zap.String("action", action), zap.Error(err))
 		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable",
 			"The action could not be stored; nothing changed. Try again in a moment.")
 		return
 	}
 	fields := []zap.Field{
-		zap.String("route", done.Route), zap.String("key_id", id), zap.String("action", action),
+		zap.String("route", done.Route), zap.String("record_id", id), zap.String("action", action),
 		zap.String("actor", act.Actor), zap.String("previous_state", string(rec.State)),
 		zap.Int64("executions", done.Executions),
 	}

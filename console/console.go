@@ -151,7 +151,7 @@ func (c *Console) Validate() error {
 
 // ServeHTTP answers a console request. The path is what is left after the
 // mount point (handle_path strips it): "/", "/records/{id}",
-// "/records/{id}/{release|complete}", "/static/console.css".
+// "/records/{id}/{release|complete|verify}", "/static/console.css".
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	setSecurityHeaders(w.Header())
 	p := newPageContext(c, r)

@@ -16,19 +16,20 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // fixture is a console over one embedded store.
 type fixture struct {
 	t      *testing.T
-	s      *store.Store
+	s      *redis.Store
 	c      *Console
 	routes map[string]config.Resolved
 }
@@ -36,7 +37,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	// A real redis-server: the fixture backdates records in place.
-	s, err := store.Open(store.Options{Addrs: []string{redistest.Start(t).Addr}, OpTimeout: 2 * time.Second})
+	s, err := redis.Open(redis.Options{Addrs: []string{redistest.Start(t).Addr}, OpTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -117,7 +118,7 @@ func (f *fixture) setStarted(id string, at time.Time) {
 		f.t.Fatalf("stored record: %v", err)
 	}
 	stored = stored[:35] + fmt.Sprintf("%013d", at.UnixMilli()) + stored[48:]
-	if err := f.s.Client().Set(ctx, f.s.Key(id), stored, redis.KeepTTL).Err(); err != nil {
+	if err := f.s.Client().Set(ctx, f.s.Key(id), stored, goredis.KeepTTL).Err(); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -613,7 +614,7 @@ func TestShowBody(t *testing.T) {
 		{"text as is", "text/plain", "line 1\n<b>2</b>", []string{"line 1\n<b>2</b>"}, nil},
 		{"invalid json as text", "application/json", `{"a":`, []string{`{"a":`}, nil},
 	} {
-		rec := &store.Record{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}
+		rec := &store.Record{Result: store.Result{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}}
 		v := showBody(rec, store.NewRedactor(nil))
 		for _, w := range tc.want {
 			if !strings.Contains(v.Text, w) {
@@ -626,10 +627,10 @@ func TestShowBody(t *testing.T) {
 			}
 		}
 	}
-	if v := showBody(&store.Record{Body: []byte{0xff, 0, 1}}, store.NewRedactor(nil)); !v.Binary || v.Text != "" {
+	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil)); !v.Binary || v.Text != "" {
 		t.Errorf("binary body: %+v", v)
 	}
-	big := showBody(&store.Record{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}, store.NewRedactor(nil))
+	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil))
 	if !big.Truncated || len(big.Text) > maxShownBody {
 		t.Errorf("large body: truncated %v, %d bytes shown", big.Truncated, len(big.Text))
 	}
@@ -653,7 +654,7 @@ func TestSensitiveName(t *testing.T) {
 func TestAdviceOnExecutions(t *testing.T) {
 	now := time.Now()
 	done := func(exe int64, audit ...store.AuditEntry) *store.Record {
-		return &store.Record{State: store.StateCompleted, Status: 201, Executions: exe, Attempts: 3, Audit: audit}
+		return &store.Record{State: store.StateCompleted, Result: store.Result{Status: 201}, Executions: exe, Attempts: 3, Audit: audit}
 	}
 	rel := store.AuditEntry{Action: store.AuditRelease, Actor: "alice"}
 	for _, tc := range []struct {

@@ -177,7 +177,7 @@ func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext,
 	case http.StatusNotFound:
 		p.renderError(w, http.StatusNotFound, "No such record", "No record store holds this record: it was never made, or it expired.")
 	default:
-		c.logger.Error("console: reading a record", zap.String("key_id", safeID(id)), zap.Error(err))
+		c.logger.Error("console: reading a record", zap.String("record_id", safeID(id)), zap.Error(err))
 		p.renderError(w, http.StatusServiceUnavailable, "Record store unavailable", "The record store could not be read. Try again in a moment.")
 	}
 	return t, false

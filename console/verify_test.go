@@ -47,7 +47,7 @@ func TestVerifyFromTheConsole(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		lease, rec, err := store.BeginCheck(ctx, f.s, rec.Held(), time.Minute, false)
+		lease, rec, err := store.BeginCheck(ctx, f.s, rec.Fence(), time.Minute, false)
 		if err != nil || lease == nil {
 			return rec, fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, id)
 		}
@@ -111,7 +111,7 @@ func TestVerifyFromTheConsole(t *testing.T) {
 func TestActionsWaitForCheck(t *testing.T) {
 	f := newFixture(t)
 	id := f.heldWithCheck("create_crm_deal")
-	lease, _, err := store.BeginCheck(context.Background(), f.s, f.get(id).Held(), time.Minute, false)
+	lease, _, err := store.BeginCheck(context.Background(), f.s, f.get(id).Fence(), time.Minute, false)
 	if err != nil || lease == nil {
 		t.Fatalf("BeginCheck: %v, %v", lease, err)
 	}

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // Bounds of the reload-under-traffic tests.
@@ -283,7 +284,7 @@ func rtHold(t *testing.T, up *rtUpstream, url, key string) (finish func() rtAnsw
 }
 
 // rtCheckHeld checks a held delivery's answer and its record.
-func rtCheckHeld(t *testing.T, st *store.Store, key string, a rtAnswer) *store.Record {
+func rtCheckHeld(t *testing.T, st *redis.Store, key string, a rtAnswer) *store.Record {
 	t.Helper()
 	if a.err != nil || a.status != http.StatusCreated || a.replayed || a.call != 1 {
 		t.Errorf("delivery held across a reload: %d replayed=%t call=%d %s %v, want 201 from call 1", a.status, a.replayed, a.call, a.body, a.err)
@@ -318,7 +319,7 @@ type rtReload struct {
 func TestReloadUnderTraffic(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	st := store.New(rdb, "", 2*time.Second)
+	st := redis.New(rdb, "", 2*time.Second)
 	up := rtNewUpstream(t)
 	gw := startGateway(t, gatewayConfig{
 		store:    "redis://" + srv.Addr,
@@ -524,7 +525,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 
 // rtGatewayClients lists the Redis client ids of every connection except
 // the observer's own.
-func rtGatewayClients(t *testing.T, observer *redis.Client) map[string]bool {
+func rtGatewayClients(t *testing.T, observer *goredis.Client) map[string]bool {
 	t.Helper()
 	list, err := observer.ClientList(context.Background()).Result()
 	if err != nil {
@@ -560,10 +561,10 @@ func rtCountIn(ids, in map[string]bool) int {
 // until that call has recorded its outcome, and close after.
 func TestReloadUnderTrafficNewStore(t *testing.T) {
 	srv := redistest.Start(t)
-	observer := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: "rt-observer", PoolSize: 1})
+	observer := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ClientName: "rt-observer", PoolSize: 1})
 	t.Cleanup(func() { _ = observer.Close() })
-	oldStore := store.New(observer, "rta:", 2*time.Second)
-	newStore := store.New(observer, "rtb:", 2*time.Second)
+	oldStore := redis.New(observer, "rta:", 2*time.Second)
+	newStore := redis.New(observer, "rtb:", 2*time.Second)
 	up := rtNewUpstream(t)
 	gw := startGateway(t, gatewayConfig{
 		store:    "redis://" + srv.Addr,

@@ -104,7 +104,7 @@ func TestFleetStoredSecret(t *testing.T) {
 		_, list := adminDo(t, gw, "GET", "/idempotency/records", "")
 		_, one := adminDo(t, gw, "GET", "/idempotency/records/"+id, "")
 		answers = append(answers, string(list), string(one), gw.logs.String())
-		if !strings.Contains(gw.logs.String(), `"key_id":"`) {
+		if !strings.Contains(gw.logs.String(), `"record_id":"`) {
 			t.Fatal("no decision was logged")
 		}
 	}

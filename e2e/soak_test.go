@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // The soak: two gateways share one durable redis-server in front of the
@@ -289,7 +290,7 @@ func (s *soakRun) scenario(r *rand.Rand, w, i int, deadline time.Time) {
 }
 
 // records reads the record of every key (nil when absent).
-func (s *soakRun) records(t *testing.T, st *store.Store) map[string]*store.Record {
+func (s *soakRun) records(t *testing.T, st *redis.Store) map[string]*store.Record {
 	t.Helper()
 	recs := make(map[string]*store.Record, len(s.keys))
 	var (
@@ -327,7 +328,7 @@ func (s *soakRun) records(t *testing.T, st *store.Store) map[string]*store.Recor
 // Redis was down), after its lease ran out: the claim then turns it into
 // outcome_unknown (hold, store) or takes it over (release). It returns how
 // many keys it resolved.
-func (s *soakRun) resolve(t *testing.T, st *store.Store) int {
+func (s *soakRun) resolve(t *testing.T, st *redis.Store) int {
 	t.Helper()
 	resolved := 0
 	for range 3 {
@@ -376,12 +377,12 @@ func soakTroubles(logs ...string) map[string]soakTrouble {
 	out := map[string]soakTrouble{}
 	for _, l := range logs {
 		for line := range strings.SplitSeq(l, "\n") {
-			if !strings.HasPrefix(line, "{") || !strings.Contains(line, `"key_id"`) {
+			if !strings.HasPrefix(line, "{") || !strings.Contains(line, `"record_id"`) {
 				continue
 			}
 			var e struct {
 				Msg     string `json:"msg"`
-				KeyID   string `json:"key_id"`
+				KeyID   string `json:"record_id"`
 				Outcome string `json:"outcome"`
 			}
 			if json.Unmarshal([]byte(line), &e) != nil || e.KeyID == "" {
@@ -687,7 +688,7 @@ func TestSoak(t *testing.T) {
 		soakKeepLogs(t, gw)
 		run.gws = append(run.gws, gw)
 	}
-	st := store.New(srv.Client(t), "", 5*time.Second)
+	st := redis.New(srv.Client(t), "", 5*time.Second)
 
 	setupTook := time.Since(began)
 	start := time.Now()

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // The topology tests run the real binary on Redis Cluster, on Sentinel
@@ -186,7 +187,7 @@ func TestTopologySentinel(t *testing.T) {
 	const n = 12
 	topoFlow(t, gw, up, "se", n)
 	ctx := context.Background()
-	rs := store.New(replica.Client(t), "", 0)
+	rs := redis.New(replica.Client(t), "", 0)
 	for i := range n {
 		id := recordID("deals", "", fmt.Sprintf("se-%d", i))
 		if rec, err := rs.Get(ctx, id); err != nil || rec == nil || rec.State != store.StateCompleted {
@@ -350,7 +351,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 	// Second delivery of every key, after the failover. The new master
 	// is read directly first to tell replicated records from lost ones.
 	ctx := context.Background()
-	newMaster := store.New(redis.NewClient(&redis.Options{Addr: replica.Addr, DisableIdentity: true}), "", 0)
+	newMaster := redis.New(goredis.NewClient(&goredis.Options{Addr: replica.Addr, DisableIdentity: true}), "", 0)
 	t.Cleanup(func() { _ = newMaster.Close() })
 	shortLogged := gws[1].logs.String()
 	var acked, unacked, replayed, conflicts, lost, reexecuted int

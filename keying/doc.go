@@ -30,7 +30,7 @@
 // resolves; [Template.Resolve] resolves one.
 //
 // A route's lookup URL (its verify rule) is a [URLTemplate]: the same
-// request placeholders, each value URL-escaped, with {key}, {key_id} and
+// request placeholders, each value URL-escaped, with {key}, {record_id} and
 // {env.NAME} besides.
 //
 // Header values are trimmed of spaces and tabs. A value that is a Structured

@@ -13,23 +13,23 @@ import (
 type source uint8
 
 const (
-	srcLiteral source = iota // literal text, not a placeholder
-	srcHeader                // {header.NAME}
-	srcQuery                 // {query.NAME}
-	srcForm                  // {form.NAME}
-	srcBody                  // {body.PATH}
-	srcKey                   // {key}: the derived key (lookup URLs only)
-	srcKeyID                 // {key_id}: the record id (lookup URLs only)
+	srcLiteral  source = iota // literal text, not a placeholder
+	srcHeader                 // {header.NAME}
+	srcQuery                  // {query.NAME}
+	srcForm                   // {form.NAME}
+	srcBody                   // {body.PATH}
+	srcKey                    // {key}: the derived key (lookup URLs only)
+	srcRecordID               // {record_id}: the record id (lookup URLs only)
 )
 
 var sourceNames = [...]string{
-	srcLiteral: "literal",
-	srcHeader:  "header",
-	srcQuery:   "query",
-	srcForm:    "form",
-	srcBody:    "body",
-	srcKey:     "key",
-	srcKeyID:   "key_id",
+	srcLiteral:  "literal",
+	srcHeader:   "header",
+	srcQuery:    "query",
+	srcForm:     "form",
+	srcBody:     "body",
+	srcKey:      "key",
+	srcRecordID: "record_id",
 }
 
 func (s source) String() string { return sourceNames[s] }

@@ -15,7 +15,7 @@ const MaxURLTemplate = 2048
 
 // URLTemplate is the template of a lookup URL by which the gateway asks an
 // upstream whether an operation took effect: literal text, {key} (the
-// derived key), {key_id} (the record id), the request placeholders of key
+// derived key), {record_id} (the record id), the request placeholders of key
 // templates, and {env.NAME}, which stays as written until ExpandEnv fills
 // it in when the check runs. It is immutable and safe for concurrent use.
 type URLTemplate struct {
@@ -56,8 +56,8 @@ func parseURLPlaceholder(name string) (part, error) {
 	switch env, isEnv := strings.CutPrefix(name, "env."); {
 	case name == "key":
 		return part{src: srcKey}, nil
-	case name == "key_id":
-		return part{src: srcKeyID}, nil
+	case name == "record_id" || name == "key_id": // key_id: the older name
+		return part{src: srcRecordID}, nil
 	case isEnv && !validEnvName(env):
 		return part{}, fmt.Errorf("%s is not an environment variable name", quote(env))
 	case isEnv:
@@ -65,7 +65,7 @@ func parseURLPlaceholder(name string) (part, error) {
 	}
 	p, err := parsePlaceholder(name)
 	if err != nil {
-		return part{}, fmt.Errorf("%v (or {key}, {key_id}, {env.NAME})", err)
+		return part{}, fmt.Errorf("%v (or {key}, {record_id}, {env.NAME})", err)
 	}
 	return p, nil
 }
@@ -76,7 +76,7 @@ func (t URLTemplate) String() string { return t.src }
 // IsZero reports whether t is the zero template.
 func (t URLTemplate) IsZero() bool { return t.src == "" }
 
-// Resolve fills in the request's placeholders: {key}, {key_id} and the
+// Resolve fills in the request's placeholders: {key}, {record_id} and the
 // request values, each URL-escaped (every byte but A-Z a-z 0-9 - . _ ~
 // becomes %XX), so a value can neither end its query parameter nor its
 // path segment. {env.NAME} placeholders stay as written, for ExpandEnv
@@ -99,7 +99,7 @@ func (t URLTemplate) resolve(key, keyID string, in *Input, escape func(string) s
 			continue
 		case srcKey:
 			v = key
-		case srcKeyID:
+		case srcRecordID:
 			v = keyID
 		default:
 			var err error
@@ -117,7 +117,7 @@ func (t URLTemplate) resolve(key, keyID string, in *Input, escape func(string) s
 
 // ParseMatchTemplate parses the template of a value a lookup's answer
 // must hold (a verify rule's found.match): literal text (visible ASCII),
-// {key}, {key_id} and the request placeholders of key templates. No
+// {key}, {record_id} and the request placeholders of key templates. No
 // {env.NAME}: the value is compared with the answer, never sent.
 // Resolve it with ResolveText.
 func ParseMatchTemplate(s string) (URLTemplate, error) {
@@ -150,14 +150,14 @@ func parseMatchPlaceholder(name string) (part, error) {
 	switch {
 	case name == "key":
 		return part{src: srcKey}, nil
-	case name == "key_id":
-		return part{src: srcKeyID}, nil
+	case name == "record_id" || name == "key_id": // key_id: the older name
+		return part{src: srcRecordID}, nil
 	case strings.HasPrefix(name, "env."):
 		return part{}, fmt.Errorf("{env.NAME} is not allowed here (the value is compared with the answer, not sent)")
 	}
 	p, err := parsePlaceholder(name)
 	if err != nil {
-		return part{}, fmt.Errorf("%v (or {key}, {key_id})", err)
+		return part{}, fmt.Errorf("%v (or {key}, {record_id})", err)
 	}
 	return p, nil
 }

@@ -40,7 +40,7 @@ func TestParseURLTemplateErrors(t *testing.T) {
 		{"{env.CRM_URL}/deals?k={key_id}&e={body.event.id}", ""},
 		{"ftp://crm/x?k={key}", `"ftp://crm/x?k={key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`},
 		{"/deals/{key}", `"/deals/{key}" is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)`},
-		{"http://crm/{nope}", `"http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id}, {env.NAME})`},
+		{"http://crm/{nope}", `"http://crm/{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {record_id}, {env.NAME})`},
 		{"http://crm/{env.1X}", `"http://crm/{env.1X}": placeholder {env.1X}: "1X" is not an environment variable name`},
 		{"http://crm/{key", `"http://crm/{key": unbalanced '{' at offset 11`},
 		{"http://crm/key}", `"http://crm/key}": unbalanced '}' at offset 14`},
@@ -119,13 +119,35 @@ func TestMatchTemplate(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"created", ""},
 		{"{env.CRM_TOKEN}", `"{env.CRM_TOKEN}": placeholder {env.CRM_TOKEN}: {env.NAME} is not allowed here (the value is compared with the answer, not sent)`},
-		{"{nope}", `"{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {key_id})`},
+		{"{nope}", `"{nope}": placeholder {nope}: "nope" has no source (want {header.NAME}, {query.NAME}, {form.NAME} or {body.PATH}) (or {key}, {record_id})`},
 		{"a b", `"a b": byte 0x20 at offset 1 (literal text is visible ASCII)`},
 		{"{key", `"{key": unbalanced '{' at offset 0`},
 	} {
 		_, err := ParseMatchTemplate(tt.in)
 		if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && got != tt.want) {
 			t.Errorf("ParseMatchTemplate(%q) = %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+// TestRecordIDPlaceholder: {record_id} is the record id in lookup URLs and
+// match values; {key_id}, its older name, still reads the same.
+func TestRecordIDPlaceholder(t *testing.T) {
+	in := NewInput("POST", nil, "", []byte(`{}`))
+	for _, name := range []string{"record_id", "key_id"} {
+		u, err := ParseURLTemplate("http://crm/deals?id={" + name + "}")
+		if err != nil {
+			t.Fatalf("{%s} in a URL: %v", name, err)
+		}
+		if got, ok, err := u.Resolve("k", "0123abcd", in); err != nil || !ok || got != "http://crm/deals?id=0123abcd" {
+			t.Errorf("{%s} in a URL resolves to %q, %v, %v", name, got, ok, err)
+		}
+		m, err := ParseMatchTemplate("{" + name + "}")
+		if err != nil {
+			t.Fatalf("{%s} in a match value: %v", name, err)
+		}
+		if got, ok, err := m.Resolve("k", "0123abcd", in); err != nil || !ok || got != "0123abcd" {
+			t.Errorf("{%s} in a match value resolves to %q, %v, %v", name, got, ok, err)
 		}
 	}
 }

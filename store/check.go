@@ -2,16 +2,11 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Verification: a record held as outcome unknown on a route that says how
@@ -127,26 +122,6 @@ func isToken(s string) bool {
 	return true
 }
 
-// stored is the check's stored form, "METHOD URL" ("" for none), and
-// when it has match values, a line feed (never in a URL) and their
-// EncodeCheckMatch form.
-func (c Check) stored() string {
-	if c.IsZero() {
-		return ""
-	}
-	if len(c.Match) > 0 {
-		return c.Method + " " + c.URL + "\n" + EncodeCheckMatch(c.Match)
-	}
-	return c.Method + " " + c.URL
-}
-
-// checkOf reads a check's stored form.
-func checkOf(stored string, after time.Duration) Check {
-	line, match, _ := strings.Cut(stored, "\n")
-	method, url, _ := strings.Cut(line, " ")
-	return Check{Method: method, URL: url, After: after, Match: DecodeCheckMatch(match)}
-}
-
 // EncodeCheckMatch encodes match values for an engine to store: a JSON
 // array of [path, value] pairs ("" for none).
 func EncodeCheckMatch(m []CheckMatch) string {
@@ -234,23 +209,24 @@ type CheckReport struct {
 	Operator *Action
 }
 
-// Held is a record held as outcome unknown, as someone saw it: its id and
-// the token of the claim it was held from. A check of it counts only
-// while the record is still held under that claim.
-type Held struct{ id, token string }
+// Fence is a record held as outcome unknown, as someone saw it: its id
+// and the token of the claim it was held from. A check of it counts only
+// while the record is still held under that claim, that is while the
+// fence Holds the record.
+type Fence struct{ id, token string }
 
-// Held is the hold the record is under, when it is outcome_unknown.
-func (r *Record) Held() Held { return Held{r.ID, r.Token} }
+// Fence is the fence of the record as it is now: its id and its token.
+func (r *Record) Fence() Fence { return Fence{r.ID, r.Token} }
 
-// Held is the hold the claim leaves once it is marked unknown.
-func (c *Claim) Held() Held { return Held{c.req.ID, c.req.Token} }
+// Fence is the fence of the record once the claim has marked it unknown.
+func (c *Claim) Fence() Fence { return Fence{c.req.ID, c.req.Token} }
 
-// ID is the held record's id.
-func (h Held) ID() string { return h.id }
+// ID is the fenced record's id.
+func (f Fence) ID() string { return f.id }
 
-// Of reports whether rec is still outcome_unknown under this hold.
-func (h Held) Of(rec *Record) bool {
-	return rec != nil && rec.State == StateUnknown && rec.ID == h.id && rec.Token == h.token
+// Holds reports whether rec is still outcome_unknown under this fence.
+func (f Fence) Holds(rec *Record) bool {
+	return rec != nil && rec.State == StateUnknown && rec.ID == f.id && rec.Token == f.token
 }
 
 // CheckOps are the calls of an Engine that a CheckLease makes.
@@ -263,100 +239,33 @@ type CheckOps interface {
 // and record its verdict, which no other check has meanwhile.
 type CheckLease struct {
 	ops   CheckOps
-	held  Held
+	fence Fence
 	token string
 }
 
-// BeginCheck takes the check lease of the record held as h on e for lease,
-// under a new check token (see Store.BeginCheck for when it is refused).
+// BeginCheck takes the check lease of the record fenced by f on e for lease,
+// under a new check token (see Engine.BeginCheck for when it is refused).
 // The lease is nil when it was refused; rec is the record as e left it
 // (nil when it does not exist).
-func BeginCheck(ctx context.Context, e CheckOps, h Held, lease time.Duration, due bool) (*CheckLease, *Record, error) {
+func BeginCheck(ctx context.Context, e CheckOps, f Fence, lease time.Duration, due bool) (*CheckLease, *Record, error) {
 	token := NewToken()
-	rec, ok, err := e.BeginCheck(ctx, h.id, h.token, token, lease, due)
+	rec, ok, err := e.BeginCheck(ctx, f.id, f.token, token, lease, due)
 	if err != nil || !ok {
 		return nil, rec, err
 	}
-	return &CheckLease{ops: e, held: h, token: token}, rec, nil
+	return &CheckLease{ops: e, fence: f, token: token}, rec, nil
 }
 
 // End records the check and applies its verdict under the lease (see
-// Store.EndCheck): false, with the current record, when the record was
+// Engine.EndCheck): false, with the current record, when the record was
 // resolved meanwhile or the lease ran out and another check took over.
 func (l *CheckLease) End(ctx context.Context, r CheckReport) (*Record, bool, error) {
-	return l.ops.EndCheck(ctx, CheckOutcome{ID: l.held.id, ClaimToken: l.held.token, CheckToken: l.token, CheckReport: r})
+	return l.ops.EndCheck(ctx, CheckOutcome{ID: l.fence.id, ClaimToken: l.fence.token, CheckToken: l.token, CheckReport: r})
 }
 
-// BeginCheck takes the check lease of record id for lease (the store's
-// clock): the right to run one check and end it with EndCheck under
-// checkToken. It succeeds only while the record is outcome_unknown under
-// claimToken and no other check holds a live lease; with due, also only
-// once the next scheduled check's time has come (scheduled checks ask so;
-// a retry's and an operator's check do not). A BeginCheck retried with the
-// same checkToken while its lease lives succeeds again. It returns the
-// record as the script left it (nil when it does not exist) and whether
-// the lease is the caller's.
-func (s *Store) BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error) {
-	switch {
-	case !validID(id):
-		return nil, false, ErrInvalidID
-	case claimToken == "" || checkToken == "":
-		return nil, false, fmt.Errorf("%w: a check needs the claim token and a check token", ErrInvalidArgument)
-	case lease <= 0:
-		return nil, false, fmt.Errorf("%w: the check lease must be positive", ErrInvalidArgument)
-	}
-	dueArg := "0"
-	if due {
-		dueArg = "1"
-	}
-	return s.checkScript(ctx, "begin check", beginCheckScript, s.keys(id)[:1], id,
-		claimToken, checkToken, ms(lease), dueArg)
-}
-
-// EndCheck records a check under its lease and applies its verdict in the
-// same atomic step, while the record is still outcome_unknown under the
-// claim token and the check token is the lease's (else it changes nothing
-// and returns false with the current record):
-//
-//   - applied: completed with o.Result (CompletedAt now, Reason
-//     "verified", the check token as the record's token, so the held
-//     claim's late finisher can no longer overwrite it), lifetime o.TTL;
-//   - not applied: the streak of counted "not applied" answers grows by
-//     one, when it is the first or comes at least o.Every after the last
-//     counted one; once it reaches o.NotFoundChecks the record is
-//     released (Reason "verified_not_applied", the check token as its
-//     token, lifetime o.TTL) and the next claim executes;
-//   - anything else, or a streak still short: the record stays held, the
-//     streak kept, the next check due o.Next from now (none when 0).
-//
-// The entry is kept (the last MaxCheckEntries), CheckCount grows, the
-// lease ends, and an operator's check is added to the audit trail. The
-// record is returned as the script left it.
-func (s *Store) EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error) {
-	if err := o.check(); err != nil {
-		return nil, false, err
-	}
-	ttl := orDefault(o.TTL, DefaultTTL)
-	entry := ""
-	if o.Operator != nil {
-		var err error
-		if entry, err = encodeAction(AuditVerify, *o.Operator); err != nil {
-			return nil, false, err
-		}
-	}
-	res := o.Result
-	if o.Entry.Verdict == VerdictApplied && res.Digest == "" {
-		sum := sha256.Sum256(res.Body)
-		res.Digest = hex.EncodeToString(sum[:])
-	}
-	return s.checkScript(ctx, "end check", endCheckScript, s.keys(o.ID), o.ID,
-		o.ClaimToken, o.CheckToken, strconv.Itoa(o.Entry.Status), o.Entry.Verdict,
-		strconv.Itoa(o.NotFoundChecks), ms(o.Every), ms(o.Next), ms(ttl),
-		strconv.Itoa(res.Status), encodeHeader(res.Header), res.Body, res.Digest, res.ExternalID, entry)
-}
-
-// check validates an outcome as every engine must.
-func (o CheckOutcome) check() error {
+// Validate checks an outcome's arguments as every engine's EndCheck
+// must (ErrInvalidID, ErrInvalidArgument).
+func (o CheckOutcome) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: check outcome: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
@@ -379,77 +288,10 @@ func (o CheckOutcome) check() error {
 	return nil
 }
 
-// Validate checks an outcome's arguments as EndCheck does, for every
-// engine (ErrInvalidID, ErrInvalidArgument).
-func (o CheckOutcome) Validate() error { return o.check() }
-
 func validVerdict(v string) bool {
 	switch v {
 	case VerdictApplied, VerdictNotApplied, VerdictInconclusive, VerdictError:
 		return true
 	}
 	return false
-}
-
-// checkScript runs a check script (reply: code, now, record) and returns
-// the record and whether the code is a success.
-func (s *Store) checkScript(ctx context.Context, op string, sc *redis.Script, keys []string, id string, args ...any) (*Record, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-	defer cancel()
-	code, rec, err := s.recordReply(s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...), id)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: %s %s: %w", op, id, err)
-	}
-	return rec, code != 0 && rec != nil, nil
-}
-
-// recordReply reads a {code, now ms, record} reply.
-func (s *Store) recordReply(cmd *redis.Cmd, id string) (int64, *Record, error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(v) != 3 {
-		return 0, nil, errShortReply
-	}
-	code, _ := v[0].(int64)
-	stored, ok := v[2].(string)
-	if !ok {
-		return code, nil, nil
-	}
-	rec, _, err := decodeBlob(id, stored, false)
-	return code, rec, err
-}
-
-// decodeChecks fills the verification fields of r from its claim part.
-func decodeChecks(r *Record, c *[numClaimFields]string) {
-	if c[cCheck] != "" {
-		r.Check = checkOf(c[cCheck], time.Duration(intOf(c[cCheckAfter]))*time.Millisecond)
-	}
-	r.Checks = decodeCheckLog(c[cChecks])
-	r.CheckCount, r.NotFoundStreak = intOf(c[cCheckCount]), intOf(c[cNotFoundStreak])
-	r.NextCheck, r.CheckLeaseUntil = msOf(c[cNextCheck]), msOf(c[cCheckLeaseUntil])
-}
-
-// decodeCheckLog reads the check log: "at status verdict" lines. A line
-// that does not read (never written by this package) is skipped rather
-// than making the record unreadable.
-func decodeCheckLog(s string) []CheckEntry {
-	if s == "" {
-		return nil
-	}
-	out := make([]CheckEntry, 0, strings.Count(s, "\n")+1)
-	for line := range strings.SplitSeq(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		at, err1 := strconv.ParseInt(f[0], 10, 64)
-		status, err2 := strconv.Atoi(f[1])
-		if err1 != nil || err2 != nil || !validVerdict(f[2]) {
-			continue
-		}
-		out = append(out, CheckEntry{At: time.UnixMilli(at), Status: status, Verdict: f[2]})
-	}
-	return out
 }

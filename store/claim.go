@@ -19,10 +19,10 @@ type Claim struct {
 	TTL time.Duration
 }
 
-// Hold returns the claim that req made (or may have made, when its answer
-// was lost) on e, started at startedAt on the store's clock. ttl is the
-// lifetime of the record once completed or released.
-func Hold(e ClaimOps, req ClaimRequest, startedAt time.Time, ttl time.Duration) *Claim {
+// NewClaim returns the claim that req made (or may have made, when its
+// answer was lost) on e, started at startedAt on the store's clock. ttl is
+// the lifetime of the record once completed or released.
+func NewClaim(e ClaimOps, req ClaimRequest, startedAt time.Time, ttl time.Duration) *Claim {
 	return &Claim{engine: e, req: req, StartedAt: startedAt, TTL: ttl}
 }
 
@@ -59,4 +59,51 @@ type ClaimOps interface {
 	Complete(ctx context.Context, req CompleteRequest) (bool, error)
 	Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
 	MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error)
+}
+
+// ClaimRequest asks for the right to execute one operation.
+type ClaimRequest struct {
+	ID              string // record id (keying.KeyID)
+	Route           string
+	Operation       string
+	Fingerprint     string
+	FingerprintRule string
+	// Token fences the claim; use NewToken. Must not be empty.
+	Token string
+	// Lease is how long the claim lives without Renew (default 30s).
+	Lease time.Duration
+	// HoldTTL is the key's lifetime while in flight or held as unknown
+	// (default 720h).
+	HoldTTL time.Duration
+	// TTL is how long the record lives once the claim completes or
+	// releases it (default 24h): the Claim handle's.
+	TTL time.Duration
+	// OnExpired decides what happens to an in-flight record whose lease
+	// ran out (its gateway died mid-call): ExpiredHold (the default, also
+	// for "") or ExpiredRelease.
+	OnExpired Expired
+	// Check is the lookup that verifies the outcome if it turns out
+	// unknown (see BeginCheck), kept on the record by a claim that creates
+	// or takes it over; zero for a route without verification.
+	Check Check
+}
+
+// ClaimResult is the outcome of Claim.
+type ClaimResult struct {
+	// Claimed is true when the caller now owns the key with req.Token and
+	// must call the upstream.
+	Claimed bool
+	// Claim is the claim the caller holds when Claimed: the handle that
+	// renews, completes, releases or holds it; else nil.
+	Claim *Claim
+	// TakeOver is true when the claim replaced a released record or an
+	// in-flight one whose lease ran out (executions were incremented).
+	TakeOver bool
+	// Record is the record as the claim left it (with the full body when
+	// completed). Always set when err is nil.
+	Record *Record
+	// Now is the store's clock when the claim was decided: the clock the
+	// store decided lease expiry by. Compare Record.LeaseUntil with Now,
+	// never with the local clock, so gateways with skewed clocks agree.
+	Now time.Time
 }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -8,8 +10,23 @@ import (
 )
 
 // The helpers below let every engine apply the contract's argument rules
-// and encodings exactly as the Redis engine does, so the conformance suite
-// sees one behaviour.
+// and encodings alike, so the conformance suite sees one behaviour.
+
+// Defaults applied when a duration argument is zero.
+const (
+	// DefaultOpTimeout bounds every store call when the engine's options
+	// set no bound.
+	DefaultOpTimeout = 2 * time.Second
+	DefaultLease     = 30 * time.Second
+	DefaultTTL       = 24 * time.Hour
+	DefaultHoldTTL   = 720 * time.Hour
+)
+
+// ErrReplicasShort: an engine told to wait for replicas strictly (the
+// Redis engine's WaitStrict) found that fewer replicas than asked for
+// acknowledged a claim in time; the claim was released and must not be
+// used (nothing may be forwarded on it).
+var ErrReplicasShort = errors.New("store: fewer replicas than wait_replicas acknowledged the claim in time (wait_strict); it was released")
 
 // ValidID reports whether id is a record id every engine accepts: 1 to 128
 // bytes of [0-9A-Za-z_-].
@@ -36,10 +53,10 @@ type ClaimArgs struct {
 	OnExpired      Expired // ExpiredHold or ExpiredRelease
 }
 
-// CheckClaim validates a claim request as Claim does (ErrInvalidID, a
+// ValidateClaim validates a claim request as Claim does (ErrInvalidID, a
 // missing token, negative durations, an unknown OnExpired) and applies
 // the defaults.
-func CheckClaim(req ClaimRequest) (ClaimArgs, error) {
+func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if !validID(req.ID) {
 		return ClaimArgs{}, ErrInvalidID
 	}
@@ -91,3 +108,47 @@ func StoredState(st State) string { return storedState(st) }
 
 // IndexStates are the four record states in listing order.
 func IndexStates() []State { return indexStates[:] }
+
+// ErrInvalidID is returned for a record id that is empty, longer than 128
+// bytes or not made of [0-9A-Za-z_-] (ids are hex digests; braces would break
+// the Cluster hash tag).
+var ErrInvalidID = errors.New("store: invalid record id")
+
+// NewToken returns a random 128-bit claim token (32 hex characters).
+func NewToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b[:])
+}
+
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// msCeil is d in whole milliseconds, rounded up.
+func msCeil(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if time.Duration(m)*time.Millisecond < d {
+		m++
+	}
+	return m
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// ValidVerdict reports whether v is one of the Verdict constants.
+func ValidVerdict(v string) bool { return validVerdict(v) }

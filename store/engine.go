@@ -6,15 +6,35 @@ import (
 )
 
 // Engine is the record-store contract: what the handler and the operator
-// API need from a store, whatever keeps the records (Redis through Store,
-// or the durable embedded engine). Every engine behaves identically; the
-// conformance suite is the definition of "identically".
+// API need from a store, whatever keeps the records (Redis: package
+// store/redis; the durable embedded engine: package store/embedded).
+// Every engine behaves identically; the conformance suite (package
+// store/storetest) is the definition of "identically". Times are the
+// store's clock, which every gateway sharing the store agrees on.
 //
 // Fencing: Renew, Complete, Release and MarkUnknown succeed only while the
 // record carries the caller's token; false (not an error) means someone
 // else owns the record now.
 type Engine interface {
-	// Claim takes the right to execute an operation, or returns its record.
+	// Claim takes the right to execute an operation, or returns its record:
+	//
+	//   - absent: create it in flight (attempts=1, executions=1, lease from now,
+	//     record lifetime = HoldTTL); Claimed.
+	//   - in flight with req.Token (a retried Claim): Claimed, nothing changes.
+	//   - otherwise attempts+1, and then:
+	//   - in flight, lease run out, OnExpired hold: becomes outcome_unknown with
+	//     reason lease_expired, record lifetime = HoldTTL; not claimed.
+	//   - released, or in flight with the lease run out under OnExpired
+	//     release, AND the same Fingerprint and FingerprintRule: taken over
+	//     with req.Token (executions+1, new lease, result fields cleared);
+	//     Claimed and TakeOver.
+	//   - anything else (live claim, completed, unknown, different
+	//     fingerprint): returned as it is; not claimed.
+	//
+	// A different fingerprint never takes a record over. When the record's
+	// FingerprintRule differs from the caller's current rule, recompute the
+	// fingerprint under the record's rule and, if it matches, Claim again with
+	// that fingerprint and rule.
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Renew extends a live claim's lease.
 	Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error)
@@ -35,11 +55,35 @@ type Engine interface {
 	OperatorRelease(ctx context.Context, id string, act Action, ttl time.Duration) (*Record, error)
 	OperatorComplete(ctx context.Context, id string, res Result, act Action, ttl time.Duration) (*Record, error)
 
-	// BeginCheck takes a held record's check lease and EndCheck records
-	// the check and applies its verdict under it (see Store.BeginCheck and
-	// Store.EndCheck): one check at a time per record, a verdict only
-	// while the record is still held under the claim it was made for.
+	// BeginCheck takes the check lease of record id for lease (the store's
+	// clock): the right to run one check and end it with EndCheck under
+	// checkToken. It succeeds only while the record is outcome_unknown under
+	// claimToken and no other check holds a live lease; with due, also only
+	// once the next scheduled check's time has come (scheduled checks ask so;
+	// a retry's and an operator's check do not). A BeginCheck retried with the
+	// same checkToken while its lease lives succeeds again. It returns the
+	// record as the call left it (nil when it does not exist) and whether
+	// the lease is the caller's.
 	BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*Record, bool, error)
+	// EndCheck records a check under its lease and applies its verdict in the
+	// same atomic step, while the record is still outcome_unknown under the
+	// claim token and the check token is the lease's (else it changes nothing
+	// and returns false with the current record):
+	//
+	//   - applied: completed with o.Result (CompletedAt now, Reason
+	//     "verified", the check token as the record's token, so the held
+	//     claim's late finisher can no longer overwrite it), lifetime o.TTL;
+	//   - not applied: the streak of counted "not applied" answers grows by
+	//     one, when it is the first or comes at least o.Every after the last
+	//     counted one; once it reaches o.NotFoundChecks the record is
+	//     released (Reason "verified_not_applied", the check token as its
+	//     token, lifetime o.TTL) and the next claim executes;
+	//   - anything else, or a streak still short: the record stays held, the
+	//     streak kept, the next check due o.Next from now (none when 0).
+	//
+	// The entry is kept (the last MaxCheckEntries), CheckCount grows, the
+	// lease ends, and an operator's check is added to the audit trail. The
+	// record is returned as the call left it.
 	EndCheck(ctx context.Context, o CheckOutcome) (*Record, bool, error)
 
 	// Secret returns the deployment secret kept in the store, creating a
@@ -85,6 +129,6 @@ type Action struct {
 type AuditEntry struct {
 	At     time.Time // the store's clock when the action took effect
 	Actor  string
-	Action string // "release", "complete" (later: "verify")
+	Action string // AuditRelease, AuditComplete or AuditVerify
 	Reason string
 }

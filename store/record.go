@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -25,10 +24,9 @@ const (
 	StateReleased State = "released"
 )
 
-// Record is one idempotency record as stored in Redis.
+// Record is one idempotency record, as every engine gives it back.
 type Record struct {
-	// ID is the record id (keying.KeyID); its first three characters are
-	// the Redis hash tag.
+	// ID is the record id (keying.KeyID).
 	ID              string
 	Route           string
 	Operation       string
@@ -45,15 +43,9 @@ type Record struct {
 	// counts the claims that were allowed to call the upstream.
 	Attempts   int64
 	Executions int64
-	Status     int
-	Header     http.Header
-	Body       []byte
-	// BodyOmitted is true when the response was too large to store: only
-	// status, headers and Digest were kept.
-	BodyOmitted bool
-	// Digest is the lowercase hex SHA-256 of the full response body.
-	Digest     string
-	ExternalID string
+	// Result is the upstream's answer of a completed record (zero while
+	// none is stored).
+	Result
 	// Reason says why the outcome is unknown (e.g. "lease_expired"), or is
 	// "operator" when an operator released or completed the record.
 	Reason string
@@ -74,22 +66,7 @@ type Record struct {
 	CheckLeaseUntil time.Time
 }
 
-func stateFromStored(s string) State {
-	switch s {
-	case "in_flight":
-		return StateInFlight
-	case "completed":
-		return StateCompleted
-	case "unknown":
-		return StateUnknown
-	case "released":
-		return StateReleased
-	}
-	return State(s)
-}
-
-// indexStates are the states a listing walks, in listing order. In Redis,
-// every state but completed has an index (see List).
+// indexStates are the states a listing walks, in listing order.
 var indexStates = [...]State{StateInFlight, StateCompleted, StateUnknown, StateReleased}
 
 // storedState is the short name of a state in cursors and index keys
@@ -107,8 +84,6 @@ func storedState(s State) string {
 	}
 	return ""
 }
-
-var errShortReply = errors.New("store: malformed record reply")
 
 // encodeHeader writes h in HTTP wire format, "Name: value\r\n" per value,
 // names in sorted order. Names that cannot appear on the wire (empty or
@@ -182,4 +157,21 @@ func setValues(h http.Header, name string, run []string) {
 		return
 	}
 	h[name] = run[:len(run):len(run)]
+}
+
+// Result is the outcome of an upstream call, as Complete stores it.
+type Result struct {
+	// Status is the HTTP status.
+	Status int
+	// Header is the stored response header.
+	Header http.Header
+	// Body is the response body; nil when omitted.
+	Body []byte
+	// BodyOmitted is true when the response was too large to store: only
+	// status, headers and Digest were kept.
+	BodyOmitted bool
+	// Digest is the lowercase hex SHA-256 of the full response body.
+	Digest string
+	// ExternalID is the id the upstream gave the operation's result.
+	ExternalID string
 }

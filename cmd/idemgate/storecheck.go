@@ -9,7 +9,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/idemgate/idemgate/store/local"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 // The `store` command: `idemgate store check DIR` reads every file of an
@@ -43,9 +43,9 @@ Exit status: 0 sound, 1 damage found, 2 the check could not run.
 	})
 }
 
-// storeCheck runs local.Check on dir and prints its report.
+// storeCheck runs embedded.Check on dir and prints its report.
 func storeCheck(dir string) int {
-	rep, err := local.Check(dir)
+	rep, err := embedded.Check(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "idemgate store check: %v\n", err)
 		return 2

@@ -41,13 +41,13 @@ var crmCheck = store.Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?
 // it as outcome unknown under tok-A.
 func heldWithCheck(t *testing.T, e store.Engine, after time.Duration) string {
 	t.Helper()
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Check = crmCheck
 	req.Check.After = after
-	mustClaim(t, e, req)
+	MustClaim(t, e, req)
 	ok, err := e.MarkUnknown(context.Background(), id, "tok-A", "upstream_5xx", time.Hour)
-	mustOK(t, "MarkUnknown", ok, err)
+	MustOK(t, "MarkUnknown", ok, err)
 	return id
 }
 
@@ -94,20 +94,20 @@ func mustEnd(t *testing.T, e store.Engine, o store.CheckOutcome) *store.Record {
 // without a check writes no verification field at all.
 func testClaimKeepsCheck(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Check = crmCheck
-	res := mustClaim(t, e, req)
+	res := MustClaim(t, e, req)
 	if !reflect.DeepEqual(res.Record.Check, crmCheck) {
 		t.Errorf("claim reply check = %+v, want %+v", res.Record.Check, crmCheck)
 	}
-	if got := mustGet(t, e, id); !reflect.DeepEqual(got.Check, crmCheck) || !got.NextCheck.IsZero() {
+	if got := MustGet(t, e, id); !reflect.DeepEqual(got.Check, crmCheck) || !got.NextCheck.IsZero() {
 		t.Errorf("in flight: check %+v, next %v; want %+v and no next check", got.Check, got.NextCheck, crmCheck)
 	}
 	before := h.Now(t, e)
 	ok, err := e.MarkUnknown(ctx, id, "tok-A", "upstream_5xx", time.Hour)
-	mustOK(t, "MarkUnknown", ok, err)
-	got := mustGet(t, e, id)
+	MustOK(t, "MarkUnknown", ok, err)
+	got := MustGet(t, e, id)
 	if lo, hi := before.Add(crmCheck.After-time.Second), h.Now(t, e).Add(crmCheck.After); got.NextCheck.Before(lo) || got.NextCheck.After(hi) {
 		t.Errorf("held: next check %v, want %v after the hold (%v..%v)", got.NextCheck, crmCheck.After, lo, hi)
 	}
@@ -116,15 +116,15 @@ func testClaimKeepsCheck(t *testing.T, h Harness, e store.Engine) {
 	if r := mustEnd(t, e, outcome(id, "chk-1", store.VerdictInconclusive, 200)); !reflect.DeepEqual(r.Check, crmCheck) {
 		t.Errorf("after a check: check %+v, want %+v", r.Check, crmCheck)
 	}
-	if r := mustGet(t, e, id); !reflect.DeepEqual(r.Check, crmCheck) {
+	if r := MustGet(t, e, id); !reflect.DeepEqual(r.Check, crmCheck) {
 		t.Errorf("read after a check: check %+v, want %+v", r.Check, crmCheck)
 	}
 
-	plain := newID(t)
-	mustClaim(t, e, claimReq(plain, "tok-B"))
+	plain := NewID(t)
+	MustClaim(t, e, ClaimReq(plain, "tok-B"))
 	ok, err = e.MarkUnknown(ctx, plain, "tok-B", "upstream_5xx", time.Hour)
-	mustOK(t, "MarkUnknown", ok, err)
-	if r := mustGet(t, e, plain); !r.Check.IsZero() || !r.NextCheck.IsZero() || r.Checks != nil {
+	MustOK(t, "MarkUnknown", ok, err)
+	if r := MustGet(t, e, plain); !r.Check.IsZero() || !r.NextCheck.IsZero() || r.Checks != nil {
 		t.Errorf("a record without a check: %+v", r)
 	}
 }
@@ -132,13 +132,13 @@ func testClaimKeepsCheck(t *testing.T, h Harness, e store.Engine) {
 // TestLeaseExpiryMakesCheckDue: a claim whose gateway died turns outcome
 // unknown at the next claim, due for its first check `after` later.
 func testLeaseExpiryMakesCheckDue(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Lease = 300 * time.Millisecond
 	req.Check = crmCheck
 	req.Check.After = 0
-	waitPast(t, h, e, mustClaim(t, e, req).Record.LeaseUntil)
-	res := mustClaim(t, e, claimReq(id, "tok-B"))
+	WaitPast(t, h, e, MustClaim(t, e, req).Record.LeaseUntil)
+	res := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	if res.Claimed || res.Record.State != store.StateUnknown || res.Record.Reason != "lease_expired" {
 		t.Fatalf("claim after the lease ran out: claimed %v, %s (%s)", res.Claimed, res.Record.State, res.Record.Reason)
 	}
@@ -154,13 +154,13 @@ func testLeaseExpiryMakesCheckDue(t *testing.T, h Harness, e store.Engine) {
 // its claim token, one at a time, and when due if asked.
 func testBeginCheckFences(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	if rec, ok, err := e.BeginCheck(ctx, newID(t), "tok-A", "chk-1", time.Second, false); rec != nil || ok || err != nil {
+	if rec, ok, err := e.BeginCheck(ctx, NewID(t), "tok-A", "chk-1", time.Second, false); rec != nil || ok || err != nil {
 		t.Errorf("absent record: %v, %v, %v", rec, ok, err)
 	}
-	live := newID(t)
-	req := claimReq(live, "tok-A")
+	live := NewID(t)
+	req := ClaimReq(live, "tok-A")
 	req.Check = crmCheck
-	mustClaim(t, e, req)
+	MustClaim(t, e, req)
 	mustNotBegin(t, e, live, "tok-A", "chk-1", false)
 
 	id := heldWithCheck(t, e, time.Hour)
@@ -177,11 +177,11 @@ func testBeginCheckFences(t *testing.T, h Harness, e store.Engine) {
 	// check; the first can no longer end its check.
 	short := heldWithCheck(t, e, 0)
 	r, ok, err := e.BeginCheck(ctx, short, "tok-A", "chk-1", 300*time.Millisecond, true)
-	mustOK(t, "BeginCheck (due)", ok, err)
-	waitPast(t, h, e, r.CheckLeaseUntil)
+	MustOK(t, "BeginCheck (due)", ok, err)
+	WaitPast(t, h, e, r.CheckLeaseUntil)
 	mustBegin(t, e, short, "tok-A", "chk-2", false)
 	_, ok, err = e.EndCheck(ctx, outcome(short, "chk-1", store.VerdictNotApplied, 200))
-	mustLose(t, "EndCheck by a check whose lease ran out", ok, err)
+	MustLose(t, "EndCheck by a check whose lease ran out", ok, err)
 	mustEnd(t, e, outcome(short, "chk-2", store.VerdictError, 0))
 }
 
@@ -195,24 +195,24 @@ func testCheckLease(t *testing.T, h Harness, e store.Engine) {
 	if err != nil || rec == nil {
 		t.Fatalf("Get: %v, %v", rec, err)
 	}
-	held := rec.Held()
-	if held.ID() != id || !held.Of(rec) {
-		t.Fatalf("Held of the held record: id %q, Of %v", held.ID(), held.Of(rec))
+	held := rec.Fence()
+	if held.ID() != id || !held.Holds(rec) {
+		t.Fatalf("the fence of the held record: id %q, Holds %v", held.ID(), held.Holds(rec))
 	}
 	lease, got, err := store.BeginCheck(ctx, e, held, 5*time.Second, false)
 	if err != nil || lease == nil || got == nil || got.CheckLeaseUntil.IsZero() {
 		t.Fatalf("BeginCheck = %v, %+v, %v; want the lease", lease, got, err)
 	}
-	if other, got, err := store.BeginCheck(ctx, e, held, 5*time.Second, false); other != nil || err != nil || !held.Of(got) {
+	if other, got, err := store.BeginCheck(ctx, e, held, 5*time.Second, false); other != nil || err != nil || !held.Holds(got) {
 		t.Fatalf("second BeginCheck while the lease lives = %v, %v; want refused with the record", other, err)
 	}
 	after, ok, err := lease.End(ctx, store.CheckReport{
 		Entry:          store.CheckEntry{Status: 404, Verdict: store.VerdictNotApplied},
 		NotFoundChecks: 1, Every: time.Second, TTL: time.Hour,
 	})
-	mustOK(t, "End", ok, err)
-	if after.State != store.StateReleased || after.Reason != store.ReasonVerifiedNotApplied || held.Of(after) {
-		t.Fatalf("after a not applied verdict with not_found_checks 1: %s %s, still held %v", after.State, after.Reason, held.Of(after))
+	MustOK(t, "End", ok, err)
+	if after.State != store.StateReleased || after.Reason != store.ReasonVerifiedNotApplied || held.Holds(after) {
+		t.Fatalf("after a not applied verdict with not_found_checks 1: %s %s, still held %v", after.State, after.Reason, held.Holds(after))
 	}
 	if _, ok, err := lease.End(ctx, store.CheckReport{Entry: store.CheckEntry{Verdict: store.VerdictError}, NotFoundChecks: 1}); ok || err != nil {
 		t.Errorf("End again on a released record = %v, %v; want false", ok, err)
@@ -220,8 +220,8 @@ func testCheckLease(t *testing.T, h Harness, e store.Engine) {
 	if l, _, err := store.BeginCheck(ctx, e, held, 5*time.Second, false); l != nil || err != nil {
 		t.Errorf("BeginCheck on the released record = %v, %v; want refused", l, err)
 	}
-	if held.Of(nil) {
-		t.Error("Held.Of(nil) is true")
+	if held.Holds(nil) {
+		t.Error("Held.Holds(nil) is true")
 	}
 }
 
@@ -255,10 +255,10 @@ func testEndCheckApplied(t *testing.T, h Harness, e store.Engine) {
 		t.Errorf("executions %d, want 1", rec.Executions)
 	}
 	checkListed(t, e, id, store.StateCompleted)
-	checkTTL(t, h, e, id, time.Hour)
+	CheckTTL(t, h, e, id, time.Hour)
 	ok, err := complete(e, id, "tok-A", store.Result{Status: 500}, time.Hour)
-	mustLose(t, "the held claim's late Complete", ok, err)
-	res := mustClaim(t, e, claimReq(id, "tok-C"))
+	MustLose(t, "the held claim's late Complete", ok, err)
+	res := MustClaim(t, e, ClaimReq(id, "tok-C"))
 	if res.Claimed || res.Record.State != store.StateCompleted || string(res.Record.Body) != `[{"id":"D-9021"}]` {
 		t.Errorf("a retry: claimed %v, %s %q", res.Claimed, res.Record.State, res.Record.Body)
 	}
@@ -291,7 +291,7 @@ func testEndCheckNotApplied(t *testing.T, h Harness, e store.Engine) {
 	if rec.State != store.StateUnknown || rec.NotFoundStreak != 1 {
 		t.Fatalf("inconclusive: %s, streak %d", rec.State, rec.NotFoundStreak)
 	}
-	waitPast(t, h, e, first.Add(every))
+	WaitPast(t, h, e, first.Add(every))
 	rec = end("chk-4", store.VerdictNotApplied, 200)
 	if rec.State != store.StateReleased || rec.Reason != store.ReasonVerifiedNotApplied || rec.Token != "chk-4" {
 		t.Fatalf("counted second not applied: %s (%s), token %s", rec.State, rec.Reason, rec.Token)
@@ -300,13 +300,13 @@ func testEndCheckNotApplied(t *testing.T, h Harness, e store.Engine) {
 		t.Errorf("checks: count %d, %d entries", rec.CheckCount, len(rec.Checks))
 	}
 	checkListed(t, e, id, store.StateReleased)
-	checkTTL(t, h, e, id, time.Hour)
+	CheckTTL(t, h, e, id, time.Hour)
 
 	// The next claim executes; the new claim starts its own checks,
 	// and the log of the earlier ones stays.
-	req := claimReq(id, "tok-B")
+	req := ClaimReq(id, "tok-B")
 	req.Check = crmCheck
-	res := mustClaim(t, e, req)
+	res := MustClaim(t, e, req)
 	if !res.Claimed || !res.TakeOver || res.Record.Executions != 2 {
 		t.Fatalf("retry after the release: claimed %v, takeover %v, executions %d", res.Claimed, res.TakeOver, res.Record.Executions)
 	}
@@ -341,7 +341,7 @@ func testEndCheckSchedules(t *testing.T, h Harness, e store.Engine) {
 		t.Errorf("attempts used up: next %v, %s", rec.NextCheck, rec.State)
 	}
 	checkListed(t, e, id, store.StateUnknown)
-	checkTTL(t, h, e, id, time.Hour)
+	CheckTTL(t, h, e, id, time.Hour)
 }
 
 // TestLateCheckChangesNothing: a check that ends after an operator's
@@ -357,24 +357,24 @@ func testLateCheckChangesNothing(t *testing.T, h Harness, e store.Engine) {
 			}
 		},
 		"operator complete": func(id string) {
-			if _, err := e.OperatorComplete(ctx, id, sampleResult(), store.Action{Actor: "alice"}, time.Hour); err != nil {
+			if _, err := e.OperatorComplete(ctx, id, SampleResult(), store.Action{Actor: "alice"}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		},
 		"late result": func(id string) {
-			ok, err := complete(e, id, "tok-A", sampleResult(), time.Hour)
-			mustOK(t, "late Complete", ok, err)
+			ok, err := complete(e, id, "tok-A", SampleResult(), time.Hour)
+			MustOK(t, "late Complete", ok, err)
 		},
 	} {
 		for _, verdict := range []string{store.VerdictApplied, store.VerdictNotApplied} {
 			id := heldWithCheck(t, e, time.Hour)
 			rec, ok, err := e.BeginCheck(ctx, id, "tok-A", "chk-1", 200*time.Millisecond, false)
-			mustOK(t, "BeginCheck", ok, err)
+			MustOK(t, "BeginCheck", ok, err)
 			if name != "late result" {
-				waitPast(t, h, e, rec.CheckLeaseUntil)
+				WaitPast(t, h, e, rec.CheckLeaseUntil)
 			}
 			resolve(id)
-			before := mustGet(t, e, id)
+			before := MustGet(t, e, id)
 			o := outcome(id, "chk-1", verdict, 200)
 			o.NotFoundChecks = 1
 			o.Result = store.Result{Status: 200, Body: []byte(`[{"id":"D-1"}]`), ExternalID: "D-1"}
@@ -382,7 +382,7 @@ func testLateCheckChangesNothing(t *testing.T, h Harness, e store.Engine) {
 			if err != nil || ok {
 				t.Errorf("%s, then a late %s check: %v, %v; want refused", name, verdict, ok, err)
 			}
-			if after := mustGet(t, e, id); !reflect.DeepEqual(after, before) || !reflect.DeepEqual(rec, before) {
+			if after := MustGet(t, e, id); !reflect.DeepEqual(after, before) || !reflect.DeepEqual(rec, before) {
 				t.Errorf("%s, then a late %s check changed the record:\n got %+v\nwant %+v", name, verdict, after, before)
 			}
 		}
@@ -416,7 +416,7 @@ func testOneCheckAtATime(t *testing.T, h Harness, e store.Engine) {
 
 func testCheckArguments(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
+	id := NewID(t)
 	if _, _, err := e.BeginCheck(ctx, "bad{id}", "a", "b", time.Second, false); !errors.Is(err, store.ErrInvalidID) {
 		t.Errorf("bad id: %v", err)
 	}
@@ -452,7 +452,7 @@ func testCheckArguments(t *testing.T, h Harness, e store.Engine) {
 		"match UTF-8": {Method: "GET", URL: "http://x/", Match: []store.CheckMatch{{Path: "0.k", Value: "\xff"}}},
 		"matches":     {Method: "GET", URL: "http://x/", Match: make([]store.CheckMatch, store.MaxCheckMatches+1)},
 	} {
-		req := claimReq(newID(t), "tok-A")
+		req := ClaimReq(NewID(t), "tok-A")
 		req.Check = c
 		if _, err := e.Claim(ctx, req); !errors.Is(err, store.ErrInvalidArgument) {
 			t.Errorf("claim with check %s: %v", name, err)
@@ -476,7 +476,7 @@ func testOperatorCheckAudited(t *testing.T, h Harness, e store.Engine) {
 	if _, _, err := e.EndCheck(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	if rec = mustGet(t, e, id); len(rec.Audit) != 1 || len(rec.Checks) != 1 {
+	if rec = MustGet(t, e, id); len(rec.Audit) != 1 || len(rec.Checks) != 1 {
 		t.Errorf("a refused check was audited: %+v", rec.Audit)
 	}
 	o.Operator = &store.Action{}
@@ -493,10 +493,10 @@ func testOperatorRefusedDuringCheck(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	id := heldWithCheck(t, e, time.Hour)
 	mustBegin(t, e, id, "tok-A", "chk-1", false)
-	before := mustGet(t, e, id)
+	before := MustGet(t, e, id)
 	for name, op := range map[string]func() (*store.Record, error){
 		"release":  func() (*store.Record, error) { return e.OperatorRelease(ctx, id, act, time.Hour) },
-		"complete": func() (*store.Record, error) { return e.OperatorComplete(ctx, id, sampleResult(), act, time.Hour) },
+		"complete": func() (*store.Record, error) { return e.OperatorComplete(ctx, id, SampleResult(), act, time.Hour) },
 	} {
 		rec, err := op()
 		if !errors.Is(err, store.ErrConflict) || !errors.Is(err, store.ErrCheckRunning) || !strings.Contains(err.Error(), id) {
@@ -505,7 +505,7 @@ func testOperatorRefusedDuringCheck(t *testing.T, h Harness, e store.Engine) {
 		if !reflect.DeepEqual(rec, before) {
 			t.Errorf("operator %s during a check returned %+v, want the unchanged record %+v", name, rec, before)
 		}
-		if got := mustGet(t, e, id); !reflect.DeepEqual(got, before) {
+		if got := MustGet(t, e, id); !reflect.DeepEqual(got, before) {
 			t.Fatalf("operator %s during a check changed the record:\n got %+v\nwant %+v", name, got, before)
 		}
 	}
@@ -518,8 +518,8 @@ func testOperatorRefusedDuringCheck(t *testing.T, h Harness, e store.Engine) {
 	// A lease that ran out (its gateway died mid-check) holds nothing.
 	id = heldWithCheck(t, e, time.Hour)
 	rec, ok, err := e.BeginCheck(ctx, id, "tok-A", "chk-1", 300*time.Millisecond, false)
-	mustOK(t, "BeginCheck", ok, err)
-	waitPast(t, h, e, rec.CheckLeaseUntil)
+	MustOK(t, "BeginCheck", ok, err)
+	WaitPast(t, h, e, rec.CheckLeaseUntil)
 	if rec, err := e.OperatorRelease(ctx, id, act, time.Hour); err != nil || rec.State != store.StateReleased {
 		t.Fatalf("operator release after the check lease ran out: %+v, %v", rec, err)
 	}

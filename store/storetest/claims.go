@@ -40,10 +40,10 @@ func init() {
 
 func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
+	id := NewID(t)
 	before := h.Now(t, e)
 
-	first := mustClaim(t, e, claimReq(id, "tok-A"))
+	first := MustClaim(t, e, ClaimReq(id, "tok-A"))
 	r := first.Record
 	if !first.Claimed || first.TakeOver {
 		t.Fatalf("first claim: Claimed=%v TakeOver=%v, want true,false", first.Claimed, first.TakeOver)
@@ -62,16 +62,16 @@ func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("claim Now %v, StartedAt %v", first.Now, r.StartedAt)
 	}
 
-	dup := mustClaim(t, e, claimReq(id, "tok-B"))
+	dup := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	if dup.Claimed || dup.Record.State != store.StateInFlight || dup.Record.Token != "tok-A" || dup.Record.Attempts != 2 {
 		t.Fatalf("concurrent duplicate: Claimed=%v record %+v", dup.Claimed, dup.Record)
 	}
 
-	want := sampleResult()
+	want := SampleResult()
 	ok, err := complete(e, id, "tok-A", want, time.Hour)
-	mustOK(t, "Complete", ok, err)
+	MustOK(t, "Complete", ok, err)
 
-	replay := mustClaim(t, e, claimReq(id, "tok-C"))
+	replay := MustClaim(t, e, ClaimReq(id, "tok-C"))
 	r = replay.Record
 	if replay.Claimed || replay.TakeOver {
 		t.Fatalf("replay claim: Claimed=%v TakeOver=%v", replay.Claimed, replay.TakeOver)
@@ -85,17 +85,17 @@ func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("CompletedAt %v before StartedAt %v", r.CompletedAt, r.StartedAt)
 	}
 
-	got := mustGet(t, e, id)
+	got := MustGet(t, e, id)
 	if !reflect.DeepEqual(got, r) {
 		t.Fatalf("Get differs from the claim's record:\n got %+v\nwant %+v", got, r)
 	}
 	// What a caller does with a returned record does not change the store.
 	got.Body[0] = 'X'
 	got.Header.Set("Location", "elsewhere")
-	if again := mustGet(t, e, id); !reflect.DeepEqual(again, r) {
+	if again := MustGet(t, e, id); !reflect.DeepEqual(again, r) {
 		t.Fatalf("changing a returned record changed the stored one: %+v", again)
 	}
-	if rec, err := e.Get(ctx, newID(t)); rec != nil || err != nil {
+	if rec, err := e.Get(ctx, NewID(t)); rec != nil || err != nil {
 		t.Fatalf("Get(absent) = %v, %v; want nil, nil", rec, err)
 	}
 }
@@ -105,32 +105,32 @@ func testClaimCompleteReplay(t *testing.T, h Harness, e store.Engine) {
 // renews and completes the record without them being passed again.
 func testClaimHandle(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Lease, req.TTL = 20*time.Second, time.Hour
-	c := mustClaim(t, e, req).Claim
+	c := MustClaim(t, e, req).Claim
 	if c == nil || c.ID() != id || c.Lease() != 20*time.Second || c.TTL != time.Hour {
 		t.Fatalf("handle %+v; want id %s, lease 20s, TTL 1h", c, id)
 	}
 	if ok, err := c.Renew(ctx); !ok || err != nil {
 		t.Fatalf("Renew through the handle: %v, %v", ok, err)
 	}
-	if other := mustClaim(t, e, claimReq(id, "tok-B")); other.Claim != nil {
+	if other := MustClaim(t, e, ClaimReq(id, "tok-B")); other.Claim != nil {
 		t.Fatalf("a second claimant got a handle: %+v", other.Claim)
 	}
-	if ok, err := c.Complete(ctx, sampleResult()); !ok || err != nil {
+	if ok, err := c.Complete(ctx, SampleResult()); !ok || err != nil {
 		t.Fatalf("Complete through the handle: %v, %v", ok, err)
 	}
-	if rec := mustGet(t, e, id); rec.State != store.StateCompleted || rec.Status != 201 {
+	if rec := MustGet(t, e, id); rec.State != store.StateCompleted || rec.Status != 201 {
 		t.Fatalf("after Complete: %s %d", rec.State, rec.Status)
 	}
-	checkTTL(t, h, e, id, time.Hour)
+	CheckTTL(t, h, e, id, time.Hour)
 }
 
 func testClaimRetriedWithSameToken(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok-A"))
-	again := mustClaim(t, e, claimReq(id, "tok-A"))
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok-A"))
+	again := MustClaim(t, e, ClaimReq(id, "tok-A"))
 	if !again.Claimed || again.TakeOver || again.Record.Attempts != 1 || again.Record.Executions != 1 {
 		t.Fatalf("retried claim: Claimed=%v TakeOver=%v record %+v", again.Claimed, again.TakeOver, again.Record)
 	}
@@ -138,7 +138,7 @@ func testClaimRetriedWithSameToken(t *testing.T, h Harness, e store.Engine) {
 
 func testClaimRace(t *testing.T, h Harness, e store.Engine) {
 	const n = 50
-	id := newID(t)
+	id := NewID(t)
 	var (
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
@@ -148,7 +148,7 @@ func testClaimRace(t *testing.T, h Harness, e store.Engine) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = e.Claim(context.Background(), claimReq(id, fmt.Sprintf("tok-%02d", i)))
+			results[i], errs[i] = e.Claim(context.Background(), ClaimReq(id, fmt.Sprintf("tok-%02d", i)))
 		})
 	}
 	close(start)
@@ -177,7 +177,7 @@ func testClaimRace(t *testing.T, h Harness, e store.Engine) {
 			t.Fatalf("loser %d sees token %q, want the winner's %q", i, res.Record.Token, winner)
 		}
 	}
-	r := mustGet(t, e, id)
+	r := MustGet(t, e, id)
 	if r.Attempts != n || r.Executions != 1 || r.Token != winner {
 		t.Fatalf("after the race: attempts %d executions %d token %q; want %d, 1, %q", r.Attempts, r.Executions, r.Token, n, winner)
 	}
@@ -192,7 +192,7 @@ var fencedOps = []struct {
 		return e.Renew(context.Background(), id, tok, time.Minute)
 	}},
 	{"Complete", func(e store.Engine, id, tok string) (bool, error) {
-		return complete(e, id, tok, sampleResult(), time.Hour)
+		return complete(e, id, tok, SampleResult(), time.Hour)
 	}},
 	{"Release", func(e store.Engine, id, tok string) (bool, error) {
 		return e.Release(context.Background(), id, tok, time.Hour)
@@ -205,27 +205,27 @@ var fencedOps = []struct {
 func testFencingAfterTakeOver(t *testing.T, h Harness, e store.Engine) {
 	for _, op := range fencedOps {
 		t.Run(op.name, func(t *testing.T) {
-			id := newID(t)
-			req := claimReq(id, "tok-old")
+			id := NewID(t)
+			req := ClaimReq(id, "tok-old")
 			req.Lease = 300 * time.Millisecond
 			req.OnExpired = store.ExpiredRelease
-			old := mustClaim(t, e, req)
-			waitPast(t, h, e, old.Record.LeaseUntil)
+			old := MustClaim(t, e, req)
+			WaitPast(t, h, e, old.Record.LeaseUntil)
 
 			req.Token = "tok-new"
 			req.Lease = time.Minute
-			taken := mustClaim(t, e, req)
+			taken := MustClaim(t, e, req)
 			if !taken.Claimed || !taken.TakeOver || taken.Record.Token != "tok-new" || taken.Record.Executions != 2 {
 				t.Fatalf("takeover: Claimed=%v TakeOver=%v record %+v", taken.Claimed, taken.TakeOver, taken.Record)
 			}
 
 			ok, err := op.call(e, id, "tok-old")
-			mustLose(t, op.name+" with the stale token", ok, err)
-			if r := mustGet(t, e, id); !reflect.DeepEqual(r, taken.Record) {
+			MustLose(t, op.name+" with the stale token", ok, err)
+			if r := MustGet(t, e, id); !reflect.DeepEqual(r, taken.Record) {
 				t.Fatalf("stale %s changed the record:\n got %+v\nwant %+v", op.name, r, taken.Record)
 			}
 			ok, err = op.call(e, id, "tok-new")
-			mustOK(t, op.name+" with the current token", ok, err)
+			MustOK(t, op.name+" with the current token", ok, err)
 		})
 	}
 }
@@ -235,9 +235,9 @@ func testFencedCallsOnAbsentRecord(t *testing.T, h Harness, e store.Engine) {
 		if op.name == "Complete" {
 			continue // writes the record: see CompleteWritesMissingRecord
 		}
-		id := newID(t)
+		id := NewID(t)
 		ok, err := op.call(e, id, "tok")
-		mustLose(t, op.name, ok, err)
+		MustLose(t, op.name, ok, err)
 		if r, err := e.Get(context.Background(), id); r != nil || err != nil {
 			t.Fatalf("%s on an absent record created it: %+v, %v", op.name, r, err)
 		}
@@ -248,13 +248,13 @@ func testFencedCallsOnAbsentRecord(t *testing.T, h Harness, e store.Engine) {
 // failover lost it, or it expired meanwhile) is written anew, so the call
 // that ran is not run again.
 func testCompleteWritesMissingRecord(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
+	id := NewID(t)
 	started := h.Now(t, e).Add(-time.Second).Truncate(time.Millisecond)
-	req := claimReq(id, "tok-A")
-	ok, err := e.Complete(context.Background(), store.CompleteRequest{Claim: req, StartedAt: started, Result: sampleResult(), TTL: time.Hour})
-	mustOK(t, "Complete of a missing record", ok, err)
-	r := mustGet(t, e, id)
-	want := sampleResult()
+	req := ClaimReq(id, "tok-A")
+	ok, err := e.Complete(context.Background(), store.CompleteRequest{Claim: req, StartedAt: started, Result: SampleResult(), TTL: time.Hour})
+	MustOK(t, "Complete of a missing record", ok, err)
+	r := MustGet(t, e, id)
+	want := SampleResult()
 	if r.State != store.StateCompleted || r.Token != "tok-A" || r.Attempts != 1 || r.Executions != 1 ||
 		r.Route != req.Route || r.Operation != req.Operation || r.Fingerprint != req.Fingerprint ||
 		r.FingerprintRule != req.FingerprintRule || !r.StartedAt.Equal(started) || r.CompletedAt.Before(started) ||
@@ -262,8 +262,8 @@ func testCompleteWritesMissingRecord(t *testing.T, h Harness, e store.Engine) {
 		r.Digest != want.Digest || r.ExternalID != want.ExternalID {
 		t.Fatalf("written record %+v", r)
 	}
-	checkTTL(t, h, e, id, time.Hour)
-	replay := mustClaim(t, e, claimReq(id, "tok-B"))
+	CheckTTL(t, h, e, id, time.Hour)
+	replay := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	if replay.Claimed || replay.Record.State != store.StateCompleted || replay.Record.Executions != 1 {
 		t.Fatalf("retry after the written result: %+v", replay)
 	}
@@ -287,18 +287,18 @@ func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			id := newID(t)
-			req := claimReq(id, "tok-A")
+			id := NewID(t)
+			req := ClaimReq(id, "tok-A")
 			req.Lease = 300 * time.Millisecond
 			req.HoldTTL = 2 * time.Hour
-			first := mustClaim(t, e, req)
-			waitPast(t, h, e, first.Record.LeaseUntil)
+			first := MustClaim(t, e, req)
+			WaitPast(t, h, e, first.Record.LeaseUntil)
 
 			req.Token = "tok-B"
 			req.OnExpired = tc.onExpired
 			req.Fingerprint = tc.fingerprint
 			req.HoldTTL = 3 * time.Hour
-			res := mustClaim(t, e, req)
+			res := MustClaim(t, e, req)
 			r := res.Record
 			if res.Claimed != tc.wantClaimed || res.TakeOver != tc.wantClaimed {
 				t.Fatalf("Claimed=%v TakeOver=%v, want %v", res.Claimed, res.TakeOver, tc.wantClaimed)
@@ -317,11 +317,11 @@ func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
 				t.Fatalf("token %q, want %q", r.Token, wantTok)
 			}
 			if tc.wantState == store.StateUnknown || tc.wantClaimed {
-				checkTTL(t, h, e, id, 3*time.Hour)
+				CheckTTL(t, h, e, id, 3*time.Hour)
 			}
 			if tc.wantState == store.StateUnknown {
 				// Held records stay held for later requests.
-				again := mustClaim(t, e, req)
+				again := MustClaim(t, e, req)
 				if again.Claimed || again.Record.State != store.StateUnknown {
 					t.Fatalf("held record claimed again: %+v", again)
 				}
@@ -331,41 +331,41 @@ func testLeaseExpiry(t *testing.T, h Harness, e store.Engine) {
 }
 
 func testLateFinisherResolvesHeldRecord(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Lease = 300 * time.Millisecond
-	first := mustClaim(t, e, req)
-	waitPast(t, h, e, first.Record.LeaseUntil)
+	first := MustClaim(t, e, req)
+	WaitPast(t, h, e, first.Record.LeaseUntil)
 	req.Token = "tok-B"
-	if res := mustClaim(t, e, req); res.Record.State != store.StateUnknown {
+	if res := MustClaim(t, e, req); res.Record.State != store.StateUnknown {
 		t.Fatalf("state %q, want outcome_unknown", res.Record.State)
 	}
 	// The slow claimant's real outcome still lands: nobody took over.
-	ok, err := complete(e, id, "tok-A", sampleResult(), time.Hour)
-	mustOK(t, "late Complete", ok, err)
-	r := mustGet(t, e, id)
+	ok, err := complete(e, id, "tok-A", SampleResult(), time.Hour)
+	MustOK(t, "late Complete", ok, err)
+	r := MustGet(t, e, id)
 	if r.State != store.StateCompleted || r.Reason != "" || r.Status != 201 {
 		t.Fatalf("record %+v", r)
 	}
-	checkTTL(t, h, e, id, time.Hour)
+	CheckTTL(t, h, e, id, time.Hour)
 }
 
 func testRenewKeepsClaimAlive(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	req := claimReq(id, "tok-A")
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
 	req.Lease = 300 * time.Millisecond
 	req.OnExpired = store.ExpiredRelease
-	first := mustClaim(t, e, req)
+	first := MustClaim(t, e, req)
 
 	ok, err := e.Renew(ctx, id, "tok-A", time.Minute)
-	mustOK(t, "Renew", ok, err)
+	MustOK(t, "Renew", ok, err)
 	ok, err = e.Renew(ctx, id, "tok-other", time.Minute)
-	mustLose(t, "Renew with another token", ok, err)
+	MustLose(t, "Renew with another token", ok, err)
 
-	waitPast(t, h, e, first.Record.LeaseUntil)
+	WaitPast(t, h, e, first.Record.LeaseUntil)
 	req.Token = "tok-B"
-	res := mustClaim(t, e, req)
+	res := MustClaim(t, e, req)
 	if res.Claimed || res.Record.State != store.StateInFlight || res.Record.Token != "tok-A" {
 		t.Fatalf("renewed claim was taken over: Claimed=%v record %+v", res.Claimed, res.Record)
 	}
@@ -373,99 +373,99 @@ func testRenewKeepsClaimAlive(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("LeaseUntil %v not extended (was %v)", res.Record.LeaseUntil, first.Record.LeaseUntil)
 	}
 
-	ok, err = complete(e, id, "tok-A", sampleResult(), time.Hour)
-	mustOK(t, "Complete", ok, err)
+	ok, err = complete(e, id, "tok-A", SampleResult(), time.Hour)
+	MustOK(t, "Complete", ok, err)
 	ok, err = e.Renew(ctx, id, "tok-A", time.Minute)
-	mustLose(t, "Renew after Complete", ok, err)
+	MustLose(t, "Renew after Complete", ok, err)
 }
 
 func testTTLs(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 
-	inflight := newID(t)
-	req := claimReq(inflight, "tok")
+	inflight := NewID(t)
+	req := ClaimReq(inflight, "tok")
 	req.HoldTTL = 2 * time.Hour
-	mustClaim(t, e, req)
-	checkTTL(t, h, e, inflight, 2*time.Hour)
+	MustClaim(t, e, req)
+	CheckTTL(t, h, e, inflight, 2*time.Hour)
 
-	completed := newID(t)
-	mustClaim(t, e, claimReq(completed, "tok"))
-	ok, err := complete(e, completed, "tok", sampleResult(), 72*time.Hour)
-	mustOK(t, "Complete", ok, err)
-	checkTTL(t, h, e, completed, 72*time.Hour)
+	completed := NewID(t)
+	MustClaim(t, e, ClaimReq(completed, "tok"))
+	ok, err := complete(e, completed, "tok", SampleResult(), 72*time.Hour)
+	MustOK(t, "Complete", ok, err)
+	CheckTTL(t, h, e, completed, 72*time.Hour)
 
-	unknown := newID(t)
-	mustClaim(t, e, claimReq(unknown, "tok"))
+	unknown := NewID(t)
+	MustClaim(t, e, ClaimReq(unknown, "tok"))
 	ok, err = e.MarkUnknown(ctx, unknown, "tok", "upstream_5xx", 5*time.Hour)
-	mustOK(t, "MarkUnknown", ok, err)
-	checkTTL(t, h, e, unknown, 5*time.Hour)
-	r := mustGet(t, e, unknown)
+	MustOK(t, "MarkUnknown", ok, err)
+	CheckTTL(t, h, e, unknown, 5*time.Hour)
+	r := MustGet(t, e, unknown)
 	if r.State != store.StateUnknown || r.Reason != "upstream_5xx" {
 		t.Fatalf("record %+v", r)
 	}
 	// A completed record is never demoted.
 	ok, err = e.MarkUnknown(ctx, completed, "tok", "upstream_5xx", 5*time.Hour)
-	mustLose(t, "MarkUnknown on a completed record", ok, err)
-	if r := mustGet(t, e, completed); r.State != store.StateCompleted {
+	MustLose(t, "MarkUnknown on a completed record", ok, err)
+	if r := MustGet(t, e, completed); r.State != store.StateCompleted {
 		t.Fatalf("completed record became %q", r.State)
 	}
 	// Nor does a replay's claim change a record's lifetime.
-	mustClaim(t, e, claimReq(completed, "tok-replay"))
-	checkTTL(t, h, e, completed, 72*time.Hour)
+	MustClaim(t, e, ClaimReq(completed, "tok-replay"))
+	CheckTTL(t, h, e, completed, 72*time.Hour)
 
-	released := newID(t)
-	mustClaim(t, e, claimReq(released, "tok"))
+	released := NewID(t)
+	MustClaim(t, e, ClaimReq(released, "tok"))
 	ok, err = e.Release(ctx, released, "tok", 10*time.Minute)
-	mustOK(t, "Release", ok, err)
-	checkTTL(t, h, e, released, 10*time.Minute)
+	MustOK(t, "Release", ok, err)
+	CheckTTL(t, h, e, released, 10*time.Minute)
 
-	defaults := newID(t)
-	req = claimReq(defaults, "tok")
+	defaults := NewID(t)
+	req = ClaimReq(defaults, "tok")
 	req.Lease, req.HoldTTL = 0, 0
-	res := mustClaim(t, e, req)
-	checkTTL(t, h, e, defaults, store.DefaultHoldTTL)
+	res := MustClaim(t, e, req)
+	CheckTTL(t, h, e, defaults, store.DefaultHoldTTL)
 	if got := res.Record.LeaseUntil.Sub(res.Record.StartedAt); got != store.DefaultLease {
 		t.Fatalf("default lease %v, want %v", got, store.DefaultLease)
 	}
-	ok, err = complete(e, defaults, "tok", sampleResult(), 0)
-	mustOK(t, "Complete", ok, err)
-	checkTTL(t, h, e, defaults, store.DefaultTTL)
+	ok, err = complete(e, defaults, "tok", SampleResult(), 0)
+	MustOK(t, "Complete", ok, err)
+	CheckTTL(t, h, e, defaults, store.DefaultTTL)
 }
 
 func testReleaseThenReclaim(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok-A"))
-	mustClaim(t, e, claimReq(id, "tok-dup")) // a duplicate while in flight
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok-A"))
+	MustClaim(t, e, ClaimReq(id, "tok-dup")) // a duplicate while in flight
 	ok, err := e.Release(ctx, id, "tok-A", time.Hour)
-	mustOK(t, "Release", ok, err)
-	r := mustGet(t, e, id)
+	MustOK(t, "Release", ok, err)
+	r := MustGet(t, e, id)
 	if r.State != store.StateReleased || r.Attempts != 2 || r.Executions != 1 {
 		t.Fatalf("released record %+v; want attempts 2 executions 1", r)
 	}
 
-	other := claimReq(id, "tok-X")
+	other := ClaimReq(id, "tok-X")
 	other.Fingerprint = "fp-other"
-	if res := mustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
+	if res := MustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
 		t.Fatalf("another payload reclaimed a released record: %+v", res)
 	}
-	otherRule := claimReq(id, "tok-X")
+	otherRule := ClaimReq(id, "tok-X")
 	otherRule.FingerprintRule = "whole-body"
-	if res := mustClaim(t, e, otherRule); res.Claimed {
+	if res := MustClaim(t, e, otherRule); res.Claimed {
 		t.Fatalf("a claim under another fingerprint rule reclaimed: %+v", res)
 	}
 
-	res := mustClaim(t, e, claimReq(id, "tok-B"))
+	res := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	r = res.Record
 	if !res.Claimed || !res.TakeOver || r.State != store.StateInFlight || r.Token != "tok-B" ||
 		r.Attempts != 5 || r.Executions != 2 {
 		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 5 executions 2", res.Claimed, res.TakeOver, r)
 	}
-	checkTTL(t, h, e, id, 720*time.Hour)
-	ok, err = complete(e, id, "tok-A", sampleResult(), time.Hour)
-	mustLose(t, "Complete by the releaser", ok, err)
-	ok, err = complete(e, id, "tok-B", sampleResult(), time.Hour)
-	mustOK(t, "Complete by the reclaimer", ok, err)
+	CheckTTL(t, h, e, id, 720*time.Hour)
+	ok, err = complete(e, id, "tok-A", SampleResult(), time.Hour)
+	MustLose(t, "Complete by the releaser", ok, err)
+	ok, err = complete(e, id, "tok-B", SampleResult(), time.Hour)
+	MustOK(t, "Complete by the reclaimer", ok, err)
 }
 
 func testBinaryBodyAndMultiValueHeaders(t *testing.T, h Harness, e store.Engine) {
@@ -483,12 +483,12 @@ func testBinaryBodyAndMultiValueHeaders(t *testing.T, h Harness, e store.Engine)
 		"X-Leading":      {"  two leading spaces"},
 		"X-Lowercase-ok": {"kept as written"},
 	}
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok"))
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok"))
 	res := store.Result{Status: 200, Header: header, Body: body, Digest: "d", ExternalID: "x"}
 	ok, err := complete(e, id, "tok", res, time.Hour)
-	mustOK(t, "Complete", ok, err)
-	for _, r := range []*store.Record{mustClaim(t, e, claimReq(id, "tok-2")).Record, mustGet(t, e, id)} {
+	MustOK(t, "Complete", ok, err)
+	for _, r := range []*store.Record{MustClaim(t, e, ClaimReq(id, "tok-2")).Record, MustGet(t, e, id)} {
 		if !bytes.Equal(r.Body, body) {
 			t.Fatalf("body differs: got %d bytes %q", len(r.Body), r.Body)
 		}
@@ -499,23 +499,23 @@ func testBinaryBodyAndMultiValueHeaders(t *testing.T, h Harness, e store.Engine)
 
 	// Names that cannot go on the wire are dropped, CR and LF in values
 	// become spaces: what the Redis wire format keeps.
-	odd := newID(t)
-	mustClaim(t, e, claimReq(odd, "tok"))
+	odd := NewID(t)
+	MustClaim(t, e, ClaimReq(odd, "tok"))
 	res.Header = http.Header{"Bad:Name": {"x"}, "": {"y"}, "X-Split": {"a\r\nb"}}
 	ok, err = complete(e, odd, "tok", res, time.Hour)
-	mustOK(t, "Complete", ok, err)
-	if got := mustGet(t, e, odd).Header; !reflect.DeepEqual(got, http.Header{"X-Split": {"a  b"}}) {
+	MustOK(t, "Complete", ok, err)
+	if got := MustGet(t, e, odd).Header; !reflect.DeepEqual(got, http.Header{"X-Split": {"a  b"}}) {
 		t.Fatalf("header %#v", got)
 	}
 }
 
 func testBodyOmittedAndEmpty(t *testing.T, h Harness, e store.Engine) {
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok"))
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok"))
 	res := store.Result{Status: 200, BodyOmitted: true, Digest: strings.Repeat("ab", 32)}
 	ok, err := complete(e, id, "tok", res, time.Hour)
-	mustOK(t, "Complete", ok, err)
-	r := mustGet(t, e, id)
+	MustOK(t, "Complete", ok, err)
+	r := MustGet(t, e, id)
 	if !r.BodyOmitted || len(r.Body) != 0 || r.Header != nil || r.Digest != res.Digest {
 		t.Fatalf("record %+v", r)
 	}
@@ -524,7 +524,7 @@ func testBodyOmittedAndEmpty(t *testing.T, h Harness, e store.Engine) {
 func testInvalidIDs(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	for _, bad := range []string{"", "a}b", "a{b", "with space", "x:y", strings.Repeat("a", 129), "caf\xc3\xa9"} {
-		if _, err := e.Claim(ctx, claimReq(bad, "tok")); !errors.Is(err, store.ErrInvalidID) {
+		if _, err := e.Claim(ctx, ClaimReq(bad, "tok")); !errors.Is(err, store.ErrInvalidID) {
 			t.Errorf("Claim(%q) err = %v, want ErrInvalidID", bad, err)
 		}
 		if _, err := e.Get(ctx, bad); !errors.Is(err, store.ErrInvalidID) {
@@ -537,7 +537,7 @@ func testInvalidIDs(t *testing.T, h Harness, e store.Engine) {
 			t.Errorf("Renew(%q) err = %v, want ErrInvalidID", bad, err)
 		}
 	}
-	if _, err := e.Claim(ctx, claimReq(strings.Repeat("a", 128), "tok")); err != nil {
+	if _, err := e.Claim(ctx, ClaimReq(strings.Repeat("a", 128), "tok")); err != nil {
 		t.Errorf("a 128-byte id: %v", err)
 	}
 }
@@ -552,7 +552,7 @@ func testClaimRequestValidation(t *testing.T, h Harness, e store.Engine) {
 		{"negative lease", func(r *store.ClaimRequest) { r.Lease = -time.Second }},
 		{"negative hold", func(r *store.ClaimRequest) { r.HoldTTL = -time.Second }},
 	} {
-		req := claimReq(newID(t), "tok")
+		req := ClaimReq(NewID(t), "tok")
 		tc.edit(&req)
 		if _, err := e.Claim(context.Background(), req); err == nil {
 			t.Errorf("%s: no error", tc.name)
@@ -566,10 +566,10 @@ func testClaimRequestValidation(t *testing.T, h Harness, e store.Engine) {
 // testRecordsExpire: a record whose TTL ran out is gone.
 func testRecordsExpire(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	id := newID(t)
-	mustClaim(t, e, claimReq(id, "tok"))
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok"))
 	ok, err := e.Release(ctx, id, "tok", 50*time.Millisecond)
-	mustOK(t, "Release", ok, err)
+	MustOK(t, "Release", ok, err)
 	for range 1000 {
 		r, err := e.Get(ctx, id)
 		if err != nil {
@@ -577,7 +577,7 @@ func testRecordsExpire(t *testing.T, h Harness, e store.Engine) {
 		}
 		if r == nil {
 			// Gone for claims too: the next one creates it anew.
-			if res := mustClaim(t, e, claimReq(id, "tok-2")); !res.Claimed || res.TakeOver || res.Record.Attempts != 1 {
+			if res := MustClaim(t, e, ClaimReq(id, "tok-2")); !res.Claimed || res.TakeOver || res.Record.Attempts != 1 {
 				t.Fatalf("claim after expiry: %+v", res)
 			}
 			return

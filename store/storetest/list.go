@@ -23,8 +23,8 @@ func init() {
 	)
 }
 
-// walk follows List from the first page to the end and returns every page.
-func walk(t testing.TB, e store.Engine, f store.ListFilter) []store.ListPage {
+// Walk follows List from the first page to the end and returns every page.
+func Walk(t testing.TB, e store.Engine, f store.ListFilter) []store.ListPage {
 	t.Helper()
 	var pages []store.ListPage
 	for range 10000 {
@@ -45,22 +45,22 @@ func walk(t testing.TB, e store.Engine, f store.ListFilter) []store.ListPage {
 	return nil
 }
 
-// listEvery returns every record listed under f.
-func listEvery(t testing.TB, e store.Engine, f store.ListFilter) []*store.Record {
+// ListEvery returns every record listed under f.
+func ListEvery(t testing.TB, e store.Engine, f store.ListFilter) []*store.Record {
 	t.Helper()
 	var out []*store.Record
-	for _, p := range walk(t, e, f) {
+	for _, p := range Walk(t, e, f) {
 		out = append(out, p.Records...)
 	}
 	return out
 }
 
-// listAll returns the ids of every record listed under f, sorted, and
+// ListAll returns the ids of every record listed under f, sorted, and
 // fails on a record listed twice.
-func listAll(t testing.TB, e store.Engine, f store.ListFilter) []string {
+func ListAll(t testing.TB, e store.Engine, f store.ListFilter) []string {
 	t.Helper()
 	var ids []string
-	for _, r := range listEvery(t, e, f) {
+	for _, r := range ListEvery(t, e, f) {
 		ids = append(ids, r.ID)
 	}
 	slices.Sort(ids)
@@ -70,23 +70,23 @@ func listAll(t testing.TB, e store.Engine, f store.ListFilter) []string {
 	return ids
 }
 
-type listFixture struct {
-	byState map[store.State][]string
-	byRoute map[string][]string
-	all     []string
+type ListFixture struct {
+	ByState map[store.State][]string // sorted ids by state
+	ByRoute map[string][]string      // sorted ids by route
+	All     []string                 // every id, sorted
 }
 
-// makeRecords creates n records per state on two routes.
-func makeRecords(t *testing.T, e store.Engine, n int) listFixture {
+// MakeRecords creates n records per state on two routes.
+func MakeRecords(t *testing.T, e store.Engine, n int) ListFixture {
 	t.Helper()
 	ctx := context.Background()
-	fx := listFixture{byState: map[store.State][]string{}, byRoute: map[string][]string{}}
+	fx := ListFixture{ByState: map[store.State][]string{}, ByRoute: map[string][]string{}}
 	states := store.IndexStates()
 	for i := range 4 * n {
-		id := newID(t)
-		req := claimReq(id, "tok")
+		id := NewID(t)
+		req := ClaimReq(id, "tok")
 		req.Route = []string{"deals", "refunds"}[i%2]
-		mustClaim(t, e, req)
+		MustClaim(t, e, req)
 		st := states[i%4]
 		var ok bool
 		var err error
@@ -94,24 +94,24 @@ func makeRecords(t *testing.T, e store.Engine, n int) listFixture {
 		case store.StateInFlight:
 			ok = true
 		case store.StateCompleted:
-			ok, err = complete(e, id, "tok", sampleResult(), time.Hour)
+			ok, err = complete(e, id, "tok", SampleResult(), time.Hour)
 		case store.StateUnknown:
 			ok, err = e.MarkUnknown(ctx, id, "tok", "upstream_5xx", time.Hour)
 		case store.StateReleased:
 			ok, err = e.Release(ctx, id, "tok", time.Hour)
 		}
-		mustOK(t, string(st), ok, err)
-		fx.byState[st] = append(fx.byState[st], id)
-		fx.byRoute[req.Route] = append(fx.byRoute[req.Route], id)
-		fx.all = append(fx.all, id)
+		MustOK(t, string(st), ok, err)
+		fx.ByState[st] = append(fx.ByState[st], id)
+		fx.ByRoute[req.Route] = append(fx.ByRoute[req.Route], id)
+		fx.All = append(fx.All, id)
 	}
-	for _, ids := range fx.byState {
+	for _, ids := range fx.ByState {
 		slices.Sort(ids)
 	}
-	for _, ids := range fx.byRoute {
+	for _, ids := range fx.ByRoute {
 		slices.Sort(ids)
 	}
-	slices.Sort(fx.all)
+	slices.Sort(fx.All)
 	return fx
 }
 
@@ -129,28 +129,28 @@ func intersect(a, b []string) []string {
 // the matching records, each once; pages respect the limit and carry no
 // token, header or body.
 func testListWalksEverythingOnce(t *testing.T, h Harness, e store.Engine) {
-	fx := makeRecords(t, e, 40) // 160 records
+	fx := MakeRecords(t, e, 40) // 160 records
 	type tc struct {
 		f    store.ListFilter
 		want []string
 	}
 	var cases []tc
 	for _, limit := range []int{0, 1, 7, 100, 1000} {
-		cases = append(cases, tc{store.ListFilter{Limit: limit}, fx.all})
+		cases = append(cases, tc{store.ListFilter{Limit: limit}, fx.All})
 	}
 	for _, st := range store.IndexStates() {
-		ids := fx.byState[st]
+		ids := fx.ByState[st]
 		cases = append(cases, tc{store.ListFilter{State: st, Limit: 9}, ids})
-		cases = append(cases, tc{store.ListFilter{State: st, Route: "refunds", Limit: 4}, intersect(ids, fx.byRoute["refunds"])})
+		cases = append(cases, tc{store.ListFilter{State: st, Route: "refunds", Limit: 4}, intersect(ids, fx.ByRoute["refunds"])})
 	}
 	cases = append(cases,
-		tc{store.ListFilter{State: "unknown", Limit: 50}, fx.byState[store.StateUnknown]},
-		tc{store.ListFilter{Route: "deals", Limit: 13}, fx.byRoute["deals"]},
+		tc{store.ListFilter{State: "unknown", Limit: 50}, fx.ByState[store.StateUnknown]},
+		tc{store.ListFilter{Route: "deals", Limit: 13}, fx.ByRoute["deals"]},
 		tc{store.ListFilter{Route: "nope"}, nil},
 	)
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%+v", c.f), func(t *testing.T) {
-			pages := walk(t, e, c.f)
+			pages := Walk(t, e, c.f)
 			limit := c.f.Limit
 			if limit == 0 {
 				limit = store.DefaultListLimit
@@ -201,7 +201,7 @@ func testListWalksEverythingOnce(t *testing.T, h Harness, e store.Engine) {
 	if err != nil || len(page.Records) != 1 {
 		t.Fatalf("List completed: %+v, %v", page, err)
 	}
-	want := sampleResult()
+	want := SampleResult()
 	if r := page.Records[0]; r.Status != 201 || r.Digest != want.Digest || r.ExternalID != "deal_42" || r.CompletedAt.IsZero() {
 		t.Fatalf("completed summary %+v", r)
 	}
@@ -212,7 +212,7 @@ func testListWalksEverythingOnce(t *testing.T, h Harness, e store.Engine) {
 func testListLimits(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	for range store.MaxListLimit + 5 {
-		mustClaim(t, e, claimReq(newID(t), "tok"))
+		MustClaim(t, e, ClaimReq(NewID(t), "tok"))
 	}
 	page, err := e.List(ctx, store.ListFilter{Limit: 5000})
 	if err != nil || len(page.Records) != store.MaxListLimit || page.NextCursor == "" {
@@ -233,7 +233,7 @@ func testListLimits(t *testing.T, h Harness, e store.Engine) {
 func testListBadFilter(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	for range 3 {
-		mustClaim(t, e, claimReq(newID(t), "tok"))
+		MustClaim(t, e, ClaimReq(NewID(t), "tok"))
 	}
 	page, err := e.List(ctx, store.ListFilter{Limit: 1})
 	if err != nil || page.NextCursor == "" {
@@ -260,10 +260,10 @@ func testListBadFilter(t *testing.T, h Harness, e store.Engine) {
 func testListNonHexIDs(t *testing.T, h Harness, e store.Engine) {
 	ids := []string{"Zebra_1", "-dash", "UPPER", "0-zero"}
 	for _, id := range ids {
-		mustClaim(t, e, claimReq(id, "tok"))
+		MustClaim(t, e, ClaimReq(id, "tok"))
 	}
 	slices.Sort(ids)
-	if got := listAll(t, e, store.ListFilter{Limit: 2}); !slices.Equal(got, ids) {
+	if got := ListAll(t, e, store.ListFilter{Limit: 2}); !slices.Equal(got, ids) {
 		t.Fatalf("listed %q, want %q", got, ids)
 	}
 }
@@ -280,28 +280,28 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 	}
 	claim := func(token string, lease time.Duration, onExpired store.Expired) func(t *testing.T, id string) {
 		return func(t *testing.T, id string) {
-			req := claimReq(id, token)
+			req := ClaimReq(id, token)
 			req.Lease, req.OnExpired, req.HoldTTL = lease, onExpired, 2*time.Hour
-			mustClaim(t, e, req)
+			MustClaim(t, e, req)
 		}
 	}
-	expire := func(t *testing.T, id string) { waitPast(t, h, e, mustGet(t, e, id).LeaseUntil) }
+	expire := func(t *testing.T, id string) { WaitPast(t, h, e, MustGet(t, e, id).LeaseUntil) }
 	completeBy := func(token string) func(t *testing.T, id string) {
 		return func(t *testing.T, id string) {
-			ok, err := complete(e, id, token, sampleResult(), 3*time.Hour)
-			mustOK(t, "Complete", ok, err)
+			ok, err := complete(e, id, token, SampleResult(), 3*time.Hour)
+			MustOK(t, "Complete", ok, err)
 		}
 	}
 	release := func(token string) func(t *testing.T, id string) {
 		return func(t *testing.T, id string) {
 			ok, err := e.Release(context.Background(), id, token, 4*time.Hour)
-			mustOK(t, "Release", ok, err)
+			MustOK(t, "Release", ok, err)
 		}
 	}
 	markUnknown := func(token string) func(t *testing.T, id string) {
 		return func(t *testing.T, id string) {
 			ok, err := e.MarkUnknown(context.Background(), id, token, "upstream_5xx", 5*time.Hour)
-			mustOK(t, "MarkUnknown", ok, err)
+			MustOK(t, "MarkUnknown", ok, err)
 		}
 	}
 	opRelease := func(t *testing.T, id string) {
@@ -310,7 +310,7 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 		}
 	}
 	opComplete := func(t *testing.T, id string) {
-		if _, err := e.OperatorComplete(context.Background(), id, sampleResult(), act, 7*time.Hour); err != nil {
+		if _, err := e.OperatorComplete(context.Background(), id, SampleResult(), act, 7*time.Hour); err != nil {
 			t.Fatalf("OperatorComplete: %v", err)
 		}
 	}
@@ -350,13 +350,13 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			id := newID(t)
+			id := NewID(t)
 			for _, st := range tc.steps {
 				st.do(t, id)
 				t.Run(st.name, func(t *testing.T) {
 					checkListed(t, e, id, st.want)
-					checkTTL(t, h, e, id, st.ttl)
-					if r := mustGet(t, e, id); r.State != st.want {
+					CheckTTL(t, h, e, id, st.ttl)
+					if r := MustGet(t, e, id); r.State != st.want {
 						t.Fatalf("state %q, want %q", r.State, st.want)
 					}
 				})
@@ -369,22 +369,22 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 // it expires.
 func testExpiredRecordsAreNotListed(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
-	short, long := newID(t), newID(t)
-	mustClaim(t, e, claimReq(short, "tok"))
+	short, long := NewID(t), NewID(t)
+	MustClaim(t, e, ClaimReq(short, "tok"))
 	ok, err := e.Release(ctx, short, "tok", 300*time.Millisecond)
-	mustOK(t, "Release", ok, err)
+	MustOK(t, "Release", ok, err)
 	released := store.ListFilter{State: store.StateReleased}
-	if got := listAll(t, e, released); !slices.Equal(got, []string{short}) {
+	if got := ListAll(t, e, released); !slices.Equal(got, []string{short}) {
 		t.Fatalf("released records %q, want [%s]", got, short)
 	}
-	waitPast(t, h, e, h.Now(t, e).Add(310*time.Millisecond))
-	if got := listAll(t, e, released); len(got) != 0 {
+	WaitPast(t, h, e, h.Now(t, e).Add(310*time.Millisecond))
+	if got := ListAll(t, e, released); len(got) != 0 {
 		t.Fatalf("expired record still listed: %q", got)
 	}
-	mustClaim(t, e, claimReq(long, "tok"))
+	MustClaim(t, e, ClaimReq(long, "tok"))
 	ok, err = e.Release(ctx, long, "tok", time.Hour)
-	mustOK(t, "Release", ok, err)
-	if got := listAll(t, e, released); !slices.Equal(got, []string{long}) {
+	MustOK(t, "Release", ok, err)
+	if got := ListAll(t, e, released); !slices.Equal(got, []string{long}) {
 		t.Fatalf("released records %q, want [%s]", got, long)
 	}
 }

@@ -36,38 +36,38 @@ type setup struct {
 }
 
 var operatorSetups = map[string]setup{
-	"absent": {"absent", func(t *testing.T, h Harness, e store.Engine) (string, string) { return newID(t), "" }},
+	"absent": {"absent", func(t *testing.T, h Harness, e store.Engine) (string, string) { return NewID(t), "" }},
 	"in_flight": {"in_flight (live)", func(t *testing.T, h Harness, e store.Engine) (string, string) {
-		id := newID(t)
-		mustClaim(t, e, claimReq(id, "tok-A"))
+		id := NewID(t)
+		MustClaim(t, e, ClaimReq(id, "tok-A"))
 		return id, "tok-A"
 	}},
 	"expired": {"in_flight (lease run out)", func(t *testing.T, h Harness, e store.Engine) (string, string) {
-		id := newID(t)
-		req := claimReq(id, "tok-A")
+		id := NewID(t)
+		req := ClaimReq(id, "tok-A")
 		req.Lease = 300 * time.Millisecond
-		waitPast(t, h, e, mustClaim(t, e, req).Record.LeaseUntil)
+		WaitPast(t, h, e, MustClaim(t, e, req).Record.LeaseUntil)
 		return id, "tok-A"
 	}},
 	"completed": {"completed", func(t *testing.T, h Harness, e store.Engine) (string, string) {
-		id := newID(t)
-		mustClaim(t, e, claimReq(id, "tok-A"))
-		ok, err := complete(e, id, "tok-A", sampleResult(), time.Hour)
-		mustOK(t, "Complete", ok, err)
+		id := NewID(t)
+		MustClaim(t, e, ClaimReq(id, "tok-A"))
+		ok, err := complete(e, id, "tok-A", SampleResult(), time.Hour)
+		MustOK(t, "Complete", ok, err)
 		return id, "tok-A"
 	}},
 	"unknown": {"outcome_unknown", func(t *testing.T, h Harness, e store.Engine) (string, string) {
-		id := newID(t)
-		mustClaim(t, e, claimReq(id, "tok-A"))
+		id := NewID(t)
+		MustClaim(t, e, ClaimReq(id, "tok-A"))
 		ok, err := e.MarkUnknown(context.Background(), id, "tok-A", "upstream_5xx", time.Hour)
-		mustOK(t, "MarkUnknown", ok, err)
+		MustOK(t, "MarkUnknown", ok, err)
 		return id, "tok-A"
 	}},
 	"released": {"released", func(t *testing.T, h Harness, e store.Engine) (string, string) {
-		id := newID(t)
-		mustClaim(t, e, claimReq(id, "tok-A"))
+		id := NewID(t)
+		MustClaim(t, e, ClaimReq(id, "tok-A"))
 		ok, err := e.Release(context.Background(), id, "tok-A", time.Hour)
-		mustOK(t, "Release", ok, err)
+		MustOK(t, "Release", ok, err)
 		return id, "tok-A"
 	}},
 }
@@ -77,16 +77,16 @@ var operatorSetups = map[string]setup{
 func checkFencedOut(t *testing.T, e store.Engine, id, token string) {
 	t.Helper()
 	ctx := context.Background()
-	before := mustGet(t, e, id)
+	before := MustGet(t, e, id)
 	ok, err := complete(e, id, token, store.Result{Status: 500}, time.Hour)
-	mustLose(t, "Complete by the old claimant", ok, err)
+	MustLose(t, "Complete by the old claimant", ok, err)
 	ok, err = e.Release(ctx, id, token, time.Hour)
-	mustLose(t, "Release by the old claimant", ok, err)
+	MustLose(t, "Release by the old claimant", ok, err)
 	ok, err = e.MarkUnknown(ctx, id, token, "upstream_timeout", time.Hour)
-	mustLose(t, "MarkUnknown by the old claimant", ok, err)
+	MustLose(t, "MarkUnknown by the old claimant", ok, err)
 	ok, err = e.Renew(ctx, id, token, time.Hour)
-	mustLose(t, "Renew by the old claimant", ok, err)
-	if after := mustGet(t, e, id); !reflect.DeepEqual(after, before) {
+	MustLose(t, "Renew by the old claimant", ok, err)
+	if after := MustGet(t, e, id); !reflect.DeepEqual(after, before) {
 		t.Fatalf("the old claimant changed the record:\n got %+v\nwant %+v", after, before)
 	}
 }
@@ -96,7 +96,7 @@ func checkListed(t *testing.T, e store.Engine, id string, want store.State) {
 	t.Helper()
 	for _, st := range store.IndexStates() {
 		found := false
-		for _, r := range listEvery(t, e, store.ListFilter{State: st, Limit: 1000}) {
+		for _, r := range ListEvery(t, e, store.ListFilter{State: st, Limit: 1000}) {
 			if r.ID == id {
 				found = true
 			}
@@ -126,7 +126,7 @@ func testOperatorRelease(t *testing.T, h Harness, e store.Engine) {
 			id, token := su.make(t, h, e)
 			var before *store.Record
 			if tc.setup != "absent" {
-				before = mustGet(t, e, id)
+				before = MustGet(t, e, id)
 			}
 			rec, err := e.OperatorRelease(ctx, id, act, 3*time.Hour)
 			if tc.wantErr != nil {
@@ -137,7 +137,7 @@ func testOperatorRelease(t *testing.T, h Harness, e store.Engine) {
 					if !reflect.DeepEqual(rec, before) {
 						t.Fatalf("conflict returned %+v, want the unchanged record %+v", rec, before)
 					}
-					if got := mustGet(t, e, id); !reflect.DeepEqual(got, before) {
+					if got := MustGet(t, e, id); !reflect.DeepEqual(got, before) {
 						t.Fatalf("conflict changed the record: %+v", got)
 					}
 				} else if rec != nil {
@@ -153,11 +153,11 @@ func testOperatorRelease(t *testing.T, h Harness, e store.Engine) {
 				!rec.CompletedAt.IsZero() || rec.Attempts != before.Attempts || rec.Executions != before.Executions {
 				t.Fatalf("released record %+v (before %+v)", rec, before)
 			}
-			if got := mustGet(t, e, id); !reflect.DeepEqual(got, rec) {
+			if got := MustGet(t, e, id); !reflect.DeepEqual(got, rec) {
 				t.Fatalf("returned record differs from the stored one:\n got %+v\nwant %+v", rec, got)
 			}
 			checkListed(t, e, id, store.StateReleased)
-			checkTTL(t, h, e, id, 3*time.Hour)
+			CheckTTL(t, h, e, id, 3*time.Hour)
 			checkFencedOut(t, e, id, token)
 
 			// Releasing again is harmless (an operator's retried request).
@@ -165,11 +165,11 @@ func testOperatorRelease(t *testing.T, h Harness, e store.Engine) {
 				t.Fatalf("second OperatorRelease: %v", err)
 			}
 			// The next retry with the same payload executes once more.
-			res := mustClaim(t, e, claimReq(id, "tok-retry"))
+			res := MustClaim(t, e, ClaimReq(id, "tok-retry"))
 			if !res.Claimed || !res.TakeOver || res.Record.Executions != before.Executions+1 {
 				t.Fatalf("retry after the release: Claimed=%v TakeOver=%v record %+v", res.Claimed, res.TakeOver, res.Record)
 			}
-			if dup := mustClaim(t, e, claimReq(id, "tok-dup")); dup.Claimed {
+			if dup := MustClaim(t, e, ClaimReq(id, "tok-dup")); dup.Claimed {
 				t.Fatalf("a second retry also executes: %+v", dup.Record)
 			}
 		})
@@ -203,7 +203,7 @@ func testOperatorComplete(t *testing.T, h Harness, e store.Engine) {
 			id, token := su.make(t, h, e)
 			var before *store.Record
 			if tc.setup != "absent" {
-				before = mustGet(t, e, id)
+				before = MustGet(t, e, id)
 			}
 			rec, err := e.OperatorComplete(ctx, id, res, act, 5*time.Hour)
 			if tc.wantErr != nil {
@@ -228,11 +228,11 @@ func testOperatorComplete(t *testing.T, h Harness, e store.Engine) {
 				t.Fatalf("completed record %+v (before %+v)", rec, before)
 			}
 			checkListed(t, e, id, store.StateCompleted)
-			checkTTL(t, h, e, id, 5*time.Hour)
+			CheckTTL(t, h, e, id, 5*time.Hour)
 			checkFencedOut(t, e, id, token)
 
 			// Later retries replay the operator's outcome.
-			replay := mustClaim(t, e, claimReq(id, "tok-retry"))
+			replay := MustClaim(t, e, ClaimReq(id, "tok-retry"))
 			if replay.Claimed || replay.Record.State != store.StateCompleted || string(replay.Record.Body) != string(body) ||
 				replay.Record.Executions != before.Executions {
 				t.Fatalf("retry after the completion: Claimed=%v record %+v", replay.Claimed, replay.Record)
@@ -281,16 +281,16 @@ func testOperatorAudit(t *testing.T, h Harness, e store.Engine) {
 	if a.Actor != "alice" || a.Action != "release" || a.Reason != "the CRM has no deal" || a.At.Before(before) {
 		t.Fatalf("audit entry %+v", a)
 	}
-	claim := mustClaim(t, e, claimReq(id, "tok-retry"))
+	claim := MustClaim(t, e, ClaimReq(id, "tok-retry"))
 	if !claim.Claimed || len(claim.Record.Audit) != 1 {
 		t.Fatalf("the retry's claim: %+v", claim.Record)
 	}
-	if _, err := e.OperatorComplete(ctx, id, sampleResult(), store.Action{Actor: "bob"}, time.Hour); !errors.Is(err, store.ErrConflict) {
+	if _, err := e.OperatorComplete(ctx, id, SampleResult(), store.Action{Actor: "bob"}, time.Hour); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("OperatorComplete of a live claim: %v", err)
 	}
 	ok, err := e.MarkUnknown(ctx, id, "tok-retry", "upstream_5xx", time.Hour)
-	mustOK(t, "MarkUnknown", ok, err)
-	done, err := e.OperatorComplete(ctx, id, sampleResult(), store.Action{Actor: "bob", Reason: "deal D-1 exists"}, time.Hour)
+	MustOK(t, "MarkUnknown", ok, err)
+	done, err := e.OperatorComplete(ctx, id, SampleResult(), store.Action{Actor: "bob", Reason: "deal D-1 exists"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func testOperatorAudit(t *testing.T, h Harness, e store.Engine) {
 	if !reflect.DeepEqual(done.Audit, want) || done.Audit[1].At.Before(a.At) {
 		t.Fatalf("audit %+v, want %+v", done.Audit, want)
 	}
-	if got := mustGet(t, e, id); !reflect.DeepEqual(got.Audit, want) {
+	if got := MustGet(t, e, id); !reflect.DeepEqual(got.Audit, want) {
 		t.Fatalf("stored audit %+v", got.Audit)
 	}
 }
@@ -341,7 +341,7 @@ func testOperatorVsConcurrentClaims(t *testing.T, h Harness, e store.Engine) {
 		for i := range claimants {
 			wg.Go(func() {
 				<-start
-				res, err := e.Claim(context.Background(), claimReq(id, fmt.Sprintf("tok-%02d", i)))
+				res, err := e.Claim(context.Background(), ClaimReq(id, fmt.Sprintf("tok-%02d", i)))
 				if err != nil {
 					t.Errorf("claim %d: %v", i, err)
 					return
@@ -372,7 +372,7 @@ func testOperatorVsConcurrentClaims(t *testing.T, h Harness, e store.Engine) {
 			if err != nil {
 				t.Fatalf("OperatorRelease: %v", err)
 			}
-			r := mustGet(t, e, id)
+			r := MustGet(t, e, id)
 			switch len(claimed) {
 			case 0: // every retry ran before the release
 				if r.State != store.StateReleased || r.Executions != 1 {
@@ -394,10 +394,10 @@ func testOperatorVsConcurrentClaims(t *testing.T, h Harness, e store.Engine) {
 		for range rounds {
 			id, _ := operatorSetups["released"].make(t, h, e)
 			claimed, err := race(t, id, func() error {
-				_, err := e.OperatorComplete(ctx, id, sampleResult(), act, time.Hour)
+				_, err := e.OperatorComplete(ctx, id, SampleResult(), act, time.Hour)
 				return err
 			})
-			r := mustGet(t, e, id)
+			r := MustGet(t, e, id)
 			switch len(claimed) {
 			case 0: // the operator came first: every retry replays
 				if err != nil || r.State != store.StateCompleted || r.Reason != "operator" || r.Executions != 1 {

@@ -60,13 +60,13 @@ func Run(t *testing.T, h Harness) {
 
 var idSeq atomic.Int64
 
-// newID returns a record id shaped like keying.KeyID (32 hex characters).
-func newID(t testing.TB) string {
+// NewID returns a record id shaped like keying.KeyID (32 hex characters).
+func NewID(t testing.TB) string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", t.Name(), idSeq.Add(1)))
 	return hex.EncodeToString(sum[:])[:32]
 }
 
-func claimReq(id, token string) store.ClaimRequest {
+func ClaimReq(id, token string) store.ClaimRequest {
 	return store.ClaimRequest{
 		ID:              id,
 		Route:           "create_crm_deal",
@@ -82,11 +82,15 @@ func claimReq(id, token string) store.ClaimRequest {
 
 // complete stores res under the claim (id, token), as the handler does.
 func complete(e store.Engine, id, token string, res store.Result, ttl time.Duration) (bool, error) {
-	req := claimReq(id, token)
-	return e.Complete(context.Background(), store.CompleteRequest{Claim: req, Result: res, TTL: ttl})
+	return e.Complete(context.Background(), Completion(id, token, res, ttl))
 }
 
-func mustClaim(t testing.TB, e store.Engine, req store.ClaimRequest) store.ClaimResult {
+// Completion is the CompleteRequest of ClaimReq(id, token) with res.
+func Completion(id, token string, res store.Result, ttl time.Duration) store.CompleteRequest {
+	return store.CompleteRequest{Claim: ClaimReq(id, token), Result: res, TTL: ttl}
+}
+
+func MustClaim(t testing.TB, e store.Engine, req store.ClaimRequest) store.ClaimResult {
 	t.Helper()
 	res, err := e.Claim(context.Background(), req)
 	if err != nil {
@@ -95,13 +99,13 @@ func mustClaim(t testing.TB, e store.Engine, req store.ClaimRequest) store.Claim
 	if res.Record == nil {
 		t.Fatalf("Claim(%s): nil record", req.ID)
 	}
-	if (res.Claim != nil) != res.Claimed || res.Claim != nil && (res.Claim.ID() != req.ID || res.Claim.Held() != res.Record.Held()) {
+	if (res.Claim != nil) != res.Claimed || res.Claim != nil && (res.Claim.ID() != req.ID || res.Claim.Fence() != res.Record.Fence()) {
 		t.Fatalf("Claim(%s): claimed %v with the handle %+v; want a handle of this claim exactly when claimed", req.ID, res.Claimed, res.Claim)
 	}
 	return res
 }
 
-func mustGet(t testing.TB, e store.Engine, id string) *store.Record {
+func MustGet(t testing.TB, e store.Engine, id string) *store.Record {
 	t.Helper()
 	r, err := e.Get(context.Background(), id)
 	if err != nil {
@@ -113,7 +117,7 @@ func mustGet(t testing.TB, e store.Engine, id string) *store.Record {
 	return r
 }
 
-func mustOK(t testing.TB, what string, ok bool, err error) {
+func MustOK(t testing.TB, what string, ok bool, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -123,7 +127,7 @@ func mustOK(t testing.TB, what string, ok bool, err error) {
 	}
 }
 
-func mustLose(t testing.TB, what string, ok bool, err error) {
+func MustLose(t testing.TB, what string, ok bool, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -133,8 +137,8 @@ func mustLose(t testing.TB, what string, ok bool, err error) {
 	}
 }
 
-// waitPast polls the engine's clock until it is past deadline.
-func waitPast(t testing.TB, h Harness, e store.Engine, deadline time.Time) {
+// WaitPast polls the engine's clock until it is past deadline.
+func WaitPast(t testing.TB, h Harness, e store.Engine, deadline time.Time) {
 	t.Helper()
 	for range 3000 {
 		if h.Now(t, e).After(deadline) {
@@ -145,9 +149,9 @@ func waitPast(t testing.TB, h Harness, e store.Engine, deadline time.Time) {
 	t.Fatalf("the engine's clock never passed %v", deadline)
 }
 
-// checkTTL asserts that the record's remaining lifetime is within
+// CheckTTL asserts that the record's remaining lifetime is within
 // (want-slack, want].
-func checkTTL(t testing.TB, h Harness, e store.Engine, id string, want time.Duration) {
+func CheckTTL(t testing.TB, h Harness, e store.Engine, id string, want time.Duration) {
 	t.Helper()
 	const slack = 5 * time.Second
 	if got := h.TTL(t, e, id); got > want || got <= want-slack {
@@ -155,7 +159,7 @@ func checkTTL(t testing.TB, h Harness, e store.Engine, id string, want time.Dura
 	}
 }
 
-func sampleResult() store.Result {
+func SampleResult() store.Result {
 	body := []byte("{\"id\":\"deal_42\"}")
 	sum := sha256.Sum256(body)
 	return store.Result{

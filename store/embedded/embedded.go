@@ -1,0 +1,832 @@
+// Package local is the durable embedded record store: the store.Engine
+// contract for a single gateway on Pebble (CockroachDB's storage engine),
+// keeping its records in one directory (DIR).
+//
+// Exclusive: one process owns DIR, through an flock on DIR/LOCK (the
+// kernel drops it when the process dies, so a kill -9 leaves no stale
+// lock); DIR/LOCK holds the owner's pid, which a second Open names in its
+// error.
+//
+// Layout: DIR/db is the Pebble database, DIR/secret the deployment secret
+// (checksummed), DIR/LOCK the owner's lock. A record is one key
+// (r/<id>); the state indexes (i/<state>/<id>) make listing a range scan
+// and the ordered expiry keys (x/<expiry>/<id>) make expiry one.
+//
+// Durable: a change the caller acts on (a claim that lets a request
+// through, a stored result, a release, a hold, an operator's resolution,
+// a check) is committed with a synced write-ahead log entry before the
+// call returns; Pebble commits concurrent writers with one fsync (group
+// commit) and makes a synced write visible to readers only once it is on
+// disk. Changes nobody acts on (a replay's attempt count, a renewed
+// lease) are written without waiting for the fsync.
+//
+// Atomic: every read-modify-write of a record runs under that record's
+// lock (one of a fixed set of striped locks), so claims on different
+// records never wait for each other.
+//
+// Bounded: records live on disk; memory is Pebble's block cache and
+// memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
+// Expired records are deleted by a sweep of the expiry keys, and Pebble's
+// compactions give their space back.
+//
+// Damage is loud: Pebble checksums its log, tables and manifest and
+// refuses to open on damage that is not a torn last write; a clean Close
+// leaves a marker naming its last write, and Open refuses when that write
+// is missing (a damaged log tail that Pebble would take for a torn
+// write). See Check.
+//
+// Disk full: a write that meets ENOSPC fails the calls waiting for it
+// (nothing is forwarded on a failed claim) and every later write fails at
+// once until the filesystem has room again; then Pebble's write is
+// retried and the store goes on without a restart (see diskfull.go).
+package embedded
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// Defaults.
+const (
+	// DefaultOpTimeout bounds the wait for a record's lock and its write.
+	DefaultOpTimeout = 2 * time.Second
+	// DefaultCacheSize is Pebble's block cache.
+	DefaultCacheSize = 16 << 20
+	// DefaultMemTableSize is the size of one Pebble memtable (at most
+	// two are kept before writes wait for a flush).
+	DefaultMemTableSize = 4 << 20
+	// DefaultMinFreeSpace is the free space the filesystem needs before a
+	// store stopped by a full disk writes again.
+	DefaultMinFreeSpace = 4 << 20
+	// sweepEvery is how often expired records are deleted (reads treat
+	// them as gone from the millisecond they expire).
+	sweepEvery = time.Second
+)
+
+// Options configure Open.
+type Options struct {
+	// Dir is the directory the engine owns; it is created (0700) when
+	// missing.
+	Dir string
+	// OpTimeout bounds how long a call waits for a record's lock and
+	// its write; default 2s.
+	OpTimeout time.Duration
+	// CacheSize is Pebble's block cache in bytes; default
+	// DefaultCacheSize.
+	CacheSize int64
+	// MemTableSize is Pebble's memtable size in bytes; default
+	// DefaultMemTableSize.
+	MemTableSize int64
+	// MinFreeSpace is how much free space the filesystem must have
+	// before a store stopped by a full disk writes again; default
+	// DefaultMinFreeSpace.
+	MinFreeSpace int64
+	// OnError, when set, is told of failures no call returns (a full
+	// disk and its end, a failed sweep, Pebble's background errors). It
+	// is called from the engine's own goroutines.
+	OnError func(error)
+}
+
+// Recovery is what Open found in DIR.
+type Recovery struct {
+	// Imported is how many live records were imported from a journal
+	// written by an earlier version (once: see migrate.go).
+	Imported int
+	Took     time.Duration
+}
+
+// Engine is an open embedded store. It is safe for concurrent use.
+type Engine struct {
+	dir  string
+	lock *dirLock
+	opts Options
+	db   *pebble.DB
+
+	locks recordLocks
+	full  diskFull
+
+	// life is held shared by every call using db, and exclusively by
+	// Close; closed is set first.
+	life   sync.RWMutex
+	closed atomic.Bool
+	damage atomic.Pointer[error] // set when Pebble found a damaged file
+
+	clock atomic.Int64 // last time handed out, ms: never goes back
+	swept atomic.Int64 // bytes of records expired since the last compaction
+
+	stop chan struct{}
+	done sync.WaitGroup // sweeper
+
+	secretMu sync.Mutex
+	secret   []byte
+
+	recovered Recovery
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Engine = (*Engine)(nil)
+
+// errClosed is returned by every call after Close.
+var errClosed = errors.New("store: embedded store is closed")
+
+// rec is a record as kept: the contract's Record plus its expiry and
+// verification state.
+type rec struct {
+	store.Record
+	expireAt int64 // ms; the record is gone from then on
+
+	// checkToken is the running check's token (the check lease until
+	// CheckLeaseUntil); notFoundAt is when the last counted "not
+	// applied" answer came (ms, 0: none).
+	checkToken string
+	notFoundAt int64
+}
+
+func (r *rec) clone() *rec {
+	c := *r
+	c.Audit = slices.Clip(c.Audit)
+	c.Checks = slices.Clip(c.Checks)
+	return &c
+}
+
+// clearResult drops the result fields, as a release or a takeover does.
+func (r *rec) clearResult() {
+	r.CompletedAt = time.Time{}
+	r.Status = 0
+	r.Header = nil
+	r.Body = nil
+	r.BodyOmitted = false
+	r.Digest = ""
+	r.ExternalID = ""
+	r.Reason = ""
+}
+
+// setResult stores res (already normalised by newResult).
+func (r *rec) setResult(res store.Result) {
+	r.Status = res.Status
+	r.Header = res.Header
+	r.Body = res.Body
+	r.BodyOmitted = res.BodyOmitted
+	r.Digest = res.Digest
+	r.ExternalID = res.ExternalID
+}
+
+// view is the record for a caller. Records are decoded afresh from the
+// store for every call, so it shares nothing with another caller.
+func (r *rec) view() *store.Record {
+	v := r.Record
+	return &v
+}
+
+// newResult copies a result out of the caller's buffers, with its header
+// in the stored form every engine keeps.
+func newResult(res store.Result) store.Result {
+	res.Header = store.DecodeHeader(store.EncodeHeader(res.Header))
+	if len(res.Body) == 0 {
+		res.Body = nil
+	} else {
+		res.Body = slices.Clone(res.Body)
+	}
+	return res
+}
+
+// Open opens (creating when missing) and recovers the store in
+// opts.Dir, and takes it for this process: it fails, naming DIR and the
+// owner's pid, when another process has it, and naming the file when DIR
+// is damaged.
+func Open(opts Options) (*Engine, error) {
+	began := time.Now()
+	if opts.Dir == "" {
+		return nil, errors.New("store: embedded store: no directory")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: embedded store: %w", err)
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = DefaultOpTimeout
+	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
+	if opts.MemTableSize <= 0 {
+		opts.MemTableSize = DefaultMemTableSize
+	}
+	if opts.MinFreeSpace <= 0 {
+		opts.MinFreeSpace = DefaultMinFreeSpace
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(error) {}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: embedded store: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{dir: dir, lock: lock, opts: opts, stop: make(chan struct{})}
+	e.locks.init()
+	e.full.init(e)
+	if err := e.open(); err != nil {
+		_ = lock.unlock()
+		return nil, err
+	}
+	e.recovered.Took = time.Since(began)
+	e.done.Add(1)
+	go e.sweepLoop()
+	return e, nil
+}
+
+// open checks the secret, opens Pebble, checks the clean marker and
+// imports an old journal.
+func (e *Engine) open() error {
+	if err := e.checkClean(); err != nil {
+		return err
+	}
+	if err := checkLogTail(e.dir); err != nil {
+		return err
+	}
+	cache := pebble.NewCache(e.opts.CacheSize)
+	db, err := pebble.Open(filepath.Join(e.dir, dbDir), e.pebbleOptions(cache, false))
+	cache.Unref()
+	if err != nil {
+		return damaged(e.dir, err)
+	}
+	e.db = db
+	fail := func(err error) error {
+		_ = db.Close()
+		return err
+	}
+	n, err := e.migrate()
+	if err != nil {
+		return fail(err)
+	}
+	e.recovered.Imported = n
+	if err := e.openSecret(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Dir is the directory the engine owns.
+func (e *Engine) Dir() string { return e.dir }
+
+// Recovered says what Open found in DIR.
+func (e *Engine) Recovered() Recovery { return e.recovered }
+
+// Close waits for the calls under way, writes the clean marker, stops
+// the engine and gives DIR up.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		close(e.stop)
+		e.done.Wait()
+		e.life.Lock()
+		defer e.life.Unlock()
+		// On a full disk neither the flush nor the marker can be
+		// written: the next Open replays the log as after a crash.
+		err := e.full.check()
+		if err == nil {
+			err = e.db.Flush() // the next Open replays no log
+		}
+		if err == nil {
+			err = e.markClean()
+		}
+		if cerr := e.db.Close(); err == nil {
+			err = cerr
+		}
+		if uerr := e.lock.unlock(); err == nil {
+			err = uerr
+		}
+		e.closeErr = err
+	})
+	return e.closeErr
+}
+
+// enter starts a call that uses the database; leave ends it.
+func (e *Engine) enter() error {
+	if e.closed.Load() {
+		return errClosed
+	}
+	e.life.RLock()
+	if e.closed.Load() {
+		e.life.RUnlock()
+		return errClosed
+	}
+	if err := e.damage.Load(); err != nil {
+		e.life.RUnlock()
+		return *err
+	}
+	return nil
+}
+
+func (e *Engine) leave() { e.life.RUnlock() }
+
+// now is the engine's clock in ms: the wall clock, never going back.
+func (e *Engine) now() int64 {
+	for {
+		last := e.clock.Load()
+		n := time.Now().UnixMilli()
+		if n <= last {
+			return last
+		}
+		if e.clock.CompareAndSwap(last, n) {
+			return n
+		}
+	}
+}
+
+// Now is the engine's clock, by which leases and TTLs run out.
+func (e *Engine) Now() time.Time { return time.UnixMilli(e.now()) }
+
+// ExpiresAt is when record id expires; the zero time when there is no
+// such record.
+func (e *Engine) ExpiresAt(id string) time.Time {
+	if err := e.enter(); err != nil {
+		return time.Time{}
+	}
+	defer e.leave()
+	r, err := e.read(id)
+	if err != nil || r == nil || r.expireAt <= e.now() {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.expireAt)
+}
+
+// mutation is what a change function returns: the new record (nil:
+// nothing to write), whether the write must be on disk before the call
+// returns, and whether a write that is abandoned (its wait timed out)
+// must be undone when it lands (a claim nobody was told about).
+type mutation struct {
+	next  *rec
+	sync  bool
+	undo  bool
+	count bool // only next's attempt count changed
+	err   error
+}
+
+// update runs f on record id (nil when it does not exist or expired)
+// under the record's lock and commits what it returns. It returns the
+// record as left and f's result.
+func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now int64) mutation) (*rec, mutation, error) {
+	if err := e.enter(); err != nil {
+		return nil, mutation{}, err
+	}
+	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	if err != nil {
+		e.leave()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	release := func() { unlock(); e.leave() }
+	raw, err := e.read(id)
+	if err != nil {
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	now := e.now()
+	cur := raw
+	if cur != nil && cur.expireAt <= now {
+		cur = nil
+	}
+	m := f(cur, now)
+	if m.next == nil || m.err != nil {
+		release()
+		return cur, m, nil
+	}
+	if !m.sync && e.full.is() {
+		// A change nobody waits for is skipped while the disk is full.
+		release()
+		return m.next, m, nil
+	}
+	if err := e.full.check(); err != nil {
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	b := e.db.NewBatch()
+	write := putRecord
+	if m.count {
+		write = func(b *pebble.Batch, _, next *rec) error { return putAttempts(b, next) }
+	}
+	if err := write(b, raw, m.next); err != nil {
+		_ = b.Close()
+		release()
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	var undo func()
+	if m.undo {
+		undo = func() { e.undo(id, raw, m.next) }
+	}
+	if err := e.commit(ctx, b, m.sync, release, undo); err != nil {
+		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
+	}
+	return m.next, m, nil
+}
+
+// commit commits b and calls release once it is done. It waits at most
+// OpTimeout (or until ctx ends) for the commit; a commit that lands after
+// that runs undo (when set) before release.
+func (e *Engine) commit(ctx context.Context, b *pebble.Batch, sync bool, release, undo func()) error {
+	wo := pebble.NoSync
+	if sync {
+		wo = pebble.Sync
+	}
+	const (
+		waiting int32 = iota
+		finished
+		abandoned
+	)
+	if !sync {
+		// Nobody acts on it (an attempt count, a renewal): not waited
+		// for, so a replay never waits for a write. The record stays
+		// locked until it is committed.
+		go func() {
+			if err := b.Commit(wo); err != nil {
+				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
+			}
+			_ = b.Close()
+			release()
+		}()
+		return nil
+	}
+	var state atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		err := b.Commit(wo)
+		_ = b.Close()
+		if state.CompareAndSwap(waiting, finished) {
+			release()
+			done <- err
+			return
+		}
+		if err == nil && undo != nil {
+			undo()
+		}
+		release()
+	}()
+	t := time.NewTimer(e.opts.OpTimeout)
+	defer t.Stop()
+	var why error
+	select {
+	case err := <-done:
+		return e.writeErr(err)
+	case <-t.C:
+		why = fmt.Errorf("the write took longer than %s", e.opts.OpTimeout)
+	case <-ctx.Done():
+		why = ctx.Err()
+	}
+	if !state.CompareAndSwap(waiting, abandoned) {
+		return e.writeErr(<-done)
+	}
+	if err := e.full.check(); err != nil {
+		return err
+	}
+	return why
+}
+
+// writeErr names DIR in a failed write.
+func (e *Engine) writeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return e.readErr(err)
+}
+
+// undo puts back prev (nil: no record) after a claim's write landed that
+// nobody was told about, unless the record changed since. Called with
+// the record's lock held.
+func (e *Engine) undo(id string, prev, wrote *rec) {
+	cur, err := e.read(id)
+	if err != nil || cur == nil || cur.Token != wrote.Token || cur.State != wrote.State {
+		return
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	if prev == nil {
+		err = deleteRecord(b, cur)
+	} else {
+		err = putRecord(b, cur, prev)
+	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		e.opts.OnError(fmt.Errorf("store: embedded store %s: undo the claim of %s that timed out: %w", e.dir, id, err))
+	}
+}
+
+// Claim takes the right to execute an operation, or returns its record
+// (see store.Engine.Claim for the rules, which are the same).
+func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
+	a, err := store.ValidateClaim(req)
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
+	var res store.ClaimResult
+	out, _, err := e.update(ctx, "claim", req.ID, func(cur *rec, now int64) mutation {
+		res = store.ClaimResult{Now: time.UnixMilli(now)}
+		switch {
+		case cur == nil:
+			res.Claimed = true
+			return mutation{sync: true, undo: true, next: &rec{Record: store.Record{
+				ID:              req.ID,
+				Route:           req.Route,
+				Operation:       req.Operation,
+				Fingerprint:     req.Fingerprint,
+				FingerprintRule: req.FingerprintRule,
+				State:           store.StateInFlight,
+				Token:           req.Token,
+				StartedAt:       time.UnixMilli(now),
+				LeaseUntil:      time.UnixMilli(now + lease),
+				Attempts:        1,
+				Executions:      1,
+				Check:           normalCheck(req.Check),
+			}, expireAt: now + hold}}
+		case cur.State == store.StateInFlight && cur.Token == req.Token:
+			res.Claimed = true // a retried claim: already the caller's
+			return mutation{}
+		}
+		out := cur.clone()
+		out.Attempts++
+		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
+		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
+		switch {
+		case expired && a.OnExpired != store.ExpiredRelease:
+			out.State, out.Reason, out.expireAt = store.StateUnknown, "lease_expired", now+hold
+			out.scheduleFirstCheck(now)
+			return mutation{next: out, sync: true}
+		case same && (expired || cur.State == store.StateReleased):
+			out.clearResult()
+			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
+			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)
+			out.Executions++
+			out.expireAt = now + hold
+			out.newClaimChecks(normalCheck(req.Check))
+			res.Claimed, res.TakeOver = true, true
+			return mutation{next: out, sync: true, undo: true}
+		default:
+			return mutation{next: out, count: true} // only counted: no fsync to wait for
+		}
+	})
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	res.Record = out.view()
+	if res.Claimed {
+		res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
+	}
+	return res, nil
+}
+
+// Renew extends a live claim's lease to now+lease.
+func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
+	if !store.ValidID(id) {
+		return false, store.ErrInvalidID
+	}
+	lease = store.OrDefault(lease, store.DefaultLease)
+	if lease < 0 {
+		return false, errors.New("store: negative lease")
+	}
+	return e.change(ctx, "renew", id, false, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.State != store.StateInFlight || cur.Token != token {
+			return nil
+		}
+		r := cur.clone()
+		r.LeaseUntil = time.UnixMilli(now + store.Millis(lease))
+		return r
+	})
+}
+
+// Complete stores a result under its claim (see store.CompleteRequest),
+// also writing the record anew when it does not exist.
+func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
+	id, token := req.Claim.ID, req.Claim.Token
+	if !store.ValidID(id) {
+		return false, store.ErrInvalidID
+	}
+	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
+	if ttl < 0 {
+		return false, errors.New("store: negative TTL")
+	}
+	result := newResult(req.Result)
+	return e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
+		var r *rec
+		switch {
+		case cur == nil:
+			started := req.StartedAt
+			if started.IsZero() {
+				started = time.UnixMilli(now)
+			}
+			r = &rec{Record: store.Record{
+				ID:              id,
+				Route:           req.Claim.Route,
+				Operation:       req.Claim.Operation,
+				Fingerprint:     req.Claim.Fingerprint,
+				FingerprintRule: req.Claim.FingerprintRule,
+				Token:           token,
+				StartedAt:       time.UnixMilli(started.UnixMilli()),
+				Attempts:        1,
+				Executions:      1,
+			}}
+		case cur.Token != token:
+			return nil
+		default:
+			r = cur.clone()
+		}
+		r.State, r.Reason = store.StateCompleted, ""
+		r.CompletedAt = time.UnixMilli(now)
+		r.setResult(result)
+		r.expireAt = now + store.Millis(ttl)
+		return r
+	})
+}
+
+// Release marks the record released: the next claim executes again.
+func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
+	ttl = store.OrDefault(ttl, store.DefaultTTL)
+	if ttl < 0 {
+		return false, errors.New("store: negative TTL")
+	}
+	if !store.ValidID(id) {
+		return false, store.ErrInvalidID
+	}
+	return e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.Token != token {
+			return nil
+		}
+		r := cur.clone()
+		r.clearResult()
+		r.State = store.StateReleased
+		r.expireAt = now + store.Millis(ttl)
+		return r
+	})
+}
+
+// MarkUnknown holds the record as outcome unknown; a completed record is
+// never demoted.
+func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
+	holdTTL = store.OrDefault(holdTTL, store.DefaultHoldTTL)
+	if holdTTL < 0 {
+		return false, errors.New("store: negative hold TTL")
+	}
+	if reason == "" {
+		reason = "unknown"
+	}
+	if !store.ValidID(id) {
+		return false, store.ErrInvalidID
+	}
+	return e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
+		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
+			return nil
+		}
+		r := cur.clone()
+		r.State, r.Reason = store.StateUnknown, reason
+		r.expireAt = now + store.Millis(holdTTL)
+		r.scheduleFirstCheck(now)
+		return r
+	})
+}
+
+// change runs one fenced state change: f returns the new record, or nil
+// to leave it alone (false). With sync it returns once the change is on
+// disk.
+func (e *Engine) change(ctx context.Context, op, id string, sync bool, f func(cur *rec, now int64) *rec) (bool, error) {
+	changed := false
+	_, _, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
+		r := f(cur, now)
+		changed = r != nil
+		return mutation{next: r, sync: sync}
+	})
+	return changed && err == nil, err
+}
+
+// Get reads one record; nil, nil when it does not exist.
+func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
+	if !store.ValidID(id) {
+		return nil, store.ErrInvalidID
+	}
+	if err := e.enter(); err != nil {
+		return nil, err
+	}
+	defer e.leave()
+	// The record's lock, taken and given back, waits for a change
+	// still being written (an attempt count or a renewal is not waited
+	// for by its caller), so a Get sees every change made before it.
+	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	unlock()
+	r, err := e.read(id)
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", id, err)
+	}
+	if r == nil || r.expireAt <= e.now() {
+		return nil, nil
+	}
+	return r.view(), nil
+}
+
+// OperatorRelease releases a record on an operator's word (see
+// store.Engine.OperatorRelease) and appends act to its audit trail.
+func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error) {
+	ttl = store.OrDefault(ttl, store.DefaultTTL)
+	if ttl < 0 {
+		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
+	}
+	return e.operator(ctx, "release", id, act, func(cur *rec, now int64) (*rec, error) {
+		if cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
+			return nil, conflict(cur)
+		}
+		r := cur.clone()
+		r.clearResult()
+		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), "operator"
+		r.expireAt = now + store.Millis(ttl)
+		return r, nil
+	})
+}
+
+// OperatorComplete records a verified outcome on an operator's word (see
+// store.Engine.OperatorComplete) and appends act to its audit trail.
+func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Result, act store.Action, ttl time.Duration) (*store.Record, error) {
+	ttl = store.OrDefault(ttl, store.DefaultTTL)
+	if ttl < 0 {
+		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
+	}
+	if err := store.ValidateOperatorResult(res); err != nil {
+		return nil, err
+	}
+	if res.Digest == "" && !res.BodyOmitted {
+		sum := sha256.Sum256(res.Body)
+		res.Digest = hex.EncodeToString(sum[:])
+	}
+	result := newResult(res)
+	return e.operator(ctx, "complete", id, act, func(cur *rec, now int64) (*rec, error) {
+		if cur.State == store.StateCompleted || cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
+			return nil, conflict(cur)
+		}
+		r := cur.clone()
+		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), "operator"
+		r.CompletedAt = time.UnixMilli(now)
+		r.setResult(result)
+		r.expireAt = now + store.Millis(ttl)
+		return r, nil
+	})
+}
+
+// operator runs an operator's change on an existing record: f returns the
+// new record or the conflict; the audit entry is added in the same step.
+func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
+	if !store.ValidID(id) {
+		return nil, store.ErrInvalidID
+	}
+	if err := act.Validate(); err != nil {
+		return nil, err
+	}
+	out, m, err := e.update(ctx, "operator "+action, id, func(cur *rec, now int64) mutation {
+		if cur == nil {
+			return mutation{err: fmt.Errorf("%w: %s", store.ErrNotFound, id)}
+		}
+		r, err := f(cur, now)
+		if err != nil {
+			return mutation{err: err}
+		}
+		r.Audit = append(r.Audit, store.AuditEntry{
+			At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
+		})
+		if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
+			r.Audit = r.Audit[n:] // the newest are kept, as on Redis
+		}
+		return mutation{next: r, sync: true}
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case m.err != nil && out == nil:
+		return nil, m.err
+	case m.err != nil:
+		return out.view(), m.err
+	}
+	return out.view(), nil
+}
+
+// checking reports whether a verification check holds the record (a live
+// check lease): operators wait for its verdict.
+func (r *rec) checking(now int64) bool { return r.CheckRunning(time.UnixMilli(now)) }
+
+func conflict(cur *rec) error { return store.ConflictOf(&cur.Record) }

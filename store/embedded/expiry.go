@@ -1,0 +1,124 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// sweepBatch bounds the expiry keys one sweep step reads.
+const sweepBatch = 1000
+
+// sweepLoop deletes expired records every sweepEvery, so that DIR
+// follows the live set (Pebble's compactions give the space back).
+func (e *Engine) sweepLoop() {
+	defer e.done.Done()
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := e.sweep()
+			if err != nil {
+				e.opts.OnError(fmt.Errorf("store: embedded store %s: expiry: %w", e.dir, err))
+			}
+			if err != nil || n < sweepBatch {
+				break
+			}
+		}
+		e.compactExpired()
+	}
+}
+
+// compactExpired compacts the database once the records deleted since the
+// last compaction amount to half a memtable: Pebble would otherwise keep
+// expired records' space until enough new writes came to compact them,
+// and DIR would not shrink after a burst.
+func (e *Engine) compactExpired() {
+	if e.swept.Load() < e.opts.MemTableSize/2 || e.full.is() {
+		return
+	}
+	if err := e.enter(); err != nil {
+		return
+	}
+	defer e.leave()
+	e.swept.Store(0)
+	if err := e.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+		e.opts.OnError(fmt.Errorf("store: embedded store %s: compact expired records: %w", e.dir, err))
+	}
+}
+
+// sweep deletes up to sweepBatch expired records (a range scan of the
+// expiry keys up to now) and returns how many keys it looked at.
+func (e *Engine) sweep() (int, error) {
+	if e.full.is() {
+		return 0, nil // deletes are writes too: after the disk has room
+	}
+	if err := e.enter(); err != nil {
+		return 0, nil
+	}
+	defer e.leave()
+	now := e.now()
+	it, err := e.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{kindExpiry},
+		UpperBound: expiryKey(now+1, ""),
+	})
+	if err != nil {
+		return 0, err
+	}
+	type due struct {
+		at int64
+		id string
+	}
+	var dues []due
+	for it.First(); it.Valid() && len(dues) < sweepBatch; it.Next() {
+		if at, id, ok := parseExpiryKey(it.Key()); ok {
+			dues = append(dues, due{at, id})
+		}
+	}
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, e.readErr(err)
+	}
+	for _, d := range dues {
+		if err := e.expire(d.id, d.at, now); err != nil {
+			return len(dues), err
+		}
+	}
+	return len(dues), nil
+}
+
+// expire deletes record id when it expired by now, and its expiry key at.
+func (e *Engine) expire(id string, at, now int64) error {
+	unlock, err := e.locks.lock(context.Background(), id, e.opts.OpTimeout)
+	if err != nil {
+		return nil // busy: the next sweep
+	}
+	defer unlock()
+	r, err := e.read(id)
+	if err != nil {
+		return err
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	if r != nil && r.expireAt <= now {
+		err = deleteRecord(b, r)
+		e.swept.Add(int64(len(r.Body)) + 256)
+	}
+	if err == nil && (r == nil || r.expireAt != at) {
+		err = b.Delete(expiryKey(at, id), nil) // left behind: should not happen
+	}
+	if err == nil && !b.Empty() {
+		err = b.Commit(pebble.NoSync)
+	}
+	return err
+}

@@ -1,0 +1,132 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// dbDir is the Pebble database's directory inside DIR.
+const dbDir = "db"
+
+// Key layout. Every key starts with one byte naming its kind:
+//
+//	r<id>                      the record (codec.go)
+//	i<state><id>               state index: state is the state's position in store.IndexStates, as a byte
+//	x<expiry: 8 bytes BE ms><id> expiry index, soonest first
+//	a<id>                      a replay's attempt count (varint), newer than the record's
+//	m<name>                    the engine's own facts (the clean marker)
+const (
+	kindAttempts byte = 'a'
+	kindRecord   byte = 'r'
+	kindIndex    byte = 'i'
+	kindExpiry   byte = 'x'
+	kindMeta     byte = 'm'
+)
+
+func recordKey(id string) []byte { return append([]byte{kindRecord}, id...) }
+
+func attemptsKey(id string) []byte { return append([]byte{kindAttempts}, id...) }
+
+func indexKey(state int, id string) []byte {
+	return append([]byte{kindIndex, byte(state)}, id...)
+}
+
+func expiryKey(at int64, id string) []byte {
+	k := make([]byte, 9, 9+len(id))
+	k[0] = kindExpiry
+	binary.BigEndian.PutUint64(k[1:], uint64(max(at, 0)))
+	return append(k, id...)
+}
+
+// parseExpiryKey splits an expiry key.
+func parseExpiryKey(k []byte) (at int64, id string, ok bool) {
+	if len(k) < 10 || k[0] != kindExpiry {
+		return 0, "", false
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9])), string(k[9:]), true
+}
+
+// read reads record id as stored, expired or not; nil when there is none.
+func (e *Engine) read(id string) (*rec, error) {
+	v, closer, err := e.db.Get(recordKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, e.readErr(err)
+	}
+	defer closer.Close()
+	r, err := decodeRecord(v)
+	if err != nil {
+		return nil, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
+	}
+	a, closer2, err := e.db.Get(attemptsKey(id))
+	switch {
+	case err == nil:
+		n, k := binary.Varint(a)
+		_ = closer2.Close()
+		if k <= 0 {
+			return nil, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
+		}
+		r.Attempts = n
+	case !errors.Is(err, pebble.ErrNotFound):
+		return nil, e.readErr(err)
+	}
+	return r, nil
+}
+
+// putAttempts writes a replay's attempt count alone: a few bytes instead
+// of the whole record with its stored answer.
+func putAttempts(b *pebble.Batch, r *rec) error {
+	return b.Set(attemptsKey(r.ID), binary.AppendVarint(nil, r.Attempts), nil)
+}
+
+// readErr names DIR in a failed read (a damaged table names itself).
+func (e *Engine) readErr(err error) error {
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("embedded store %s is damaged (%s): %w; run `idemgate store check %s`",
+			e.dir, strings.Join(damagedFiles(e.dir, err), ", "), err, e.dir)
+	}
+	return fmt.Errorf("embedded store %s: %w", e.dir, err)
+}
+
+// putRecord writes next in place of old (nil: none) with its index keys.
+func putRecord(b *pebble.Batch, old, next *rec) error {
+	if old != nil {
+		if err := unindex(b, old); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(recordKey(next.ID), encodeRecord(next), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
+		return err // the record carries the count again
+	}
+	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
+		return err
+	}
+	return b.Set(expiryKey(next.expireAt, next.ID), nil, nil)
+}
+
+// deleteRecord deletes r and its index keys.
+func deleteRecord(b *pebble.Batch, r *rec) error {
+	if err := unindex(b, r); err != nil {
+		return err
+	}
+	if err := b.Delete(attemptsKey(r.ID), nil); err != nil {
+		return err
+	}
+	return b.Delete(recordKey(r.ID), nil)
+}
+
+func unindex(b *pebble.Batch, r *rec) error {
+	if err := b.Delete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
+		return err
+	}
+	return b.Delete(expiryKey(r.expireAt, r.ID), nil)
+}

@@ -1,0 +1,143 @@
+package embedded
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// listKey orders the state index: by state (store.IndexStates order),
+// then by record id.
+type listKey struct {
+	state int
+	id    string
+}
+
+// stateIdx is st's position in store.IndexStates.
+func stateIdx(st store.State) int {
+	return slices.Index(store.IndexStates(), st)
+}
+
+// listMaxScan bounds the records one List call examines beyond Limit
+// (records skipped by the route filter): a page may then be short, with a
+// NextCursor to go on from, as on Redis.
+const listMaxScan = 10000
+
+// cursorVersion starts this engine's cursors: base64url("l1 <state> <id>"),
+// the first record not yet returned.
+const cursorVersion = "l1"
+
+// List pages through the records of one state (or every state, state by
+// state), optionally of one route, in order of record id within a state.
+// Following NextCursor until it is "" visits every record that exists
+// throughout the walk exactly once, as long as records do not change
+// state meanwhile. Records carry no Token, Header or Body.
+func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, error) {
+	states := store.IndexStates()
+	if f.State != "" {
+		st := store.StoredState(f.State)
+		if st == "" {
+			return store.ListPage{}, fmt.Errorf("%w: state %q is not one of in_flight, completed, outcome_unknown, released",
+				store.ErrInvalidArgument, f.State)
+		}
+		states = []store.State{states[slices.IndexFunc(states, func(s store.State) bool { return store.StoredState(s) == st })]}
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	limit = min(limit, store.MaxListLimit)
+	start := listKey{state: stateIdx(states[0])}
+	if f.Cursor != "" {
+		k, err := decodeCursor(f.Cursor, states)
+		if err != nil {
+			return store.ListPage{}, err
+		}
+		start = k
+	}
+	allowed := func(k listKey) bool {
+		return slices.ContainsFunc(states, func(s store.State) bool { return stateIdx(s) == k.state })
+	}
+
+	if err := e.enter(); err != nil {
+		return store.ListPage{}, err
+	}
+	defer e.leave()
+	it, err := e.db.NewIter(&pebble.IterOptions{
+		LowerBound: indexKey(start.state, start.id),
+		UpperBound: []byte{kindIndex + 1},
+	})
+	if err != nil {
+		return store.ListPage{}, e.readErr(err)
+	}
+	defer it.Close()
+	now := e.now()
+	page := store.ListPage{Records: []*store.Record{}}
+	scanned := 0
+	for it.First(); it.Valid(); it.Next() {
+		key := it.Key()
+		k := listKey{state: int(key[1]), id: string(key[2:])}
+		if !allowed(k) {
+			continue
+		}
+		r, err := e.read(k.id)
+		if err != nil {
+			return store.ListPage{}, fmt.Errorf("store: list: %w", err)
+		}
+		if r == nil || r.expireAt <= now || stateIdx(r.State) != k.state {
+			continue // expired, not yet swept; or changed meanwhile
+		}
+		if len(page.Records) == limit || scanned >= limit+listMaxScan {
+			if f.Route == "" || r.Route == f.Route || scanned >= limit+listMaxScan {
+				page.NextCursor = encodeCursor(k)
+				break
+			}
+			scanned++
+			continue
+		}
+		scanned++
+		if f.Route != "" && r.Route != f.Route {
+			continue
+		}
+		v := r.Record
+		v.Token, v.Header, v.Body, v.Audit = "", nil, nil, nil
+		page.Records = append(page.Records, &v)
+	}
+	if err := it.Error(); err != nil {
+		return store.ListPage{}, e.readErr(err)
+	}
+	return page, nil
+}
+
+func encodeCursor(k listKey) string {
+	st := store.StoredState(store.IndexStates()[k.state])
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorVersion + " " + st + " " + k.id))
+}
+
+func decodeCursor(c string, states []store.State) (listKey, error) {
+	bad := func(why string) (listKey, error) {
+		return listKey{}, fmt.Errorf("%w: cursor %q: %s", store.ErrInvalidArgument, c, why)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return bad("not a cursor of this store")
+	}
+	parts := strings.Split(string(raw), " ")
+	if len(parts) != 3 || parts[0] != cursorVersion {
+		return bad("not a cursor of this store")
+	}
+	i := slices.IndexFunc(states, func(s store.State) bool { return store.StoredState(s) == parts[1] })
+	if i < 0 {
+		return bad("made for another state filter")
+	}
+	if !store.ValidID(parts[2]) {
+		return bad("bad position")
+	}
+	return listKey{state: stateIdx(states[i]), id: parts[2]}, nil
+}

@@ -1,0 +1,122 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Pebble replays its newest write-ahead log up to the first entry it
+// cannot read and takes that entry for a write a crash cut short: within
+// the log's last 32 KiB block it drops it, and every entry after it,
+// quietly. A crash only ever cuts short the last write, so a sound entry
+// after the unreadable one means the log is damaged: checkLogTail finds
+// that case and Open refuses it, naming the log.
+
+// The chunk format of Pebble's logs (pebble/record): a header of a
+// checksum (4 bytes), the payload's length (2), the chunk's type (1), the
+// log's number (4, in the recyclable and WAL-sync formats) and a synced
+// offset (8, in the WAL-sync format), then the payload, in blocks of 32
+// KiB. The checksum is a masked CRC-32C of everything after itself.
+const (
+	walBlock          = 32 << 10
+	walLegacyHeader   = 7
+	walRecycledHeader = 11
+	walSyncHeader     = 19
+)
+
+// walHeaderSize is the header size of a chunk type, 0 for types that
+// name no log (and so cannot be told from an older log's leftovers).
+func walHeaderSize(typ byte) int {
+	switch {
+	case typ >= 5 && typ <= 8:
+		return walRecycledHeader
+	case typ >= 9 && typ <= 12:
+		return walSyncHeader
+	}
+	return 0
+}
+
+// walChunkAt reports whether b[off:] starts a sound chunk of log logNum
+// (or the end-of-log trailer, which names logNum+1), and its length.
+func walChunkAt(b []byte, off int, logNum uint32) (int, bool) {
+	if off+walLegacyHeader > len(b) {
+		return 0, false
+	}
+	hs := walHeaderSize(b[off+6])
+	if hs == 0 || off+hs > len(b) || off/walBlock != (off+hs-1)/walBlock {
+		return 0, false
+	}
+	if n := binary.LittleEndian.Uint32(b[off+7:]); n != logNum && n != logNum+1 {
+		return 0, false
+	}
+	end := off + hs + int(binary.LittleEndian.Uint16(b[off+4:]))
+	if end > len(b) || (off/walBlock != (end-1)/walBlock && end > off+hs) {
+		return 0, false
+	}
+	c := crc32.Checksum(b[off+6:end], crcTable)
+	if binary.LittleEndian.Uint32(b[off:]) != (c>>15|c<<17)+0xa282ead8 {
+		return 0, false
+	}
+	return end - off, true
+}
+
+// checkLogTail reads the newest log in DIR/db. It returns an error naming
+// the log when an unreadable chunk is followed by a sound one of the same
+// log; nil when the log reads to its end or only its end is unreadable.
+func checkLogTail(dir string) error {
+	logs, _ := filepath.Glob(filepath.Join(dir, dbDir, "*.log"))
+	if len(logs) == 0 {
+		return nil
+	}
+	path := logs[len(logs)-1] // numbered, zero-padded: the newest sorts last
+	num, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".log"), 10, 64)
+	if err != nil {
+		return nil
+	}
+	logNum := uint32(num)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("store: embedded store: %w", err)
+	}
+	off := 0
+	for off < len(b) {
+		rest := walBlock - off%walBlock
+		if rest < walSyncHeader && allZero(b[off:min(off+rest, len(b))]) {
+			off += rest // a block's zeroed end
+			continue
+		}
+		n, ok := walChunkAt(b, off, logNum)
+		if !ok {
+			break
+		}
+		if binary.LittleEndian.Uint32(b[off+7:]) == logNum+1 {
+			return nil // the end-of-log trailer
+		}
+		off += n
+	}
+	if off >= len(b) {
+		return nil
+	}
+	for next := off + 1; next+walRecycledHeader <= len(b); next++ {
+		if n, ok := walChunkAt(b, next, logNum); ok && n > walSyncHeader {
+			return fmt.Errorf("store: embedded store %s is damaged (%s): the entry at offset %d cannot be read and a sound one "+
+				"follows at offset %d, so it is not a write a crash cut short; acknowledged records would be lost: "+
+				"restore DIR from a backup (`idemgate store check %s` says more)", dir, path, off, next, dir)
+		}
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

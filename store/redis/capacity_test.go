@@ -1,0 +1,135 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// BenchmarkClusterCosts measures what docs/capacity.md is worked out from,
+// on a local three-master Cluster: Redis CPU (used_cpu_sys + used_cpu_user
+// of every master, from INFO), commands (INFO commandstats, those inside
+// the scripts included) and memory (used_memory) per execute with a 300 B
+// and a 2 KiB body, and per replay, with 64 concurrent callers. Use a
+// fixed count for the memory figure, e.g. -benchtime 20000x.
+func BenchmarkClusterCosts(b *testing.B) {
+	cl, s := openCluster(b)
+	masters := make([]*goredis.Client, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		masters[i] = n.Client(b)
+	}
+	ctx := context.Background()
+	var replayIDs []string
+	for _, size := range []int{300, 2048} {
+		res := benchResult(size)
+		b.Run(fmt.Sprintf("execute/body=%d", size), func(b *testing.B) {
+			before := clusterCounters(b, masters)
+			all := make([]string, b.N)
+			ids := make(chan string, b.N)
+			for i := range all {
+				all[i] = benchID()
+				ids <- all[i]
+			}
+			close(ids)
+			b.SetParallelism(benchParallelism) // 64 callers on 2 CPUs
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := <-ids
+					req := storetest.ClaimReq(id, store.NewToken())
+					c, err := s.Claim(ctx, req)
+					if err != nil || !c.Claimed {
+						b.Errorf("claim: %+v, %v", c, err)
+						return
+					}
+					done := store.CompleteRequest{Claim: req, StartedAt: c.Record.StartedAt, Result: res, TTL: time.Hour}
+					if ok, err := s.Complete(ctx, done); !ok || err != nil {
+						b.Errorf("complete: %v, %v", ok, err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			clusterCounters(b, masters).report(b, before, b.N, true)
+			if size == 300 {
+				replayIDs = all[:min(1000, len(all))]
+			}
+		})
+	}
+	b.Run("replay", func(b *testing.B) {
+		if len(replayIDs) == 0 {
+			b.Skip("no records to replay")
+		}
+		before := clusterCounters(b, masters)
+		var next atomic.Int64
+		b.SetParallelism(benchParallelism)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				id := replayIDs[int(next.Add(1))%len(replayIDs)]
+				c, err := s.Claim(ctx, storetest.ClaimReq(id, "other"))
+				if err != nil || c.Record.State != store.StateCompleted {
+					b.Errorf("replay: %+v, %v", c, err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		clusterCounters(b, masters).report(b, before, b.N, false)
+	})
+}
+
+// counters are the sums over the masters of what BenchmarkClusterCosts
+// reports.
+type counters struct {
+	cpu      time.Duration
+	commands int64
+	memory   int64
+}
+
+func clusterCounters(b *testing.B, masters []*goredis.Client) counters {
+	var c counters
+	for _, m := range masters {
+		for name, calls := range redistest.CommandStats(b, m) {
+			if name != "info" {
+				c.commands += calls
+			}
+		}
+		info, err := m.Info(context.Background(), "cpu", "memory").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\r\n") {
+			name, value, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			switch {
+			case name == "used_cpu_sys" || name == "used_cpu_user":
+				f, _ := strconv.ParseFloat(value, 64)
+				c.cpu += time.Duration(f * float64(time.Second))
+			case name == "used_memory":
+				n, _ := strconv.ParseInt(value, 10, 64)
+				c.memory += n
+			}
+		}
+	}
+	return c
+}
+
+func (c counters) report(b *testing.B, before counters, n int, memory bool) {
+	b.ReportMetric(float64((c.cpu-before.cpu).Microseconds())/float64(n), "redis-µs/op")
+	b.ReportMetric(float64(c.commands-before.commands)/float64(n), "cmds/op")
+	if memory {
+		b.ReportMetric(float64(c.memory-before.memory)/float64(n), "B/record")
+	}
+}
