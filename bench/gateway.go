@@ -128,12 +128,18 @@ const caddyfileTemplate = `{
 `
 
 // routesYAML guards POST /v1/deals by its Idempotency-Key header (scope:
-// the Authorization header, the default); /v1/notes matches no route.
+// the Authorization header, the default); /v1/notes matches no route;
+// duplicates of POST /v1/slow (a slow call) wait for the first.
 const routesYAML = `routes:
   - name: create_deal
     match: { methods: [POST], path: /v1/deals }
     key: ["{header.Idempotency-Key}"]
     external_id: id
+  - name: slow_deal
+    match: { methods: [POST], path: /v1/slow }
+    key: ["{header.Idempotency-Key}"]
+    on_in_flight: wait
+    in_flight_wait: 10s
 `
 
 // staticBody is what the respond site answers: a deal like the upstream's.

@@ -47,6 +47,14 @@
 // distinct keys and reports the gateway's resident memory before and
 // after. The same report is written to -out (bench/results.md).
 //
+// Before the load, the wait measurement: -wait-rounds times, a first
+// request to POST /v1/slow (the upstream takes 300 ms; the route waits,
+// on_in_flight: wait) and -waiters duplicates sent together while it runs,
+// each on a connection of its own. It reports how long after the upstream
+// answered the duplicates got the replay (median, p90, max) and what Redis
+// ran per waiting request. -wait-only runs only this (`make bench
+// BENCHFLAGS=-wait-only`).
+//
 // Usage (after `make build`):
 //
 //	go run ./bench -gateway bin/idemgate [-rounds 5] [-duration 2s] [-conns 64] [-conns2 2] [-sets shared,pinned,two] [-load auto|wrk|go]
@@ -92,6 +100,10 @@ type options struct {
 	keep     bool
 	// idleRounds of plain and execute on one connection, 1s each.
 	idleRounds int
+	// waiters duplicates wait for one slow call, waitRounds times (0:
+	// skip); waitOnly runs nothing else.
+	waiters, waitRounds int
+	waitOnly            bool
 }
 
 func main() {
@@ -114,6 +126,9 @@ func main() {
 	flag.StringVar(&o.load, "load", "auto", "load generator: auto (wrk when installed), wrk, or go")
 	flag.BoolVar(&o.quiet, "quiet-logs", false, "run the gateway with log level WARN (no per-decision log line)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs and logs)")
+	flag.IntVar(&o.waiters, "waiters", 50, "duplicates waiting for one slow call in the wait measurement (0: skip)")
+	flag.IntVar(&o.waitRounds, "wait-rounds", 5, "rounds of the wait measurement")
+	flag.BoolVar(&o.waitOnly, "wait-only", false, "run only the wait measurement, and write no report file")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -197,6 +212,19 @@ func run(o options) error {
 	if err := e.prime(); err != nil {
 		return err
 	}
+	var wait *waitResult
+	if o.waiters > 0 && o.waitRounds > 0 {
+		if wait, err = e.waitPath(o, siteRedis); err != nil {
+			return err
+		}
+		fmt.Print(wait.text())
+		if wait.bad > 0 {
+			return fmt.Errorf("wait path: %d duplicates got another answer than the replay", wait.bad)
+		}
+	}
+	if o.waitOnly {
+		return nil
+	}
 
 	rounds := make(map[string][]roundStats, len(vs))
 	if err := e.runSet(o, ofSet(vs, setShared), rounds); err != nil {
@@ -242,7 +270,7 @@ func run(o options) error {
 
 	e.loadAvg[1] = loadAverage()
 	rep := buildReport(o, e, vs, rounds, mem, time.Since(began), e.lateCalls())
-	rep.idle, rep.ping = idle, ping
+	rep.idle, rep.ping, rep.wait = idle, ping, wait
 	fmt.Print("\n" + rep.text())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, []byte(rep.markdown()), 0o644); err != nil {

@@ -66,6 +66,7 @@ type report struct {
 	mem      *memoryResult
 	idle     map[string][]roundStats // plain and execute on one connection
 	ping     time.Duration           // p50 of a bare EVALSHA round trip from the load generator (0: none)
+	wait     *waitResult             // duplicates waiting for one slow call (nil: not measured)
 	took     time.Duration
 	failures string // non-empty when answers were wrong: the run is invalid
 }
@@ -458,6 +459,7 @@ func (r *report) text() string {
 	b.WriteString(r.generatorLine())
 	b.WriteString(r.idleLine())
 	b.WriteString(r.memoryLine())
+	b.WriteString(r.wait.text())
 	b.WriteString(r.goals())
 	if r.e.pinMsg != "" {
 		b.WriteString("pinned set skipped: " + r.e.pinMsg + "\n")
@@ -502,7 +504,7 @@ func (r *report) markdown() string {
 		b.WriteString("+p50 ms, +gw µs: what an executing variant adds over two-plain (p50 latency, gateway CPU per request); " +
 			"+CPU µs: what any variant costs beyond two-plain in CPU per request, gateway and Redis together.\n\n")
 	}
-	b.WriteString("```\n" + r.ratios() + r.sideBySide() + "```\n\n")
+	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.wait.text() + "```\n\n")
 	b.WriteString(r.goals())
 	if l := r.busyLine(); l != "" {
 		b.WriteString("- " + l)

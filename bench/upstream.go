@@ -22,6 +22,8 @@ type upstream struct {
 	addr  string
 	calls atomic.Int64
 	conns atomic.Int64 // connections accepted
+	// slowAnswered is when the last call of /v1/slow answered (Unix ns).
+	slowAnswered atomic.Int64
 
 	mu    sync.Mutex
 	byKey map[string]int64 // calls by key set (keySet)
@@ -87,6 +89,10 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.byKey[set]++
 	u.mu.Unlock()
+	if r.URL.Path == "/v1/slow" {
+		time.Sleep(slowCall)
+		u.slowAnswered.Store(time.Now().UnixNano())
+	}
 	if r.Header.Get("X-Bench-Fail") != "" {
 		http.Error(w, "upstream failed", http.StatusInternalServerError)
 		return

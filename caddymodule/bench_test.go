@@ -35,6 +35,11 @@ routes:
     match: { methods: [POST], path: /v1/deals }
     key: ["{header.Idempotency-Key}"]
     external_id: id
+  - name: observed_deal
+    match: { methods: [POST], path: /v1/observed }
+    key: ["{header.Idempotency-Key}"]
+    external_id: id
+    mode: observe
 `
 
 // benchRequestBody is the same JSON body as the load benchmark's (bench/).

@@ -44,6 +44,8 @@ type guarded struct {
 	now     time.Time   // the store's clock at the claim: lease times compare with it
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
+	would   string          // observe mode: what enforce would have done (see observe)
+	waited  time.Duration   // on_in_flight wait: how long it waited for the first request
 	span    trace.Span      // the request's span when Caddy's tracing is on
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
@@ -77,6 +79,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, in)
+	if err != nil && rt.observing() {
+		return h.observe(g, w, r, next, "", &buf, wouldInvalid)
+	}
 	if errors.Is(err, keying.ErrInvalidKey) {
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
@@ -88,6 +93,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.reject(g, w, err)
 	}
 	if idx < 0 {
+		if rt.RequireKey && rt.observing() {
+			return h.observe(g, w, r, next, "", &buf, wouldMissingKey)
+		}
 		if rt.RequireKey {
 			g.outcome = outcomeMissingKey
 			p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
@@ -99,10 +107,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	if err := keying.ValidateKey(key); err != nil {
+		if rt.observing() {
+			return h.observe(g, w, r, next, "", &buf, wouldInvalid)
+		}
 		g.outcome = outcomeInvalid
 		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
 	}
 	fp, err := keying.Fingerprint(method, rt.Operation, in, rt.Fingerprint)
+	if err != nil && rt.observing() {
+		return h.observe(g, w, r, next, key, &buf, wouldInvalid)
+	}
 	if err != nil {
 		g.outcome = outcomeInvalid
 		return h.reject(g, w, err)
@@ -110,17 +124,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 	g.check = h.resolveCheck(rt, key, g.id, in)
 
+	wt := h.watch(rt, g.id)
+	defer wt.stop()
 	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if err == nil && claim == nil {
 		// A held record on a verify route: ask the upstream first.
 		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
 	}
+	if err == nil && claim == nil && h.shouldWait(wt, g, method, in, fp) {
+		claim, err = h.await(r.Context(), g, wt, method, in, fp)
+	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
+	}
+	if claim == nil && rt.observing() {
+		return h.observe(g, w, r, next, key, &buf, h.wouldAnswer(g, h.sameFingerprint(g.rec, method, rt, in, fp)))
 	}
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
+	wt.stop() // the request runs itself: it waits for nothing
 	return h.execute(g, w, r, next, key, &buf, claim)
 }
 
@@ -134,7 +157,7 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 		// unguarded would defeat the mode on every route.
 		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
 	}
-	if g.rt.OnStoreError == config.OnStoreErrorFailOpen {
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
 		body.forward(r)
 		return next.ServeHTTP(w, r)
@@ -189,7 +212,7 @@ func (h *Handler) decided(g *guarded) {
 		)
 	}
 	if ce := h.logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
-		fields := make([]zap.Field, 0, 9)
+		fields := make([]zap.Field, 0, 12)
 		fields = append(fields,
 			zap.String("route", g.rt.Name),
 			zap.String("record_id", g.id),
@@ -202,6 +225,15 @@ func (h *Handler) decided(g *guarded) {
 		}
 		if g.note != "" {
 			fields = append(fields, zap.String("note", g.note))
+		}
+		if g.rt.observing() {
+			fields = append(fields, zap.String("mode", string(config.ModeObserve)))
+		}
+		if g.would != "" {
+			fields = append(fields, zap.String("would", g.would))
+		}
+		if g.waited > 0 {
+			fields = append(fields, zap.Duration("waited", g.waited))
 		}
 		ce.Write(fields...)
 	}

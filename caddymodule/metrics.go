@@ -21,6 +21,13 @@ type metrics struct {
 	verifications *prometheus.CounterVec
 	// storeUp is 1 while a Redis store answers, 0 while it does not.
 	storeUp *prometheus.GaugeVec
+	// observed counts what enforce would have done with the requests a
+	// route in observe mode forwarded.
+	observed *prometheus.CounterVec
+	// waits counts duplicates that waited for the first request, by how
+	// the wait ended; waitTime is how long they waited.
+	waits    *prometheus.CounterVec
+	waitTime *prometheus.HistogramVec
 }
 
 var processMetrics = &metrics{
@@ -60,6 +67,22 @@ var processMetrics = &metrics{
 		Name:      "store_up",
 		Help:      "1 while the Redis record store answers claims, 0 from the first claim that failed to reach it until it answers again; by store (its addresses).",
 	}, []string{"store"}),
+	observed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "observed_total",
+		Help:      "Requests a route in observe mode forwarded that enforce would have answered itself, by route and what enforce would have done (replay, conflict, mismatch, unknown, missing_key, invalid).",
+	}, []string{"route", "would"}),
+	waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "in_flight_waits_total",
+		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, timeout, client_gone, store_error).",
+	}, []string{"route", "result"}),
+	waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "idemgate",
+		Name:      "in_flight_wait_seconds",
+		Help:      "How long duplicates waited for the first request with their key, by route.",
+		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"route"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -72,6 +95,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
 		processMetrics.verifications, processMetrics.storeUp,
+		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

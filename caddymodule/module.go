@@ -49,7 +49,8 @@ type Handler struct {
 	routes  []*route
 	ids     *keying.IDKey // derives record ids under the deployment secret
 	store   store.Engine
-	use     *storeUse // the handler's use of the store (see stores.go)
+	notices store.Notices // completion notices, when a route waits for them
+	use     *storeUse     // the handler's use of the store (see stores.go)
 	logger  *zap.Logger
 	metrics *metrics
 }
@@ -82,6 +83,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.provisionVerify()
+	h.provisionNotices()
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 
 // insideScripts are the commands the store's scripts run inside Redis.
 // INFO commandstats counts them too, but they are not round trips.
-var insideScripts = []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore"}
+var insideScripts = []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish"}
 
 // roundTrips reads INFO commandstats and returns the commands clients sent
 // (every command except those run inside scripts and the test's own INFO
@@ -60,9 +60,13 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		return benchNext(w, r)
 	}
 	// Records the replay and conflict cases use, made before counting.
+	observed := newBenchConn("/v1/observed")
 	for i := range n {
 		if s := c.serve(t, h, "done-"+strconv.Itoa(i)); s != http.StatusCreated {
 			t.Fatalf("priming: status %d", s)
+		}
+		if s := observed.serve(t, h, "done-"+strconv.Itoa(i)); s != http.StatusCreated {
+			t.Fatalf("priming the observed route: status %d", s)
 		}
 	}
 	if s := c.serveWith(t, h, "held", failing); s != http.StatusInternalServerError {
@@ -90,8 +94,9 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	}{
 		{"execute", func(i int) int { return c.serve(t, h, "new-"+strconv.Itoa(i)) }, http.StatusCreated, 2,
 			// claim: GET, TIME, SET (with the lifetime), ZADD (in flight);
-			// complete: SET (GET, with the lifetime), ZREM (in flight).
-			map[string]float64{"evalsha": 2, "get": 1, "time": 1, "set": 2, "zadd": 1, "zrem": 1}},
+			// complete: SET (GET, with the lifetime), ZREM (in flight),
+			// PUBLISH (the notice that wakes waiting duplicates).
+			map[string]float64{"evalsha": 2, "get": 1, "time": 1, "set": 2, "zadd": 1, "zrem": 1, "publish": 1}},
 		// A replay reads the record and counts the attempt in place: no
 		// clock.
 		{"replay", func(i int) int { return c.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1,
@@ -101,6 +106,11 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		// A live claim's lease is judged by the Redis clock.
 		{"conflict (in flight)", func(int) int { return c.serve(t, h, "in-flight") }, http.StatusConflict, 1,
 			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1, "time": 1}},
+		// A duplicate on a route in observe mode costs what its replay
+		// would: the claim that finds the record, nothing after the
+		// upstream answers it again.
+		{"observed duplicate", func(i int) int { return observed.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1,
+			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1}},
 		{"passthrough", func(int) int { return newBenchConn("/v1/notes").serve(t, h, "k") }, http.StatusCreated, 0,
 			map[string]float64{}},
 	}

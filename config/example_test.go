@@ -19,6 +19,8 @@ func Example() {
   on_redirect: release                # 307/308: release (the redirected request executes) | store
   on_unknown_outcome: hold            # hold | release | store
   on_store_error: fail_closed         # fail_closed (503) | fail_open (forward unguarded)
+  mode: enforce                       # enforce | observe (forward everything, count what enforce would do)
+  on_in_flight: reject                # reject (409) | wait (up to in_flight_wait for the first request)
 routes:
   # A CRM webhook: the provider sends an event id; a client's Idempotency-Key wins.
   - name: create_crm_deal             # required, unique; also the operation
@@ -57,6 +59,8 @@ routes:
     fingerprint: { query: false }     # the query string does not count
     require_key: false
     on_store_error: fail_open
+    on_in_flight: wait                # a provider's retry waits for the first delivery
+    in_flight_wait: 3s
 `
 	r, err := Parse("routes.yaml", []byte(rules))
 	if err != nil {
@@ -76,5 +80,5 @@ routes:
 	// retry_crm_deal create_crm_deal [POST PUT PATCH DELETE] /internal/crm/deals/*/retry 24h0m0s hold
 	// capture_payment capture_payment [POST] /payments/*/capture 24h0m0s release
 	// ingest_event ingest_event [POST PUT] /events 24h0m0s hold
-	// routes.yaml:52: routes[3].on_store_error: is set twice (first on line 51)
+	// routes.yaml:56: routes[3].on_store_error: is set twice (first on line 53)
 }

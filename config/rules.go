@@ -39,14 +39,33 @@ const (
 	OnRedirectStore   OnRedirect = "store"   // the redirect is the operation's result, replayed like any other
 )
 
+// Mode is a value of Policy.Mode: whether a route's guard answers
+// duplicates or only counts what it would have done.
+type Mode string
+
+const (
+	ModeEnforce Mode = "enforce" // duplicates are replayed, refused or held (default)
+	ModeObserve Mode = "observe" // records are made as in enforce, but every request is forwarded and answered by the upstream
+)
+
+// OnInFlight is a value of Policy.OnInFlight: what a duplicate gets while
+// the first request with its key is still running.
+type OnInFlight string
+
+const (
+	OnInFlightReject OnInFlight = "reject" // 409 at once, with Retry-After (default)
+	OnInFlightWait   OnInFlight = "wait"   // wait up to in_flight_wait for the first to finish, then replay it
+)
+
 // Built-in defaults, for fields that neither a route nor "defaults" set.
 const (
-	defaultTTL         = 24 * time.Hour
-	defaultLockLease   = 30 * time.Second
-	defaultHoldTTL     = 720 * time.Hour
-	defaultMaxBody     = 1 << 20
-	defaultMaxResponse = 1 << 20
-	defaultScope       = "{header.Authorization}"
+	defaultTTL          = 24 * time.Hour
+	defaultLockLease    = 30 * time.Second
+	defaultHoldTTL      = 720 * time.Hour
+	defaultMaxBody      = 1 << 20
+	defaultMaxResponse  = 1 << 20
+	defaultScope        = "{header.Authorization}"
+	defaultInFlightWait = 5 * time.Second
 )
 
 var (
@@ -104,6 +123,20 @@ type Policy struct {
 	// credential-like names (password, secret, token, api_key, …). The
 	// route's names add to those under defaults.
 	RedactFields []string `json:"redact_fields,omitempty"`
+	// Mode is enforce (default: duplicates are replayed, refused or held)
+	// or observe: keys, fingerprints and records are made as in enforce,
+	// but every request is forwarded and answered by the upstream, and
+	// the decision log line and idemgate_observed_total say what enforce
+	// would have done. A body over max_body is refused in both.
+	Mode Mode `json:"mode,omitempty"`
+	// OnInFlight is what a duplicate gets while the first request with
+	// its key is still running: reject (default; 409 with Retry-After) or
+	// wait (up to InFlightWait for the first to finish, then its replay).
+	OnInFlight OnInFlight `json:"on_in_flight,omitempty"`
+	// InFlightWait is how long a duplicate waits under on_in_flight:
+	// wait; 10ms to 5m. Past it the duplicate gets the 409 it would have
+	// had. Default 5s.
+	InFlightWait Duration `json:"in_flight_wait,omitempty"`
 }
 
 // Match selects the requests a route guards.
@@ -192,6 +225,11 @@ type Resolved struct {
 	// RedactFields are the route's and the defaults' redact_fields, lower
 	// case, each once; nil when none.
 	RedactFields []string
+	Mode         Mode
+	OnInFlight   OnInFlight
+	// InFlightWait is how long a duplicate waits for the first request
+	// to finish; 0 unless OnInFlight is wait.
+	InFlightWait time.Duration
 
 	Verify *VerifyRule // nil when the route has no verify rule
 }
@@ -241,6 +279,11 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		Confirm:          *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
 		Verify:           resolveVerify(rt.Verify),
 		RedactFields:     redactFields(def.RedactFields, rt.RedactFields),
+		Mode:             cmp.Or(rt.Mode, def.Mode, ModeEnforce),
+		OnInFlight:       cmp.Or(rt.OnInFlight, def.OnInFlight, OnInFlightReject),
+	}
+	if res.OnInFlight == OnInFlightWait {
+		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))
 	}
 	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))

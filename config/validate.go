@@ -185,7 +185,22 @@ func (c *errorList) policy(f string, p *Policy) {
 	enum(c, f+"on_unknown_outcome", p.OnUnknownOutcome, OnUnknownHold, OnUnknownRelease, OnUnknownStore)
 	enum(c, f+"on_redirect", p.OnRedirect, OnRedirectRelease, OnRedirectStore)
 	enum(c, f+"on_store_error", p.OnStoreError, OnStoreErrorFailClosed, OnStoreErrorFailOpen)
+	enum(c, f+"mode", p.Mode, ModeEnforce, ModeObserve)
+	enum(c, f+"on_in_flight", p.OnInFlight, OnInFlightReject, OnInFlightWait)
+	c.duration(f+"in_flight_wait", p.InFlightWait, minInFlightWait)
+	switch {
+	case time.Duration(p.InFlightWait) > maxInFlightWait:
+		c.add(f+"in_flight_wait", "must be at most %s, got %s: a client held that long has given up", maxInFlightWait, p.InFlightWait)
+	case p.InFlightWait != 0 && p.OnInFlight == OnInFlightReject:
+		c.add(f+"in_flight_wait", "is set, but on_in_flight is reject here: set on_in_flight: wait, or leave in_flight_wait out")
+	}
 }
+
+// The bounds of in_flight_wait.
+const (
+	minInFlightWait = 10 * time.Millisecond
+	maxInFlightWait = 5 * time.Minute
+)
 
 // duration checks a set (non-zero) duration is positive and at least min.
 // Below a millisecond in JSON it is most likely a number of seconds

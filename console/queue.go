@@ -58,6 +58,11 @@ type routeSummary struct {
 	InFlight   int64
 	OldestHeld time.Time
 	OldestAge  string
+	// Mode is the route's mode (enforce or observe); Observed what
+	// enforce would have done with the requests it forwarded while
+	// observing, counted by this gateway.
+	Mode     string
+	Observed caddymodule.ObservedCounts
 }
 
 // queuePage is the data of the queue page.
@@ -269,8 +274,8 @@ func summarize(r *http.Request, stores []caddymodule.LiveStore) (out []routeSumm
 		return s
 	}
 	for _, ls := range stores {
-		for name := range ls.Routes {
-			get(name)
+		for name, rt := range ls.Routes {
+			get(name).Mode = string(rt.Mode)
 		}
 		for _, st := range queueStates {
 			page, err := ls.Store.List(r.Context(), store.ListFilter{State: st, Limit: summaryLimit})
@@ -301,6 +306,7 @@ func summarize(r *http.Request, stores []caddymodule.LiveStore) (out []routeSumm
 	now := time.Now()
 	for _, s := range byRoute {
 		s.OldestAge = age(s.OldestHeld, now)
+		s.Observed = caddymodule.Observed(s.Route)
 		out = append(out, *s)
 	}
 	// Routes with held records first, the longest waiting first.

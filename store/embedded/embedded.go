@@ -133,6 +133,8 @@ type Engine struct {
 	secretMu sync.Mutex
 	secret   []byte
 
+	notices store.LocalNotices // completions, releases and holds, to this process's waiters
+
 	recovered Recovery
 	closeOnce sync.Once
 	closeErr  error
@@ -624,7 +626,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		return false, errors.New("store: negative TTL")
 	}
 	result := newResult(req.Result)
-	return e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
 		var r *rec
 		switch {
 		case cur == nil:
@@ -653,7 +655,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		r.setResult(result)
 		r.expireAt = now + store.Millis(ttl)
 		return r
-	})
+	}))
 }
 
 // Release marks the record released: the next claim executes again.
@@ -665,7 +667,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.Token != token {
 			return nil
 		}
@@ -674,7 +676,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 		r.State = store.StateReleased
 		r.expireAt = now + store.Millis(ttl)
 		return r
-	})
+	}))
 }
 
 // MarkUnknown holds the record as outcome unknown; a completed record is
@@ -690,7 +692,7 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 	if !store.ValidID(id) {
 		return false, store.ErrInvalidID
 	}
-	return e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
 			return nil
 		}
@@ -699,7 +701,7 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 		r.expireAt = now + store.Millis(holdTTL)
 		r.scheduleFirstCheck(now)
 		return r
-	})
+	}))
 }
 
 // change runs one fenced state change: f returns the new record, or nil

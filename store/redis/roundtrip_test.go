@@ -25,7 +25,7 @@ func TestOneCommandPerCall(t *testing.T) {
 	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
 	sent := &redistest.CommandLog{}
 	e.s.Client().AddHook(sent)
-	insideScripts := []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore"}
+	insideScripts := []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish"}
 
 	id := storetest.NewID(t)
 	steps := []struct {

@@ -74,6 +74,9 @@ func script(files ...string) *goredis.Script {
 	return goredis.NewScript(luaConstants.Replace(b.String()))
 }
 
+// complete, release and mark unknown publish the record id on the notice
+// channel when they act (notice.lua; see Store.Notices).
+//
 // Every script but renew and begin check gets KEYS = the record and its
 // tag's three state indexes (in flight, unknown, released: Store.keys),
 // and ARGV[1] = the record id. Fenced scripts reply 1 when they acted, else
@@ -96,19 +99,20 @@ var claimScript = script("now_lazy", "record", "claim")
 var renewScript = script("now", "record", "renew")
 
 // completeScript: ARGV 2 token, 3 the completed record as the caller built
-// it from its claim, 4 ttl ms. A record that is gone (a failover lost the
-// claim) is written anew from ARGV[3], with one attempt and one execution.
+// it from its claim, 4 ttl ms, 5 the notice channel. A record that is gone
+// (a failover lost the claim) is written anew from ARGV[3], with one
+// attempt and one execution.
 // It never reads the clock; now_lazy only declares the now that record.lua's
 // settle refers to.
-var completeScript = script("now_lazy", "record", "complete")
+var completeScript = script("now_lazy", "record", "notice", "complete")
 
-// releaseScript: ARGV 2 token, 3 ttl ms.
-var releaseScript = script("now", "record", "release")
+// releaseScript: ARGV 2 token, 3 ttl ms, 4 the notice channel.
+var releaseScript = script("now", "record", "notice", "release")
 
-// markUnknownScript: ARGV 2 token, 3 reason, 4 hold ttl ms. A completed
-// record is never demoted. A record that carries a check is due for its
-// first scheduled check its after ms from now.
-var markUnknownScript = script("now", "record", "mark_unknown")
+// markUnknownScript: ARGV 2 token, 3 reason, 4 hold ttl ms, 5 the notice
+// channel. A completed record is never demoted. A record that carries a
+// check is due for its first scheduled check its after ms from now.
+var markUnknownScript = script("now", "record", "notice", "mark_unknown")
 
 // operatorReleaseScript: ARGV 2 new token, 3 ttl ms, 4 audit entry.
 // Any state but a live in-flight claim becomes released under a new token.

@@ -150,6 +150,8 @@ type Store struct {
 	evict  *evictionGuard // the eviction policy check
 	health health         // reachability, for Options.OnAvailability
 
+	notices redisNotices // the notice subscription, started on first use
+
 	closeOnce sync.Once
 	closeErr  error
 	onClose   func() // extra clean-up (a test's miniredis)
@@ -302,6 +304,7 @@ func checkVersion(info string) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.health.closed)
+		s.notices.stop()
 		s.closeErr = s.client.Close()
 		if s.onClose != nil {
 			s.onClose()
@@ -632,7 +635,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 		claim:  claimPart(c),
 		result: &result, body: res.Body,
 	}
-	return s.fencedKeys(ctx, "complete", completeScript, c.ID, s.keys(c.ID), c.Token, b.encode(), ms(ttl))
+	return s.fencedKeys(ctx, "complete", completeScript, c.ID, s.keys(c.ID), c.Token, b.encode(), ms(ttl), s.NoticeChannel())
 }
 
 // Release marks the record released (the attempt had no effect): the next
@@ -643,7 +646,7 @@ func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration
 	if ttl < 0 {
 		return false, errors.New("store: negative TTL")
 	}
-	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl))
+	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl), s.NoticeChannel())
 }
 
 // MarkUnknown holds the record as outcome_unknown with reason (e.g.
@@ -658,7 +661,7 @@ func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdT
 	if reason == "" {
 		reason = "unknown"
 	}
-	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL))
+	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL), s.NoticeChannel())
 }
 
 // Get reads a record (one GET); nil, nil when it does not exist.

@@ -5,6 +5,7 @@ local key, blob = KEYS[1], ARGV[3]
 local old = redis.call('SET', key, blob, 'GET', 'PX', ARGV[4])
 if not old then
   -- Gone (a failover lost the claim, or it expired): written anew.
+  notice()
   return 1
 end
 -- Attempts and executions (3..22), times, claim length and claim part
@@ -13,6 +14,7 @@ local n = tonumber(string.sub(old, 62, 71))
 if string.sub(old, 2, 2) == 'f' and string.sub(old, 3, 22) == string.sub(blob, 3, 22)
     and string.sub(old, 36, 71 + n) == string.sub(blob, 36, 71 + n) then
   redis.call('ZREM', KEYS[2], ARGV[1])
+  notice()
   return 1
 end
 local r = decode(old)
@@ -29,4 +31,5 @@ local was = r.st
 r.st, r.exp = 'c', res.exp
 redis.call('SET', key, encode(r), 'KEEPTTL') -- the lifetime the first SET gave it
 if idx[was] then redis.call('ZREM', idx[was], ARGV[1]) end
+notice()
 return 1

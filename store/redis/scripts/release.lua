@@ -6,4 +6,5 @@ clearResult(r)
 r.st, r.exp = 'r', now + tonumber(ARGV[3])
 save(r)
 settle(was, 'r', r.exp)
+notice()
 return 1

@@ -1,0 +1,133 @@
+package caddymodule
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store"
+)
+
+// outcomeObserved: a route in observe mode forwarded a request that
+// enforce would have answered itself (see guarded.would).
+const outcomeObserved = "observed"
+
+// What enforce would have done with a request that observe forwarded: the
+// would label of idemgate_observed_total and of the decision log line.
+const (
+	wouldReplay     = "replay"      // a completed record with the same payload: replayed
+	wouldConflict   = "conflict"    // the first request with the key still in flight: 409
+	wouldMismatch   = "mismatch"    // the key used before with another payload: 422
+	wouldUnknown    = "unknown"     // the key's outcome held as unknown: 409
+	wouldMissingKey = "missing_key" // no key could be derived and require_key: 400
+	wouldInvalid    = "invalid"     // a malformed key or a body a key or fingerprint rule cannot read: 400
+)
+
+// observing reports whether the route only observes.
+func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
+
+// observe forwards a request that enforce would have answered itself
+// (would says how), unguarded: nothing is claimed or recorded for it, so
+// no record made while observing carries the payload of a forwarded
+// duplicate, and switching the route to enforce replays what the first
+// request recorded. key is the derived key ("" when none): the upstream
+// gets it as it would under enforce.
+func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body *requestBody, would string) error {
+	g.outcome, g.would = outcomeObserved, would
+	h.metrics.observed.WithLabelValues(g.rt.Name, would).Inc()
+	observedCounts.add(g.rt.Name, would)
+	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
+	prepareUpstream(r, g.rt, key, body)
+	cw := &statusRecorder{ResponseWriter: w}
+	err := next.ServeHTTP(cw, r)
+	g.status = cw.status
+	return err
+}
+
+// wouldAnswer says what enforce would have answered from rec (see answer).
+func (h *Handler) wouldAnswer(g *guarded, sameFingerprint bool) string {
+	switch {
+	case !sameFingerprint:
+		return wouldMismatch
+	case g.rec.State == store.StateCompleted:
+		return wouldReplay
+	case g.rec.State == store.StateUnknown:
+		return wouldUnknown
+	default:
+		return wouldConflict
+	}
+}
+
+// statusRecorder notes the status a forwarded response was sent with,
+// for the decision log line.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// deadlines, hijacking).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// ObservedCounts are what enforce would have done with the requests a
+// route in observe mode forwarded, counted by this gateway since it
+// started: idemgate_observed_total by would, for the operator console.
+type ObservedCounts struct {
+	Replay, Conflict, Mismatch, Unknown, MissingKey, Invalid int64
+}
+
+// Total is every request that enforce would have answered itself.
+func (c ObservedCounts) Total() int64 {
+	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid
+}
+
+// Observed returns route's counts (zero when it never observed anything).
+func Observed(route string) ObservedCounts { return observedCounts.get(route) }
+
+// observedTable keeps ObservedCounts by route name.
+type observedTable struct{ m sync.Map } // route name → *observedRow
+
+type observedRow [6]atomic.Int64 // in the order of wouldLabels
+
+var wouldLabels = [...]string{wouldReplay, wouldConflict, wouldMismatch, wouldUnknown, wouldMissingKey, wouldInvalid}
+
+var observedCounts = &observedTable{}
+
+func (t *observedTable) add(route, would string) {
+	v, ok := t.m.Load(route)
+	if !ok {
+		v, _ = t.m.LoadOrStore(route, new(observedRow))
+	}
+	row := v.(*observedRow)
+	for i, l := range wouldLabels {
+		if l == would {
+			row[i].Add(1)
+		}
+	}
+}
+
+func (t *observedTable) get(route string) ObservedCounts {
+	v, ok := t.m.Load(route)
+	if !ok {
+		return ObservedCounts{}
+	}
+	row := v.(*observedRow)
+	return ObservedCounts{row[0].Load(), row[1].Load(), row[2].Load(), row[3].Load(), row[4].Load(), row[5].Load()}
+}

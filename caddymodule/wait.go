@@ -1,0 +1,215 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/store"
+)
+
+// Waiting for the first request (on_in_flight: wait): a duplicate that
+// finds the first request with its key in flight waits on a store.Watch,
+// a Go channel, holding no store connection, until a completion notice
+// for its record arrives (from whichever gateway ran the first request),
+// then reads the record once and answers as if it had just arrived: a
+// replay, the 409 of an outcome held as unknown, or, when the first was
+// released, a claim of its own. Past in_flight_wait it gets the 409 it
+// would have had without waiting. Only where notices are unavailable (an
+// engine without them, a Redis subscription being made anew) does it
+// poll the store, no faster than waitPollMin.
+
+// The polling bounds of a waiter whose notices are unavailable: a tenth of
+// its in_flight_wait, within these.
+const (
+	waitPollMin = 50 * time.Millisecond
+	waitPollMax = time.Second
+)
+
+// Results of a wait, the result label of idemgate_in_flight_waits_total.
+const (
+	waitReplayed  = "replayed"    // the first completed: its replay
+	waitUnknown   = "unknown"     // the first ended held as outcome unknown: 409
+	waitExecuted  = "executed"    // the first was released: this request claimed and executed
+	waitTimeout   = "timeout"     // in_flight_wait passed: 409
+	waitGone      = "client_gone" // the client hung up
+	waitStoreFail = "store_error" // the store could not be read: 409
+)
+
+// wokenReads shares one store read among the waiters of a record that
+// the same notice woke: 50 duplicates of one request cost one GET.
+var wokenReads singleflight.Group
+
+// readWoken reads record id for a woken waiter, sharing the read with the
+// other waiters of the record in this process. The read is not the
+// request's: a waiter whose client hangs up does not fail the others'.
+// Each gets a record of its own (its header map is written into a
+// response).
+func (h *Handler) readWoken(id string) (*store.Record, error) {
+	v, err, _ := wokenReads.Do(fmt.Sprintf("%p/%s", h.store, id), func() (any, error) {
+		return h.store.Get(context.Background(), id)
+	})
+	rec, _ := v.(*store.Record)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	own := *rec
+	own.Header = rec.Header.Clone()
+	return &own, nil
+}
+
+// waits reports whether duplicates of the route wait for the first.
+func (rt *route) waits() bool {
+	return rt.OnInFlight == config.OnInFlightWait && !rt.observing()
+}
+
+// provisionNotices starts the store's completion notices when a route
+// waits for them (a Redis store subscribes once, for every config that
+// shares it).
+func (h *Handler) provisionNotices() {
+	for _, rt := range h.routes {
+		if rt.waits() {
+			if nf, ok := h.store.(store.Notifier); ok {
+				h.notices = nf.Notices()
+			}
+			return
+		}
+	}
+}
+
+// waiter is a request's readiness to wait for its key's first request.
+type waiter struct {
+	watch   *store.Watch  // nil without notices
+	notices store.Notices // nil without notices
+}
+
+// watch registers interest in the request's record before its claim, on a
+// route that waits (nil otherwise): a notice sent after the claim found the
+// first request in flight cannot be missed.
+func (h *Handler) watch(rt *route, id string) *waiter {
+	if !rt.waits() {
+		return nil
+	}
+	if h.notices == nil {
+		return &waiter{}
+	}
+	return &waiter{watch: h.notices.Watch(id), notices: h.notices}
+}
+
+// stop removes the watch.
+func (wt *waiter) stop() {
+	if wt != nil && wt.watch != nil {
+		wt.watch.Stop()
+	}
+}
+
+// woken is the watch's channel; nil (never ready) without notices.
+func (wt *waiter) woken() <-chan struct{} {
+	if wt.watch == nil {
+		return nil
+	}
+	return wt.watch.C
+}
+
+// live reports whether notices arrive now.
+func (wt *waiter) live() bool { return wt.notices != nil && wt.notices.Live() }
+
+// shouldWait reports whether the claim found the first request with the
+// same payload in flight: the one case waiting can change.
+func (h *Handler) shouldWait(wt *waiter, g *guarded, method string, in *keying.Input, fp string) bool {
+	return wt != nil && g.rec != nil && g.rec.State == store.StateInFlight && h.sameFingerprint(g.rec, method, g.rt, in, fp)
+}
+
+// await waits up to the route's in_flight_wait for the first request to
+// end (see waiter). It returns a claim when the first was released and
+// this request took the key over; otherwise g.rec is what answers the
+// request (the completed or held record, or, past the wait, the record in
+// flight as first found).
+func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method string, in *keying.Input, fp string) (claim *store.Claim, err error) {
+	began := time.Now()
+	first := g.rec
+	// The store's clock, from its last reading (g.now at the claim) on.
+	clockAt, clock := began, g.now
+	storeNow := func() time.Time { return clock.Add(time.Since(clockAt)) }
+	result := waitTimeout
+	defer func() {
+		waited := time.Since(began)
+		h.metrics.waits.WithLabelValues(g.rt.Name, result).Inc()
+		h.metrics.waitTime.WithLabelValues(g.rt.Name).Observe(waited.Seconds())
+		g.waited = waited
+		if g.rec == first {
+			// Answered as without waiting: the lease hint counts the wait.
+			g.now = storeNow()
+		}
+	}()
+	deadline := time.NewTimer(g.rt.InFlightWait)
+	defer deadline.Stop()
+	poll := min(max(g.rt.InFlightWait/10, waitPollMin), waitPollMax)
+	for {
+		var tick <-chan time.Time
+		if !wt.live() {
+			tick = time.After(poll)
+		}
+		select {
+		case <-wt.woken():
+		case <-tick:
+		case <-deadline.C:
+			return nil, nil
+		case <-ctx.Done():
+			result = waitGone
+			g.note = "the client went away while waiting for the first request"
+			return nil, nil
+		}
+		rec, err := h.readWoken(g.id)
+		if err != nil {
+			if ctx.Err() != nil {
+				result = waitGone
+				return nil, nil
+			}
+			h.metrics.storeErrors.WithLabelValues(g.rt.Name, "wait").Inc()
+			h.logger.Debug("reading a record while waiting failed", zap.String("key_id", g.id), zap.Error(err))
+			if time.Since(began)+poll >= g.rt.InFlightWait {
+				result = waitStoreFail
+				return nil, nil
+			}
+			continue
+		}
+		switch {
+		case rec != nil && rec.State == store.StateCompleted:
+			g.rec, result = rec, waitReplayed
+			return nil, nil
+		case rec != nil && rec.State == store.StateUnknown:
+			g.rec, g.now, result = rec, storeNow(), waitUnknown
+			return h.verifyHeld(ctx, g, method, in, fp)
+		case rec != nil && rec.State == store.StateInFlight && rec.LeaseUntil.After(storeNow()):
+			continue // still running (a notice of another claim, or notices resumed)
+		}
+		// Released, gone, or a lease that ran out: claim as if just arrived.
+		claim, err := h.claim(ctx, g, method, in, fp)
+		if err == nil && claim == nil {
+			claim, err = h.verifyHeld(ctx, g, method, in, fp)
+		}
+		switch {
+		case err != nil:
+			result = waitStoreFail
+			return nil, err
+		case claim != nil:
+			result = waitExecuted
+			return claim, nil
+		case g.rec.State == store.StateInFlight:
+			// Another duplicate took the key over: wait for that one.
+			first, clockAt, clock = g.rec, time.Now(), g.now
+			continue
+		case g.rec.State == store.StateCompleted:
+			result = waitReplayed
+		default:
+			result = waitUnknown
+		}
+		return nil, nil
+	}
+}
