@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -535,3 +537,110 @@ var (
 	_ caddy.Provisioner = (*AdminAPI)(nil)
 	_ caddy.AdminRouter = (*AdminAPI)(nil)
 )
+
+// verify answers POST /idempotency/records/{id}/verify: one check of a
+// held record, now, with the rule of the running config; the answer is
+// the record after it.
+func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) error {
+	req, err := readVerifyRequest(w, r)
+	if err != nil {
+		return err
+	}
+	found, s, err := a.find(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	act := store.Action{Actor: adminActor, Reason: req.Reason}
+	rec, verdict, err := operatorCheck(s, found, act)
+	switch {
+	case errors.Is(err, ErrNoVerify):
+		return apiError(http.StatusConflict, "%v", err)
+	case err != nil:
+		return storeError(err)
+	}
+	a.log().Info("record verified by an operator",
+		zap.String("route", found.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
+		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
+	return writeJSON(w, view(rec, s.redactor(rec.Route)))
+}
+
+// verifyRequest is the body of POST /idempotency/records/{id}/verify,
+// which may also be empty.
+type verifyRequest struct {
+	// Reason is kept on the record's audit trail.
+	Reason string `json:"reason"`
+}
+
+// readVerifyRequest reads an optional verify request: nothing, or one
+// JSON object without unknown fields.
+func readVerifyRequest(w http.ResponseWriter, r *http.Request) (verifyRequest, error) {
+	var req verifyRequest
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, adminMaxRequest))
+	if err != nil {
+		return req, apiError(http.StatusBadRequest, "request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return req, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, apiError(http.StatusBadRequest, "request body: %v", err)
+	}
+	if dec.More() {
+		return req, apiError(http.StatusBadRequest, "request body: more than one JSON value")
+	}
+	if len(req.Reason) > store.MaxReasonLen || !utf8.ValidString(req.Reason) {
+		return req, apiError(http.StatusBadRequest, "reason: at most %d bytes of UTF-8 text", store.MaxReasonLen)
+	}
+	return req, nil
+}
+
+// verificationView is what the record view shows of a record's
+// verification: the check (its URL may hold the key, never a header),
+// the checks made, and the next one.
+type verificationView struct {
+	Method string `json:"method,omitempty"`
+	URL    string `json:"url,omitempty"`
+	// Match: the values the answer must hold, by JSON path.
+	Match          map[string]string `json:"match,omitempty"`
+	Checks         []checkView       `json:"checks"`
+	CheckCount     int64             `json:"check_count"`
+	NextCheck      time.Time         `json:"next_check,omitzero"`
+	NotFoundStreak int64             `json:"not_found_streak,omitempty"`
+	Running        bool              `json:"running,omitempty"`
+}
+
+// checkView is one check on the record view.
+type checkView struct {
+	At      time.Time `json:"at"`
+	Status  int       `json:"status,omitempty"`
+	Verdict string    `json:"verdict"`
+}
+
+// verification is the record view's verification part; nil for a record
+// without a check.
+func verification(rec *store.Record) *verificationView {
+	if rec.Check.IsZero() && len(rec.Checks) == 0 {
+		return nil
+	}
+	v := &verificationView{
+		Method: rec.Check.Method, URL: rec.Check.URL,
+		Checks:     make([]checkView, 0, len(rec.Checks)),
+		CheckCount: rec.CheckCount, NotFoundStreak: rec.NotFoundStreak,
+	}
+	for _, m := range rec.Check.Match {
+		if v.Match == nil {
+			v.Match = make(map[string]string, len(rec.Check.Match))
+		}
+		v.Match[m.Path] = m.Value
+	}
+	for _, c := range rec.Checks {
+		v.Checks = append(v.Checks, checkView{At: c.At.UTC(), Status: c.Status, Verdict: c.Verdict})
+	}
+	if rec.State == store.StateUnknown {
+		v.NextCheck = rec.NextCheck.UTC()
+		v.Running = rec.CheckLeaseUntil.After(time.Now())
+	}
+	return v
+}

@@ -35,8 +35,8 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *k
 	default:
 		g.outcome = outcomeInFlight
 		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
-		// Redis's clock, not this gateway's: instances with skewed clocks
-		// give the same hint.
+		// The store's clock, not this gateway's: instances with skewed
+		// clocks give the same hint.
 		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
 			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
 		}
@@ -82,4 +82,22 @@ func replay(w http.ResponseWriter, rec *store.Record) error {
 	w.WriteHeader(rec.Status)
 	_, err := w.Write(rec.Body)
 	return err
+}
+
+// withNextCheck tells a retry that got 409 for a held record when its
+// outcome is checked next, if it is.
+func withNextCheck(p *problem, rec *store.Record, now time.Time) {
+	if rec.NextCheck.IsZero() {
+		if len(rec.Checks) > 0 {
+			p.Detail += fmt.Sprintf("; %d verification checks could not settle it", rec.CheckCount)
+		}
+		return
+	}
+	next := rec.NextCheck.UTC()
+	p.NextCheck = &next
+	p.Detail += "; it is being verified with the upstream, next check at " + next.Format(time.RFC3339)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	p.retryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
 }

@@ -90,7 +90,7 @@ var benchStores = []struct {
 // discarding core, so the decision line is encoded as in production.
 func newBenchHandler(tb testing.TB, rules string, sc StoreConfig) *Handler {
 	tb.Helper()
-	parsed, err := config.Parse("routes.yaml", []byte(rules))
+	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -136,6 +136,8 @@ func selfSigned(t *testing.T) tls.Certificate {
 // Guarded and unguarded (no key) requests alternate; both forward the
 // pooled body.
 func TestBodyBufferNotReusedWhileSent(t *testing.T) {
+	// Not in parallel: it loads both cores for a while, and the tests that
+	// time leases would then measure the machine.
 	for _, tc := range []struct {
 		version         string
 		workers, rounds int
@@ -147,6 +149,9 @@ func TestBodyBufferNotReusedWhileSent(t *testing.T) {
 		{"1.1", 4, 3},
 		{"3", 6, 3},
 	} {
+		// The subtests share the default embedded store (Caddy's data
+		// directory), whose records do not take the key prefix: one at a
+		// time.
 		t.Run("HTTP/"+tc.version, func(t *testing.T) {
 			h, _ := newHandler(t, `
 routes:
@@ -267,6 +272,7 @@ func readRequestBody(t *testing.T, body string) (*http.Request, requestBody) {
 // otherwise once ServeHTTP returned and the body was closed, in either
 // order. Reads after that read nothing, never pooled memory.
 func TestRequestBodyGivenBack(t *testing.T) {
+	t.Parallel()
 	const text = "0123456789"
 	readAll := func(t *testing.T, b io.Reader) string {
 		t.Helper()

@@ -215,7 +215,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	// Read after the whole block, so that the rules are checked against
 	// the store options wherever they are written.
-	rules, err := config.LoadWith(rulesFile, config.Limits{OpTimeout: h.Store.opTimeout()})
+	rules, err := config.Load(rulesFile, config.Limits{OpTimeout: h.Store.opTimeout()})
 	if err != nil {
 		return d.Errf("rules: %v", err)
 	}

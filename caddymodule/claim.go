@@ -2,9 +2,12 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -14,11 +17,63 @@ import (
 // that answers it (g.rec, with the store's clock in g.now). It returns the
 // claim the request now holds, or nil when the record answers it.
 //
+// A record held as outcome unknown, found by a retry on a route with a
+// verify rule, is settled with the upstream first (Verifier.Settle): a
+// verified result answers the retry, a record found not applied (released)
+// or gone is claimed again, and one still held answers 409. On a route
+// whose duplicates wait, a duplicate of a request in flight waits for it
+// (see wait.go), watching the record from before its claim.
+func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	var wt *waiter
+	if g.rt.wait {
+		wt = h.watch(g.rt, g.id)
+		defer wt.stop()
+	}
+	c, err := h.claimOrSettle(ctx, g, method, in, fp)
+	if err != nil || c != nil || !h.shouldWait(wt, g, method, in, fp) {
+		return c, err
+	}
+	return h.await(ctx, g, wt, method, in, fp)
+}
+
+// claimOrSettle claims the key, or settles the held record found with
+// the upstream (settleHeld).
+func (h *Handler) claimOrSettle(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	c, err := h.claimKey(ctx, g, method, in, fp)
+	if err != nil || c != nil {
+		return c, err
+	}
+	return h.settleHeld(ctx, g, method, in, fp)
+}
+
+// settleHeld asks the Verifier to settle g.rec when it is held as outcome
+// unknown on a route with a verify rule and the request is its retry:
+// nil when the record answers the request (g.rec, completed or still
+// held), or the claim of a record the check released (or that is gone).
+func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	rec := g.rec
+	if rec == nil || rec.State != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+		return nil, nil
+	}
+	after, note := h.verifier.Settle(ctx, g.rt, rec, g.check)
+	if note != "" {
+		g.note = note
+	}
+	if after != nil && after.State != store.StateReleased {
+		g.rec = after
+		return nil, nil
+	}
+	return h.claimKey(ctx, g, method, in, fp)
+}
+
+// claimKey asks the store for the request's key once (twice when the
+// record was made under an earlier fingerprint rule).
+//
 // A released record, or one whose lease ran out, that was made under an
 // earlier fingerprint rule is taken over only with the fingerprint that
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
-func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+func (h *Handler) claimKey(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	req := h.claimRequest(g, fp, g.rt.fpRule)
 	res, err := h.claimOnce(ctx, req)
 	if err == nil {
@@ -63,7 +118,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 	if err != nil {
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
-		h.enter()
+		h.use.enter()
 		go h.releaseLost(store.NewClaim(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
@@ -73,7 +128,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 // releaseLost gives back a claim whose answer may have been lost.
 // It runs in the background and leaves the handler when done.
 func (h *Handler) releaseLost(c *store.Claim) {
-	defer h.leave()
+	defer h.use.leave()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	defer cancel()
 	_, _ = c.Release(ctx)
@@ -104,4 +159,22 @@ func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 		return store.ExpiredRelease
 	}
 	return store.ExpiredHold
+}
+
+// storeFailed handles a store that could not be reached at claim time.
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
+	g.outcome = outcomeStoreError
+	g.note = err.Error()
+	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
+	if errors.Is(err, store.ErrReplicasShort) {
+		// wait_strict: the store is up, a replica is not; forwarding
+		// unguarded would defeat the mode on every route.
+		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+	}
+	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
+		g.note = "forwarded unguarded: " + g.note
+		body.forward(r)
+		return next.ServeHTTP(w, r)
+	}
+	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
 }

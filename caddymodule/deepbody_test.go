@@ -15,6 +15,7 @@ import (
 // whole body and on one whose key reads a body field; a body at the limit
 // goes through.
 func TestDeepBodyRejected(t *testing.T) {
+	t.Parallel()
 	h, _ := newHandler(t, `
 routes:
   - name: deals

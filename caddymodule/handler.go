@@ -3,9 +3,13 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -50,8 +54,12 @@ type guarded struct {
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
 
-// ServeHTTP guards the request if a route matches it:
-// match route → derive key → claim → forward → record → complete.
+// ServeHTTP guards the request if a route matches it, top to bottom:
+// match (match.go) → key (here: the body read within max_body, the key,
+// its id, the fingerprint and the check) → claim, or settle a held record
+// with the Verifier (claim.go) → forward (forward.go) → record
+// (record.go); or answer from the record (answer.go). docs/request-path.md
+// lists one execute's way function by function.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rt, target := h.match(r)
 	if rt == nil {
@@ -59,8 +67,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The config may be replaced while this request runs: its store stays
 	// open until the request is done with it.
-	h.enter()
-	defer h.leave()
+	h.use.enter()
+	defer h.use.leave()
 	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
@@ -124,16 +132,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 	g.check = h.resolveCheck(rt, key, g.id, in)
 
-	wt := h.watch(rt, g.id)
-	defer wt.stop()
 	claim, err := h.claim(r.Context(), g, method, in, fp)
-	if err == nil && claim == nil {
-		// A held record on a verify route: ask the upstream first.
-		claim, err = h.verifyHeld(r.Context(), g, method, in, fp)
-	}
-	if err == nil && claim == nil && h.shouldWait(wt, g, method, in, fp) {
-		claim, err = h.await(r.Context(), g, wt, method, in, fp)
-	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
 	}
@@ -143,45 +142,221 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
-	wt.stop() // the request runs itself: it waits for nothing
 	return h.execute(g, w, r, next, key, &buf, claim)
 }
 
-// storeFailed handles a store that could not be reached at claim time.
-func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
-	g.outcome = outcomeStoreError
-	g.note = err.Error()
-	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
-	if errors.Is(err, store.ErrReplicasShort) {
-		// wait_strict: the store is up, a replica is not; forwarding
-		// unguarded would defeat the mode on every route.
-		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
-	}
-	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
-		g.note = "forwarded unguarded: " + g.note
-		body.forward(r)
-		return next.ServeHTTP(w, r)
-	}
-	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
+var errTooLarge = errors.New("request body too large")
+
+// requestBody is the body of a guarded request, read whole into a pooled
+// buffer: the bytes the key and the fingerprint are computed from and, once
+// forwarded, the body the rest of the chain reads.
+//
+// The buffer goes back to the pool exactly once, when nothing can read it
+// any more. A body that was never forwarded is given back when ServeHTTP
+// returns (release). A forwarded one is shared with whoever reads it:
+// Go's transport may go on sending a request body after RoundTrip returned
+// (an upstream that answered early), even after ServeHTTP returned, and
+// closes the body when it is done with it. The buffer then goes back when
+// both ServeHTTP has returned and the body was closed.
+type requestBody struct {
+	buf  *[]byte   // pooled; nil once forwarded (sent owns it) or released
+	sent *sentBody // the forwarded body; nil until forward
 }
 
-// reject answers a request whose body or key cannot be used.
-func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
+// readBody reads the whole request body, at most limit bytes, into a
+// pooled buffer; the caller calls release when it is done with the
+// request, on every path. A body with a Content-Length is read into a
+// buffer of that size (and one byte more, to see its end), so it is held
+// once; a body of unknown length grows the buffer geometrically, never
+// beyond limit+1 bytes. A body longer than limit is not read beyond
+// limit+1 bytes.
+func readBody(r *http.Request, limit int64) (requestBody, error) {
+	rb := requestBody{buf: getBuffer()}
+	if r.ContentLength > limit {
+		return rb, errTooLarge
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return rb, nil
+	}
+	b := *rb.buf
+	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
+		b = make([]byte, 0, r.ContentLength+1)
+	}
+	var err error
+	for int64(len(b)) <= limit && err == nil {
+		if len(b) == cap(b) {
+			// Unknown length: double, up to limit+1 bytes (one more than
+			// the limit tells a body at the limit from one over it).
+			c := max(2*int64(cap(b)), 4096)
+			if c >= limit {
+				c = limit + 1
+			}
+			nb := make([]byte, len(b), c)
+			copy(nb, b)
+			b = nb
+		}
+		var n int
+		n, err = r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+	}
+	*rb.buf = b
 	switch {
-	case errors.Is(err, errTooLarge):
-		return h.problem(g, w, probTooLarge.with(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
-	case errors.Is(err, keying.ErrTooDeep):
-		return h.problem(g, w, probTooDeep.with(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
-	case errors.Is(err, keying.ErrMalformedJSON):
-		return h.problem(g, w, probBadJSON.with("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
-	default:
-		return h.problem(g, w, probBadBody.with("the request body could not be read", g.rt.Name))
+	case int64(len(b)) > limit:
+		return rb, errTooLarge
+	case err == io.EOF:
+		return rb, nil
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return rb, errTooLarge
+	}
+	return rb, fmt.Errorf("reading request body: %w", err)
+}
+
+// bytes returns the body. It must not be used after forward or release.
+func (rb *requestBody) bytes() []byte {
+	if rb.buf == nil {
+		return nil
+	}
+	return *rb.buf
+}
+
+// forward puts the body back on the request for the rest of the chain, with
+// its length, and hands the buffer over to it: from now on the buffer goes
+// back to the pool only once the body was closed (or was never touched)
+// and ServeHTTP returned. An empty body becomes http.NoBody and needs no
+// buffer.
+func (rb *requestBody) forward(r *http.Request) {
+	body := rb.bytes()
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	// No GetBody: the transport must never send the request again by itself.
+	r.GetBody = nil
+	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	switch {
+	case rb.sent != nil:
+		r.Body = rb.sent
+		return
+	case len(body) == 0:
+		r.Body = http.NoBody
+		return
+	}
+	rb.sent = &sentBody{buf: rb.buf, size: len(body)}
+	rb.buf = nil
+	r.Body = rb.sent
+}
+
+// release is ServeHTTP's end with the body, on every path.
+func (rb *requestBody) release() {
+	switch {
+	case rb.sent != nil:
+		rb.sent.handlerDone()
+	case rb.buf != nil:
+		putBuffer(rb.buf)
+		rb.buf = nil
 	}
 }
 
-func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
-	g.status = p.Status
-	return p.write(w)
+// sentBody is a forwarded request body: an io.ReadCloser over the pooled
+// buffer that gives the buffer back once the reader closed it and
+// ServeHTTP returned. It is not pooled itself: whoever got it may still
+// call it after it gave the buffer back, and then reads nothing.
+type sentBody struct {
+	mu       sync.Mutex
+	buf      *[]byte // nil once given back
+	size     int     // the body's length
+	off      int     // read position
+	touched  bool    // Read or Close was called
+	closed   bool    // no more reads: Close was called, or the body was taken back
+	returned bool    // ServeHTTP returned
+}
+
+// Read reads the body. Once closed it reads nothing: io.EOF if it had been
+// read to its end, else http.ErrBodyReadAfterClose.
+func (b *sentBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.touched = true
+	switch {
+	case b.off >= b.size:
+		return 0, io.EOF
+	case b.closed:
+		return 0, http.ErrBodyReadAfterClose
+	}
+	n := copy(p, (*b.buf)[b.off:b.size])
+	b.off += n
+	return n, nil
+}
+
+// Close ends reading; the buffer goes back to the pool if ServeHTTP has
+// returned. Calling it again does nothing.
+func (b *sentBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.touched = true
+	b.closed = true
+	b.giveBack()
+	return nil
+}
+
+// handlerDone is ServeHTTP returning. A body that nobody read or closed by
+// then (the rest of the chain answered without looking at it) is taken
+// back, as Go's server takes back its own request bodies when a handler
+// returns: a reader that comes later reads nothing, never another
+// request's bytes.
+func (b *sentBody) handlerDone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.returned = true
+	if !b.touched {
+		b.closed = true
+	}
+	b.giveBack()
+}
+
+// giveBack returns the buffer to the pool once the body is closed and
+// ServeHTTP returned, at most once. b.mu is held.
+func (b *sentBody) giveBack() {
+	if b.closed && b.returned && b.buf != nil {
+		putBuffer(b.buf)
+		b.buf = nil
+	}
+}
+
+// Interface guard
+var _ io.ReadCloser = (*sentBody)(nil)
+
+// resolveCheck resolves the route's check from the request, for the claim
+// to keep on the record: its URL and the values of found.match. It is
+// zero when the route has none or a placeholder is empty (a lookup for ""
+// would find the wrong thing), or a match value is too long or not UTF-8:
+// such a record is held for an operator as without verify.
+func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
+	v := rt.Verify
+	if v == nil {
+		return store.Check{}
+	}
+	unresolved := func(what string, err error) store.Check {
+		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
+			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
+		return store.Check{}
+	}
+	u, ok, err := v.URL.Resolve(key, id, in)
+	if err != nil || !ok {
+		return unresolved("url", err)
+	}
+	chk := store.Check{Method: v.Method, URL: u, After: v.After}
+	for _, m := range v.FoundMatch {
+		val, ok, err := m.Value.ResolveText(key, id, in)
+		if err != nil || !ok {
+			return unresolved("found.match", err)
+		}
+		if len(val) > store.MaxCheckMatchValue || !utf8.ValidString(val) {
+			return unresolved("found.match", errors.New("too long or not UTF-8"))
+		}
+		chk.Match = append(chk.Match, store.CheckMatch{Path: m.Path, Value: val})
+	}
+	return chk
 }
 
 // Placeholders that the decision sets for the handlers and logs after it

@@ -43,7 +43,7 @@ var testStores = []struct {
 // newHandler provisions a handler from YAML rules, with its logs observed.
 func newHandler(t *testing.T, rules string, sc StoreConfig) (*Handler, *observer.ObservedLogs) {
 	t.Helper()
-	parsed, err := config.Parse("routes.yaml", []byte(rules))
+	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,10 @@ func (c *counting) next(w http.ResponseWriter, r *http.Request) error {
 // keeps its claim; a duplicate in the meantime gets 409, never a second
 // execution, and replays the result afterwards.
 func TestLeaseRenewedWhileCallRuns(t *testing.T) {
+	t.Parallel()
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			sc := st.cfg(t)
 			sc.OpTimeout = caddy.Duration(500 * time.Millisecond) // a 1s lease must outlast it
 			h, _ := newHandler(t, `
@@ -138,8 +140,10 @@ routes:
 // it, so a handler with a changed rule still replays a genuine retry, and
 // still rejects a real payload change.
 func TestFingerprintRuleChange(t *testing.T) {
+	t.Parallel()
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			sc := st.cfg(t)
 			const before = `
 routes:
@@ -175,6 +179,7 @@ routes:
 // TestNoSecretsInLogs: keys, Authorization values and body fields never
 // reach the log.
 func TestNoSecretsInLogs(t *testing.T) {
+	t.Parallel()
 	h, logs := newHandler(t, `
 routes:
   - name: pay
@@ -202,6 +207,7 @@ routes:
 }
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	// "callResult{...}" fields: verdict, status, reason, cut off.
 	rt := &route{retry: map[int]bool{429: true, 503: true}}
 	dial := caddyhttp.Error(http.StatusBadGateway, reverseproxy.DialError{})
@@ -255,6 +261,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestStorableHeader(t *testing.T) {
+	t.Parallel()
 	h := http.Header{
 		"Content-Type":      {"application/json"},
 		"Set-Cookie":        {"a=1", "b=2"},
@@ -293,6 +300,7 @@ func (f *failingWriter) Write(p []byte) (int, error) {
 }
 
 func TestCapture(t *testing.T) {
+	t.Parallel()
 	t.Run("within the limit", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		c := newCapture(rec, 10)
@@ -397,8 +405,10 @@ func TestCapture(t *testing.T) {
 // TestConcurrentDuplicatesInProcess races 50 goroutines with one key
 // through the handler itself (race detector on): one execution.
 func TestConcurrentDuplicatesInProcess(t *testing.T) {
+	t.Parallel()
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
 			h, _ := newHandler(t, `
 routes:
   - name: deals
@@ -445,6 +455,7 @@ func findID(t *testing.T, h *Handler) string {
 // TestDecisionOnSpan: with tracing on, the decision is set on the
 // request's span.
 func TestDecisionOnSpan(t *testing.T) {
+	t.Parallel()
 	h, _ := newHandler(t, `
 routes:
   - name: deals

@@ -56,6 +56,7 @@ func (g getter) Get(context.Context, string) (*store.Record, error) { return g.r
 // TestFirstHolding: the first store that has the record wins; a store
 // error counts only when no store has it.
 func TestFirstHolding(t *testing.T) {
+	t.Parallel()
 	rec, down := &store.Record{ID: "r"}, errors.New("down")
 	for _, tc := range []struct {
 		name    string

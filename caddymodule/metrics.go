@@ -17,8 +17,6 @@ type metrics struct {
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
 	waitShort   *prometheus.CounterVec
-	// verifications counts checks of held records by route and verdict.
-	verifications *prometheus.CounterVec
 	// storeUp is 1 while a Redis store answers, 0 while it does not.
 	storeUp *prometheus.GaugeVec
 	// observed counts what enforce would have done with the requests a
@@ -57,11 +55,6 @@ var processMetrics = &metrics{
 		Name:      "store_wait_short_total",
 		Help:      "Claims and completions that fewer replicas than wait_replicas acknowledged within wait_timeout, by op.",
 	}, []string{"op"}),
-	verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "idemgate",
-		Name:      "verifications_total",
-		Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
-	}, []string{"route", "verdict"}),
 	storeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "store_up",
@@ -94,7 +87,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
-		processMetrics.verifications, processMetrics.storeUp,
+		verificationsTotal, processMetrics.storeUp,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 	} {
 		if err := reg.Register(c); err != nil {

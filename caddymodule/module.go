@@ -2,8 +2,9 @@
 // http.handlers.idempotency, its Caddyfile directive, the shared
 // record-store connections, and the operator API admin.api.idempotency.
 //
-// A guarded request goes through the handler top to bottom:
-// match route → derive key → claim → forward → record → complete.
+// A guarded request goes through the handler top to bottom, one file per
+// step: match → key → claim → (check) → forward → record → answer (see
+// ServeHTTP and docs/request-path.md).
 package caddymodule
 
 import (
@@ -46,13 +47,14 @@ type Handler struct {
 	// instance.
 	Store StoreConfig `json:"store,omitempty"`
 
-	routes  []*route
-	ids     *keying.IDKey // derives record ids under the deployment secret
-	store   store.Engine
-	notices store.Notices // completion notices, when a route waits for them
-	use     *storeUse     // the handler's use of the store (see stores.go)
-	logger  *zap.Logger
-	metrics *metrics
+	routes   []*route
+	ids      *keying.IDKey // derives record ids under the deployment secret
+	store    store.Engine
+	notices  store.Notices // completion notices, when a route waits for them
+	use      *storeUse     // the handler's use of the store (see stores.go)
+	verifier *Verifier     // settles held records with the upstream (see verifier.go)
+	logger   *zap.Logger
+	metrics  *metrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -82,7 +84,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.provisionVerify()
+	h.verifier = newVerifier(h)
 	h.provisionNotices()
 	return nil
 }

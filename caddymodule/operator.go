@@ -128,6 +128,37 @@ func (o *Operator) Verify(ctx context.Context, t Target, act store.Action) (*sto
 	return o.verify(ctx, t.Store.Tag, t.Rec.ID, act)
 }
 
+// VerifyNow runs one verification check of held record id, in the live
+// store tagged tag (LiveStore.Tag), on the word of act, with the verify
+// rule of the running config for the record's route, and returns the
+// record after it (see POST /idempotency/records/{id}/verify). The check
+// and act are kept on the record. Errors: store.ErrNotFound,
+// store.ErrConflict (not held, no check, a check running, resolved
+// meanwhile), ErrNoVerify, store.ErrInvalidArgument (act), or the
+// store's failure.
+func VerifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
+	return stores.verifyNow(ctx, tag, id, act)
+}
+
+// operatorCheck runs an operator's check of rec, found in store s, with
+// the live verifier of the record's route, and returns the record after
+// it and the verdict (see Verifier.Verify). ErrNoVerify when the route
+// has no verify rule in the running config.
+func operatorCheck(s liveStore, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	if err := verifiable(rec); err != nil {
+		return rec, "", err
+	}
+	rt := s.routes[rec.Route]
+	var v *Verifier
+	if rt != nil && rt.Verify != nil {
+		v = rt.verifier.Load()
+	}
+	if v == nil {
+		return rec, "", fmt.Errorf("%w: route %s", ErrNoVerify, rec.Route)
+	}
+	return v.Verify(rt, rec, act)
+}
+
 // verifyNow is VerifyNow over o's stores.
 func (o *storeOwner) verifyNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
 	for _, s := range o.live() {

@@ -52,6 +52,7 @@ func storedRecord(t *testing.T, h *Handler, name string, res store.Result) strin
 // Content-Type (a UTF-8 BOM allowed) and in URL-encoded forms, and of
 // the route's redact_fields; other values stay.
 func TestOperatorRedactsStoredBodies(t *testing.T) {
+	t.Parallel()
 	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
@@ -96,6 +97,7 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 // a Content-Type that is a short, valid header value, an external id of
 // at most store.MaxExternalID bytes.
 func TestOperatorCompleteLimits(t *testing.T) {
+	t.Parallel()
 	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {

@@ -2,9 +2,13 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemgate/idemgate/keying"
 )
 
 // problemBase is where the problem types are documented.
@@ -62,4 +66,23 @@ func (p problem) with(detail, route string) problem {
 	p.Detail = detail
 	p.Route = route
 	return p
+}
+
+// reject answers a request whose body or key cannot be used.
+func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
+	switch {
+	case errors.Is(err, errTooLarge):
+		return h.problem(g, w, probTooLarge.with(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
+	case errors.Is(err, keying.ErrTooDeep):
+		return h.problem(g, w, probTooDeep.with(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
+	case errors.Is(err, keying.ErrMalformedJSON):
+		return h.problem(g, w, probBadJSON.with("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
+	default:
+		return h.problem(g, w, probBadBody.with("the request body could not be read", g.rt.Name))
+	}
+}
+
+func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem) error {
+	g.status = p.Status
+	return p.write(w)
 }

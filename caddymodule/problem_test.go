@@ -8,6 +8,7 @@ import (
 )
 
 func TestProblemWrite(t *testing.T) {
+	t.Parallel()
 	p := probInFlight.with("retry later", "create_deal")
 	w := httptest.NewRecorder()
 	if err := p.write(w); err != nil {

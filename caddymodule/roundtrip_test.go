@@ -39,6 +39,7 @@ func roundTrips(t *testing.T, admin *goredis.Client) map[string]int64 {
 // renewal. The client side is checked too: every command is one EVALSHA
 // (no PING, no EVAL, no SCRIPT LOAD, no extra reads).
 func TestRedisCommandsPerRequest(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)

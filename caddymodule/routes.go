@@ -21,7 +21,8 @@ type route struct {
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
-	handler   atomic.Pointer[Handler] // the handler the route is in, for operator checks
+	verifier  atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
+	wait      bool                     // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -35,13 +36,13 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		case !reflect.ValueOf(h.Defaults).IsZero():
 			return errors.New("idempotency: rules_file and inline defaults are both set; use one of them")
 		}
-		rules, err := config.LoadWith(h.RulesFile, limits)
+		rules, err := config.Load(h.RulesFile, limits)
 		if err != nil {
 			return fmt.Errorf("idempotency rules: %w", err)
 		}
 		h.Rules = *rules
 	}
-	resolved, err := h.Rules.ResolveWith(limits)
+	resolved, err := h.Rules.Resolve(limits)
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
@@ -65,6 +66,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
+		rt.wait = rt.waits()
 		var err error
 		if rt.path, err = compilePath(res.Path); err != nil {
 			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)

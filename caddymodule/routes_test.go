@@ -18,6 +18,7 @@ import (
 // naming the field (and, for a rules file, the file and line); inline
 // routes beside rules_file are an error, never a silent choice.
 func TestProvisionChecksRulesAgainstStore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "routes.yaml")
 	yaml := "routes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n    lock_lease: 3s\n"

@@ -161,13 +161,19 @@ func (o *storeOwner) untrack(u *storeUse) {
 	delete(o.uses, u.seq)
 }
 
-// enter marks the start of work that uses the store.
-func (u *storeUse) enter() { u.active.Add(1) }
+// enter marks the start of work that uses the store: a request, or a
+// background call or check made for one. A nil use (a handler built in a
+// test, without Provision) counts nothing.
+func (u *storeUse) enter() {
+	if u != nil {
+		u.active.Add(1)
+	}
+}
 
 // leave marks the end of work that entered; the last one out after
 // retire gives the store back.
 func (u *storeUse) leave() {
-	if u.active.Add(-1) == 0 && u.retired.Load() {
+	if u != nil && u.active.Add(-1) == 0 && u.retired.Load() {
 		if err := u.release(); err != nil {
 			u.logger.Error("closing the record store of a replaced config", zap.Error(err))
 		}
@@ -195,20 +201,6 @@ func (u *storeUse) release() error {
 		}
 	})
 	return u.err
-}
-
-// enter and leave bracket a request's (or a background call's) use of the
-// handler's store.
-func (h *Handler) enter() {
-	if h.use != nil {
-		h.use.enter()
-	}
-}
-
-func (h *Handler) leave() {
-	if h.use != nil {
-		h.use.leave()
-	}
 }
 
 // liveStore is one distinct store as the operator API sees it.

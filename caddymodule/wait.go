@@ -185,15 +185,12 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			return nil, nil
 		case rec != nil && rec.State == store.StateUnknown:
 			g.rec, g.now, result = rec, storeNow(), waitUnknown
-			return h.verifyHeld(ctx, g, method, in, fp)
+			return h.settleHeld(ctx, g, method, in, fp)
 		case rec != nil && rec.State == store.StateInFlight && rec.LeaseUntil.After(storeNow()):
 			continue // still running (a notice of another claim, or notices resumed)
 		}
 		// Released, gone, or a lease that ran out: claim as if just arrived.
-		claim, err := h.claim(ctx, g, method, in, fp)
-		if err == nil && claim == nil {
-			claim, err = h.verifyHeld(ctx, g, method, in, fp)
-		}
+		claim, err := h.claimOrSettle(ctx, g, method, in, fp)
 		switch {
 		case err != nil:
 			result = waitStoreFail

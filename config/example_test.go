@@ -62,18 +62,18 @@ routes:
     on_in_flight: wait                # a provider's retry waits for the first delivery
     in_flight_wait: 3s
 `
-	r, err := Parse("routes.yaml", []byte(rules))
+	r, err := Parse("routes.yaml", []byte(rules), Limits{})
 	if err != nil {
 		panic(err)
 	}
-	routes, err := r.Resolve()
+	routes, err := r.Resolve(Limits{})
 	if err != nil {
 		panic(err)
 	}
 	for _, rt := range routes {
 		fmt.Println(rt.Name, rt.Operation, rt.Methods, rt.Path, rt.TTL, rt.OnUnknownOutcome)
 	}
-	_, err = Parse("routes.yaml", []byte(rules+"    on_store_error: fail_softly\n"))
+	_, err = Parse("routes.yaml", []byte(rules+"    on_store_error: fail_softly\n"), Limits{})
 	fmt.Println(err)
 	// Output:
 	// create_crm_deal create_crm_deal [POST] /crm/deals 72h0m0s hold

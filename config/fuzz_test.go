@@ -28,7 +28,7 @@ func FuzzParse(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := Parse("f.yaml", data)
+		r, err := Parse("f.yaml", data, Limits{})
 		if err != nil {
 			if r != nil {
 				t.Fatalf("Parse returned rules and an error")
@@ -57,7 +57,7 @@ func FuzzParse(f *testing.F) {
 		if r == nil {
 			t.Fatal("Parse returned neither rules nor an error")
 		}
-		want, err := r.Resolve()
+		want, err := r.Resolve(Limits{})
 		if err != nil {
 			t.Fatalf("Parse accepted rules that Resolve rejects: %v", err)
 		}
@@ -69,7 +69,7 @@ func FuzzParse(f *testing.F) {
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatalf("json.Unmarshal(%s): %v", b, err)
 		}
-		got, err := back.Resolve()
+		got, err := back.Resolve(Limits{})
 		if err != nil {
 			t.Fatalf("Resolve after a JSON round trip: %v\njson %s", err, b)
 		}

@@ -16,27 +16,22 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Load reads a YAML rules file and returns its validated rules. Problems
-// are an ErrorList naming file, line and field; an error reading the file
-// is returned as it is (an *fs.PathError).
-func Load(path string) (*Rules, error) { return LoadWith(path, Limits{}) }
-
-// LoadWith is Load, also checking the rules against l.
-func LoadWith(path string, l Limits) (*Rules, error) {
+// Load reads a YAML rules file and returns its rules, validated and
+// checked against l (the zero Limits: the rules alone). Problems are an
+// ErrorList naming file, line and field; an error reading the file is
+// returned as it is (an *fs.PathError).
+func Load(path string, l Limits) (*Rules, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseWith(path, data, l)
+	return Parse(path, data, l)
 }
 
-// Parse decodes YAML rules from data and validates them, like Load; name
-// is the file name used in error messages. The document must hold a
-// single mapping; each field may be set once per mapping.
-func Parse(name string, data []byte) (*Rules, error) { return ParseWith(name, data, Limits{}) }
-
-// ParseWith is Parse, also checking the rules against l.
-func ParseWith(name string, data []byte, l Limits) (*Rules, error) {
+// Parse decodes YAML rules from data and validates them against l, like
+// Load; name is the file name used in error messages. The document must
+// hold a single mapping; each field may be set once per mapping.
+func Parse(name string, data []byte, l Limits) (*Rules, error) {
 	r, errs := parse(data, l)
 	if len(errs) == 0 {
 		return r, nil
@@ -57,7 +52,7 @@ func ParseWith(name string, data []byte, l Limits) (*Rules, error) {
 // counted in one last entry.
 const maxErrors = 100
 
-// parse does the work of ParseWith; its errors have lines but no file name.
+// parse does the work of Parse; its errors have lines but no file name.
 func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc, next yaml.Node

@@ -16,7 +16,7 @@ const route = `  - name: create_crm_deal
 
 func TestLoadNamesFileLineAndField(t *testing.T) {
 	t.Chdir("testdata/bad")
-	_, err := Load("routes.yaml")
+	_, err := Load("routes.yaml", Limits{})
 	want := `routes.yaml:9: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Load error:\n got %v\nwant %s", err, want)
@@ -36,14 +36,14 @@ func TestLoadNamesFileLineAndField(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	r, err := Load("testdata/minimal.yaml")
+	r, err := Load("testdata/minimal.yaml", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(r.Routes) != 1 || r.Routes[0].Name != "create_crm_deal" {
 		t.Fatalf("routes = %+v", r.Routes)
 	}
-	_, err = Load("testdata/no-such-file.yaml")
+	_, err = Load("testdata/no-such-file.yaml", Limits{})
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("missing file: err = %v, want fs.ErrNotExist", err)
 	}
@@ -283,7 +283,7 @@ var parseErrorTests = []struct {
 func TestParseErrors(t *testing.T) {
 	for _, tt := range parseErrorTests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse("r.yaml", []byte(tt.yaml))
+			r, err := Parse("r.yaml", []byte(tt.yaml), Limits{})
 			if err == nil {
 				t.Fatalf("Parse succeeded: %+v", r)
 			}
@@ -376,11 +376,11 @@ routes:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse("r.yaml", []byte(tt.yaml))
+			r, err := Parse("r.yaml", []byte(tt.yaml), Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := r.Resolve()
+			res, err := r.Resolve(Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,11 +401,11 @@ func TestDocExample(t *testing.T) {
 	if len(lines) < 40 {
 		t.Fatalf("found only %d lines of example in example_test.go", len(lines))
 	}
-	r, err := Parse("example_test.go example", []byte(strings.Join(lines, "\n")))
+	r, err := Parse("example_test.go example", []byte(strings.Join(lines, "\n")), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestDocExample(t *testing.T) {
 	// The defaults written out in the example are the built-in ones.
 	var builtin Rules
 	builtin.Routes = r.Routes
-	want, err := builtin.Resolve()
+	want, err := builtin.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestParseLimitsErrors(t *testing.T) {
 	}
 	// Each route lacks match.path and key, and names repeat after the third:
 	// 6 problems on lines 2-4, then 3 per line, so the 101st is on line 36.
-	_, err := Parse("r.yaml", []byte(b.String()))
+	_, err := Parse("r.yaml", []byte(b.String()), Limits{})
 	var list ErrorList
 	if !errors.As(err, &list) {
 		t.Fatalf("err = %v", err)
@@ -461,14 +461,14 @@ func TestForwardKeyHeaderReserved(t *testing.T) {
 		for _, name := range tc.names {
 			doc := "routes:\n" + route + "    forward_key_header: " + name + "\n"
 			want := `r.yaml:5: routes[0].forward_key_header: "` + name + `" ` + tc.msg + "; choose another name, e.g. Idempotency-Key"
-			if _, err := Parse("r.yaml", []byte(doc)); err == nil || err.Error() != want {
+			if _, err := Parse("r.yaml", []byte(doc), Limits{}); err == nil || err.Error() != want {
 				t.Errorf("%s:\n got %v\nwant %s", name, err, want)
 			}
 		}
 	}
 	for _, ok := range []string{"Idempotency-Key", "X-Request-Key", "Proxy", "X-Proxy-Key", "Tenant"} {
 		doc := "routes:\n" + route + "    forward_key_header: " + ok + "\n"
-		if _, err := Parse("r.yaml", []byte(doc)); err != nil {
+		if _, err := Parse("r.yaml", []byte(doc), Limits{}); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}

@@ -145,11 +145,11 @@ func TestResolveInheritance(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			doc := "defaults:" + tt.defaults + "\nroutes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]" + tt.route + "\n"
-			r, err := Parse("r.yaml", []byte(doc))
+			r, err := Parse("r.yaml", []byte(doc), Limits{})
 			if err != nil {
 				t.Fatalf("%v\n%s", err, doc)
 			}
-			res, err := r.Resolve()
+			res, err := r.Resolve(Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,11 +177,11 @@ routes:
     fingerprint: { body: [Amount, Customer.ID], ignore: [Meta.DeliveryAttempt] }
     external_id: Data.ID
 `
-	r, err := Parse("r.yaml", []byte(doc))
+	r, err := Parse("r.yaml", []byte(doc), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +250,11 @@ routes:
 
 func TestJSONRoundTrip(t *testing.T) {
 	for _, doc := range []string{richRules, "routes:\n" + route} {
-		r, err := Parse("r.yaml", []byte(doc))
+		r, err := Parse("r.yaml", []byte(doc), Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := r.Resolve()
+		want, err := r.Resolve(Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(&back, r) {
 			t.Errorf("rules differ after a JSON round trip:\n got %+v\nwant %+v\njson %s", back, *r, b)
 		}
-		got, err := back.Resolve()
+		got, err := back.Resolve(Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestJSONRoundTrip(t *testing.T) {
 }
 
 func TestJSONShape(t *testing.T) {
-	r, err := Parse("r.yaml", []byte(richRules))
+	r, err := Parse("r.yaml", []byte(richRules), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestJSONDecode(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &r); err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,8 +371,8 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := valid()
 			tt.modify(&r)
-			err := r.Validate()
-			_, rerr := r.Resolve()
+			err := r.Validate(Limits{})
+			_, rerr := r.Resolve(Limits{})
 			if tt.want == "" {
 				if err != nil || rerr != nil {
 					t.Fatalf("Validate = %v, Resolve = %v", err, rerr)
@@ -398,7 +398,7 @@ func TestValidate(t *testing.T) {
 	}
 
 	var nilRules *Rules
-	if err := nilRules.Validate(); err == nil || err.Error() != "routes: at least one route is required" {
+	if err := nilRules.Validate(Limits{}); err == nil || err.Error() != "routes: at least one route is required" {
 		t.Errorf("nil Rules: Validate = %v", err)
 	}
 }
@@ -406,11 +406,11 @@ func TestValidate(t *testing.T) {
 // TestResolvedIsACopy: changing a Resolved must not change the rules, the
 // built-in defaults or other routes.
 func TestResolvedIsACopy(t *testing.T) {
-	r, err := Parse("r.yaml", []byte(richRules))
+	r, err := Parse("r.yaml", []byte(richRules), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := r.Resolve()
+	first, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestResolvedIsACopy(t *testing.T) {
 			first[i].Fingerprint.Body[j] = "x"
 		}
 	}
-	second, err := r.Resolve()
+	second, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,9 +435,9 @@ func TestResolvedIsACopy(t *testing.T) {
 	}
 	var plain Rules
 	plain.Routes = []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}
-	res, _ := plain.Resolve()
+	res, _ := plain.Resolve(Limits{})
 	res[0].RetryStatuses[0] = 1
-	res, _ = plain.Resolve()
+	res, _ = plain.Resolve(Limits{})
 	if res[0].RetryStatuses[0] != 429 {
 		t.Errorf("built-in retry statuses were changed through a Resolved")
 	}
@@ -465,7 +465,7 @@ func TestValidateFloorsInJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(tc.json), &r); err != nil {
 			t.Fatalf("%s: %v", tc.json, err)
 		}
-		err := r.Validate()
+		err := r.Validate(Limits{})
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tc.json, err)
@@ -498,7 +498,7 @@ func TestLockLeaseLongerThanOpTimeout(t *testing.T) {
 		{"no op_timeout given", "routes:\n" + route + "    lock_lease: 1s\n", 0, ``},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseWith("r.yaml", []byte(tc.yaml), Limits{OpTimeout: tc.op})
+			_, err := Parse("r.yaml", []byte(tc.yaml), Limits{OpTimeout: tc.op})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -506,17 +506,17 @@ func TestLockLeaseLongerThanOpTimeout(t *testing.T) {
 				return
 			}
 			if err == nil || err.Error() != tc.want {
-				t.Fatalf("ParseWith:\n got %v\nwant %s", err, tc.want)
+				t.Fatalf("Parse:\n got %v\nwant %s", err, tc.want)
 			}
 			// The same rules from JSON: the field, no file or line.
-			r, perr := Parse("r.yaml", []byte(tc.yaml))
+			r, perr := Parse("r.yaml", []byte(tc.yaml), Limits{})
 			if perr != nil {
 				t.Fatal(perr)
 			}
-			_, err = r.ResolveWith(Limits{OpTimeout: tc.op})
+			_, err = r.Resolve(Limits{OpTimeout: tc.op})
 			want := tc.want[strings.Index(tc.want, ": ")+2:]
 			if err == nil || err.Error() != want {
-				t.Fatalf("ResolveWith:\n got %v\nwant %s", err, want)
+				t.Fatalf("Resolve:\n got %v\nwant %s", err, want)
 			}
 		})
 	}
@@ -537,11 +537,11 @@ func TestFingerprintQuery(t *testing.T) {
 		if tc.yaml == "" {
 			doc = "routes:\n" + route
 		}
-		r, err := Parse("r.yaml", []byte(doc))
+		r, err := Parse("r.yaml", []byte(doc), Limits{})
 		if err != nil {
 			t.Fatalf("%s: %v", doc, err)
 		}
-		res, err := r.Resolve()
+		res, err := r.Resolve(Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,11 +553,11 @@ func TestFingerprintQuery(t *testing.T) {
 		if err := json.Unmarshal([]byte(js), &fromJSON); err != nil {
 			t.Fatal(err)
 		}
-		if res, err = fromJSON.Resolve(); err != nil || res[0].Fingerprint.IgnoreQuery == tc.want {
+		if res, err = fromJSON.Resolve(Limits{}); err != nil || res[0].Fingerprint.IgnoreQuery == tc.want {
 			t.Errorf("%s: Query = %v (%v), want %v", js, res, err, tc.want)
 		}
 	}
-	if _, err := Parse("r.yaml", []byte("routes:\n"+route+"    fingerprint: { query: no }\n")); err == nil ||
+	if _, err := Parse("r.yaml", []byte("routes:\n"+route+"    fingerprint: { query: no }\n"), Limits{}); err == nil ||
 		err.Error() != `r.yaml:5: routes[0].fingerprint.query: must be true or false, not the string "no"` {
 		t.Errorf("query: no: %v", err)
 	}

@@ -234,13 +234,10 @@ type Resolved struct {
 	Verify *VerifyRule // nil when the route has no verify rule
 }
 
-// Resolve validates the rules (see Validate) and returns the routes, in
-// order, with every policy field filled in.
-func (r *Rules) Resolve() ([]Resolved, error) { return r.ResolveWith(Limits{}) }
-
-// ResolveWith is Resolve, also checking the rules against l.
-func (r *Rules) ResolveWith(l Limits) ([]Resolved, error) {
-	if err := r.ValidateWith(l); err != nil {
+// Resolve validates the rules against l (see Validate) and returns the
+// routes, in order, with every policy field filled in.
+func (r *Rules) Resolve(l Limits) ([]Resolved, error) {
+	if err := r.Validate(l); err != nil {
 		return nil, err
 	}
 	out := make([]Resolved, len(r.Routes))

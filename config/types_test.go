@@ -136,7 +136,7 @@ func TestSizesAndDurationsInYAML(t *testing.T) {
 			field = "ttl"
 		}
 		doc := "routes:\n" + route + "    " + field + ": " + tt.value + "\n"
-		r, err := Parse("r.yaml", []byte(doc))
+		r, err := Parse("r.yaml", []byte(doc), Limits{})
 		if tt.wantErr != "" {
 			want := "r.yaml:5: routes[0]." + field + ": " + tt.wantErr
 			if err == nil || err.Error() != want {

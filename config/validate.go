@@ -37,12 +37,10 @@ var (
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`).MatchString
 
 // Validate checks the constraints stated on the fields of Rules, Route
-// and Policy, as for rules inline in Caddy's JSON: nil, or an ErrorList
-// naming each problem's field (no file or line).
-func (r *Rules) Validate() error { return r.ValidateWith(Limits{}) }
-
-// ValidateWith is Validate, also checking the rules against l.
-func (r *Rules) ValidateWith(l Limits) error {
+// and Policy, as for rules inline in Caddy's JSON, and the rules against
+// l (the zero Limits: the rules alone): nil, or an ErrorList naming each
+// problem's field (no file or line).
+func (r *Rules) Validate(l Limits) error {
 	if errs := r.check(l, &errorList{}); len(errs) > 0 {
 		return errs
 	}

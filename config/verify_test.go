@@ -37,11 +37,11 @@ const verifyRules = `routes:
 `
 
 func TestVerifyResolve(t *testing.T) {
-	r, err := Parse("r.yaml", []byte(verifyRules))
+	r, err := Parse("r.yaml", []byte(verifyRules), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.Resolve()
+	res, err := r.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestVerifyResolve(t *testing.T) {
 		!v.Found(203) || v.Found(404) || !v.NotFound(410) || v.ReplayStatus != 0 || v.FoundObject != "" || v.FoundMatch != nil {
 		t.Errorf("tuned: %+v", v)
 	}
-	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(); plain[0].Verify != nil {
+	if plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(Limits{}); plain[0].Verify != nil {
 		t.Errorf("a route without verify resolved one: %+v", plain[0].Verify)
 	}
 
@@ -84,7 +84,7 @@ func TestVerifyResolve(t *testing.T) {
 	if err := dec.Decode(&back); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
 	}
-	again, err := back.Resolve()
+	again, err := back.Resolve(Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestVerifyErrors(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("r.yaml", []byte(tt.yaml))
+			_, err := Parse("r.yaml", []byte(tt.yaml), Limits{})
 			if err == nil {
 				t.Fatal("Parse succeeded")
 			}

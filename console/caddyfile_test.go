@@ -14,6 +14,7 @@ import (
 // TestCaddyfileInsideHandlePath: the directive needs no global order and
 // sorts after basic_auth inside handle_path.
 func TestCaddyfileInsideHandlePath(t *testing.T) {
+	t.Parallel()
 	src := `:8443 {
 	handle_path /ops/* {
 		idempotency_console {
@@ -48,6 +49,7 @@ func TestCaddyfileInsideHandlePath(t *testing.T) {
 }
 
 func TestUnmarshalCaddyfile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		src  string
 		want Console
@@ -78,6 +80,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 // TestCaddyfileExampleConsoleBehindAuth: the example Caddyfile mounts the
 // console behind basic_auth, so its actions name the signed-in user.
 func TestCaddyfileExampleConsoleBehindAuth(t *testing.T) {
+	t.Parallel()
 	const file = "../Caddyfile.example"
 	src, err := os.ReadFile(file)
 	if err != nil {

@@ -200,6 +200,7 @@ func mustNotContain(t *testing.T, body string, bad ...string) {
 }
 
 func TestQueueOrderAndSummary(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	now := time.Now()
 	newer := f.held("create_crm_deal", "upstream_5xx")
@@ -243,6 +244,7 @@ func TestQueueOrderAndSummary(t *testing.T) {
 }
 
 func TestQueueFilters(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	heldDeal := f.held("create_crm_deal", "upstream_5xx")
 	heldRefund := f.held("refund", "upstream_error")
@@ -286,6 +288,7 @@ var rowRE = regexp.MustCompile(`class="rid" href="\./records/([0-9a-f]{32})"`)
 var nextRE = regexp.MustCompile(`href="(\?[^"]*cursor=[^"]*)" rel="next"`)
 
 func TestQueuePagination(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	const n = 2*queuePageSize + 7
 	want := map[string]bool{}
@@ -324,6 +327,7 @@ func TestQueuePagination(t *testing.T) {
 }
 
 func TestRecordPageRedacts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.completed("create_crm_deal", store.Result{
 		Status: 201,
@@ -347,6 +351,7 @@ func TestRecordPageRedacts(t *testing.T) {
 }
 
 func TestReleaseFromTheConsole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.held("create_crm_deal", "upstream_5xx")
 	w := f.do(req{method: "POST", path: "/records/" + id + "/release", user: "alice", form: url.Values{
@@ -373,6 +378,7 @@ func TestReleaseFromTheConsole(t *testing.T) {
 }
 
 func TestCompleteFromTheConsole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.held("create_crm_deal", "upstream_error")
 	const body = "{\r\n  \"id\": \"D-9021\"\r\n}"
@@ -407,6 +413,7 @@ func TestCompleteFromTheConsole(t *testing.T) {
 }
 
 func TestActionsRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.held("create_crm_deal", "upstream_5xx")
 	before := f.get(id)
@@ -461,6 +468,7 @@ func TestActionsRefused(t *testing.T) {
 }
 
 func TestConfirmRouteAsksTwice(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.held("refund", "upstream_5xx")
 	form := url.Values{"csrf_token": {f.token(id, "alice")}, "reason": {"refund R-1 not in the ledger"}}
@@ -483,6 +491,7 @@ func TestConfirmRouteAsksTwice(t *testing.T) {
 }
 
 func TestPagesAndHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.held("create_crm_deal", "upstream_5xx")
 	live, _ := f.claim("create_crm_deal", time.Minute)
@@ -526,6 +535,7 @@ func TestPagesAndHeaders(t *testing.T) {
 // refused with 403 and a page that says why, and nothing changes, unless
 // the console sets allow_anonymous.
 func TestActionsNeedAnOperator(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		user      string
@@ -571,6 +581,7 @@ func TestActionsNeedAnOperator(t *testing.T) {
 }
 
 func TestCSRFToken(t *testing.T) {
+	t.Parallel()
 	c := &Console{key: []byte("0123456789abcdef")}
 	now := time.Unix(1_800_000_000, 0)
 	tok := c.csrfToken("alice", now)
@@ -601,6 +612,7 @@ func TestCSRFToken(t *testing.T) {
 }
 
 func TestShowBody(t *testing.T) {
+	t.Parallel()
 	deep := strings.Repeat(`{"a":`, 40) + `{"token":"deep-secret"}` + strings.Repeat("}", 40)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -637,6 +649,7 @@ func TestShowBody(t *testing.T) {
 }
 
 func TestSensitiveName(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]bool{
 		"Set-Cookie": true, "Cookie": true, "Authorization": true, "Proxy-Authorization": true,
 		"X-Api-Key": true, "Idempotency-Key": true, "X-Auth-Token": true, "X-CSRF-Token": true,
@@ -652,6 +665,7 @@ func TestSensitiveName(t *testing.T) {
 }
 
 func TestAdviceOnExecutions(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	done := func(exe int64, audit ...store.AuditEntry) *store.Record {
 		return &store.Record{State: store.StateCompleted, Result: store.Result{Status: 201}, Executions: exe, Attempts: 3, Audit: audit}
@@ -681,6 +695,7 @@ func TestAdviceOnExecutions(t *testing.T) {
 // allowed) and in URL-encoded forms, as the admin API does (one
 // redaction: caddymodule.Operator); the route's redact_fields add names.
 func TestRecordPageRedactsEveryBody(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	rt := f.routes["create_crm_deal"]
 	rt.RedactFields = []string{"card_number"}

@@ -35,6 +35,7 @@ func (f *fixture) heldWithCheck(route string) string {
 // the same fenced store calls as the admin API and keeps it on the
 // audit trail; the queue names the checks and the next one.
 func TestVerifyFromTheConsole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.routes["verified"] = config.Resolved{Name: "verified", Operation: "verified", TTL: time.Hour,
 		Verify: &config.VerifyRule{Method: "GET", Timeout: time.Second, Every: time.Minute, Attempts: 5, NotFoundChecks: 2}}
@@ -109,6 +110,7 @@ func TestVerifyFromTheConsole(t *testing.T) {
 // sent anyway is refused with 409 (the store refuses it): the check's
 // verdict is not lost.
 func TestActionsWaitForCheck(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	id := f.heldWithCheck("create_crm_deal")
 	lease, _, err := store.BeginCheck(context.Background(), f.s, f.get(id).Fence(), time.Minute, false)

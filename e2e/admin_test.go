@@ -45,6 +45,7 @@ routes:
 // next retry replays the operator's answer), and its 400/404/405/409
 // answers.
 func TestAdminAPI(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, be backend) {
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: adminRules})
@@ -226,6 +227,7 @@ func TestAdminAPI(t *testing.T) {
 // changed rules: the counters keep counting across the new registry, and
 // the operator API still sees the records.
 func TestAdminMetricsSurviveReload(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: reloadRulesBefore})
 	executed := func() float64 {
@@ -279,6 +281,7 @@ func TestAdminMetricsSurviveReload(t *testing.T) {
 // release) and no gateway log line contains it. The upstream never echoes
 // request data: the single record view shows the stored response only.
 func TestAdminSecretsNeverShown(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cr3t-TOKEN-42"
 	forEachBackend(t, func(t *testing.T, be backend) {
 		up := newUpstream(t)
@@ -353,6 +356,7 @@ routes:
 // the admin address, or that carry Sec-Fetch-Mode; these requests carry
 // neither, as an older browser's or another client's may not.)
 func TestAdminCrossSiteAndRedaction(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: adminRules})
 	if r := send(t, "POST", gw.url+"/status/500", []byte(`{}`), "Idempotency-Key", "xs-h1"); r.status != http.StatusInternalServerError {

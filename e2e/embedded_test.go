@@ -51,6 +51,7 @@ func (g *gateway) exitWithin(d time.Duration) error {
 // ports, so nothing else stops it) refuses to start, exits non-zero and
 // says which DIR and which pid own it; the first keeps serving.
 func TestEmbeddedOneGatewayPerDir(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	dir := filepath.Join(t.TempDir(), "shared")
 	cfg := gatewayConfig{store: "embedded " + dir, upstream: up.addr(), rules: embeddedRules}
@@ -86,6 +87,7 @@ func lastLine(s, containing string) string {
 // TestEmbeddedKillRestartReplay: a completed request survives kill -9;
 // after the restart its retry is replayed and the upstream ran once.
 func TestEmbeddedKillRestartReplay(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: embeddedRules})
 	first := send(t, "POST", gw.url+"/keys/deal", []byte(`{"amount":10}`), "Idempotency-Key", "deal-1")
@@ -118,6 +120,7 @@ func attempt(c *http.Client, url, key string) (status int, replayed bool, body [
 // (their claim never reached the disk) or are answered 409 (their claim
 // did: in flight until its lease runs out, then held).
 func TestEmbeddedKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	const keys, clients = 200, 16
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: embeddedRules})

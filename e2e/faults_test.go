@@ -244,6 +244,7 @@ func faultUntilUnknown(t *testing.T, url, key, body, id string) response {
 // Expected: 1 business execution per key; record completed (201, external
 // id D-9021), executions 1, attempts = deliveries.
 func TestFaultDoubleDelivery(t *testing.T) {
+	t.Parallel()
 	const wantExecutions = 1
 	env := faultStart(t, faultSetup{})
 	body := `{"title":"Acme","amount":4200}`
@@ -296,6 +297,7 @@ func TestFaultDoubleDelivery(t *testing.T) {
 // Expected: 1 business execution; record completed (201), executions 1,
 // attempts 50 (51 after one more retry, which replays).
 func TestFaultParallelDeliveries(t *testing.T) {
+	t.Parallel()
 	const (
 		n              = 50
 		wantExecutions = 1
@@ -367,6 +369,7 @@ func TestFaultParallelDeliveries(t *testing.T) {
 // reason upstream_error (no answer: the client got 502) or
 // response_aborted (cut short: the client got 201 and a broken body).
 func TestFaultUpstreamActsThenDrops(t *testing.T) {
+	t.Parallel()
 	const wantExecutions = 1
 	env := faultStart(t, faultSetup{})
 	for _, tc := range []struct{ route, reason string }{
@@ -404,6 +407,7 @@ func TestFaultUpstreamActsThenDrops(t *testing.T) {
 // nothing); record completed (201), executions 2 (the released claim and
 // the one that ran), attempts 3.
 func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
+	t.Parallel()
 	const (
 		wantExecutions = 1
 		key            = "refused-then-back"
@@ -444,6 +448,7 @@ func TestFaultUpstreamRefusesThenReturns(t *testing.T) {
 // (route reset): 1 business execution; the retry gets 409; record
 // outcome_unknown (upstream_error), executions 1, attempts 2.
 func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
+	t.Parallel()
 	up := newFaultUpstreamDown(t)
 	env := faultStart(t, faultSetup{up: up})
 	body := `{"amount":1}`
@@ -495,6 +500,7 @@ func TestFaultNeverSentVersusSentNoAnswer(t *testing.T) {
 // Expected: 1 business execution; record completed (400), executions 1,
 // attempts 3.
 func TestFaultBadFieldStored(t *testing.T) {
+	t.Parallel()
 	const (
 		wantExecutions = 1
 		key            = "bad-amount"
@@ -520,6 +526,7 @@ func TestFaultBadFieldStored(t *testing.T) {
 // TestFaultUpstream500: the upstream answers 500, under each
 // on_unknown_outcome. Each case delivers the key twice.
 func TestFaultUpstream500(t *testing.T) {
+	t.Parallel()
 	env := faultStart(t, faultSetup{})
 	cases := []struct {
 		policy string
@@ -628,6 +635,7 @@ func TestFaultResponseTimeout(t *testing.T) {
 //     over and executes again: 2 business executions; record completed
 //     (201), executions 2.
 func TestFaultGatewayKilledMidCall(t *testing.T) {
+	t.Parallel()
 	env := faultStart(t, faultSetup{redisArgs: faultDurable})
 	body := `{"amount":1}`
 	cases := []struct {
@@ -814,6 +822,7 @@ func TestFaultRedisRestartMidTraffic(t *testing.T) {
 // record ends completed with the upstream's result, and the retry replays
 // it.
 func TestFaultRedisFailsAtCompletion(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fail  func(t *testing.T, env *faultEnv) (heal func())
@@ -904,6 +913,7 @@ func adminRecordState(gw *gateway, id string) store.State {
 // Expected: 1 business execution each; record outcome_unknown; the retry
 // gets 409 outcome unknown.
 func TestFaultCutOffNeverStored(t *testing.T) {
+	t.Parallel()
 	env := faultStart(t, faultSetup{})
 	for _, tc := range []struct{ route, path, reason string }{
 		{"partial_store", "/partial/store", "response_aborted"},
@@ -1066,6 +1076,7 @@ func faultHeld(t *testing.T, env *faultEnv, key string) (id string) {
 // Expected: 2 business executions (the 500, then one 201); record completed
 // (201), executions 2.
 func TestFaultOperatorReleaseThenRetry(t *testing.T) {
+	t.Parallel()
 	const (
 		wantExecutions = 2
 		key            = "operator-release"
@@ -1145,6 +1156,7 @@ func TestFaultOperatorReleaseThenRetry(t *testing.T) {
 // Expected: 1 business execution (the 500); record completed with the
 // operator's result (201, external id D-9021), executions 1.
 func TestFaultOperatorCompleteThenReplay(t *testing.T) {
+	t.Parallel()
 	const (
 		wantExecutions = 1
 		key            = "operator-complete"

@@ -12,6 +12,7 @@ import (
 // three gateway processes sharing one redis-server: one upstream execution,
 // and every retry on any instance replays it.
 func TestFleetSharesOneRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := newUpstream(t)
 	var fleet []*gateway

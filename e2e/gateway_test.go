@@ -55,6 +55,7 @@ routes:
 // TestGateway runs every row of the HTTP behaviour table against the real
 // binary, once on the embedded store and once on a real redis-server.
 func TestGateway(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, be backend) {
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: behaviourRules})
@@ -404,6 +405,7 @@ var behaviourCases = []behaviourCase{
 // not cancel the upstream call; its result is stored and the retry
 // replays it.
 func TestClientDisconnectDoesNotCancel(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: behaviourRules})
 	open := up.gate("/slow")

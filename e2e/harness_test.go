@@ -119,13 +119,14 @@ type gateway struct {
 }
 
 type gatewayConfig struct {
-	store    string // Caddyfile store arguments
-	upstream string // host:port
-	rules    string // routes.yaml contents
-	extra    string // more lines inside the idempotency block
-	proxy    string // lines inside the reverse_proxy block
-	global   string // more lines inside the global options block
-	sites    string // more site blocks after the gateway's
+	store    string   // Caddyfile store arguments
+	upstream string   // host:port
+	rules    string   // routes.yaml contents
+	extra    string   // more lines inside the idempotency block
+	proxy    string   // lines inside the reverse_proxy block
+	global   string   // more lines inside the global options block
+	sites    string   // more site blocks after the gateway's
+	env      []string // more environment variables of the gateway process, NAME=value
 }
 
 // startGateway writes a Caddyfile and routes.yaml to a temp dir and runs
@@ -144,6 +145,7 @@ func startGateway(t testing.TB, cfg gatewayConfig) *gateway {
 func writeGateway(t testing.TB, cfg gatewayConfig) *gateway {
 	t.Helper()
 	g := newGateway(t)
+	g.env = cfg.env
 	if cfg.store == "embedded" {
 		cfg.store = "embedded " + filepath.Join(g.dir, "store")
 	}

@@ -64,6 +64,7 @@ func tooDeep(r response) error {
 // ended the whole process) is answered 400 too, and the gateway goes on
 // serving.
 func TestHostileBodies(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("peak RSS is read from /proc")
 	}

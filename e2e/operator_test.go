@@ -23,6 +23,7 @@ import (
 // replays the check's answer naming the deal, 1 deal in the CRM, the record completed
 // (verified) with executions 1 and no operator on its audit trail.
 func TestOperatorWaitsForCheck(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		crm := newVerifyCRM(t)
 		gw := verifyStart(t, crm, b.store(t))
@@ -98,6 +99,7 @@ routes:
 // Expected: "[redacted]" in every view, no "e2e-secret-" anywhere in
 // them, the other values kept; replays byte for byte.
 func TestOperatorRedactsBodies(t *testing.T) {
+	t.Parallel()
 	up := startFake(t, func(w http.ResponseWriter, r *http.Request) {
 		a, ok := tokenAnswers[r.URL.Path]
 		if !ok {

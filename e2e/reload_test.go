@@ -44,6 +44,7 @@ routes:
 // records; an invalid file fails the reload naming file, line and field,
 // and the running config keeps serving.
 func TestReloadAppliesEditedRules(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: reloadRulesBefore})
 	rules := filepath.Join(gw.dir, "routes.yaml")
@@ -100,6 +101,7 @@ func TestReloadAppliesEditedRules(t *testing.T) {
 // execution the gateway never sees. The upstream here acts, then drops the
 // connection: it must run exactly once, and the record is held.
 func TestNoTransportResend(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 // upstream; a fail_open route forwards unguarded. After Redis comes back
 // the gateway guards again without a restart.
 func TestStoreOutage(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{

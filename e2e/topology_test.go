@@ -149,6 +149,7 @@ func topoFlow(t *testing.T, gw *gateway, up *topoUpstream, prefix string, n int)
 // three-master Redis Cluster. Records land on every master, the operator
 // listing walks all of them, and nothing ever answers CROSSSLOT.
 func TestTopologyCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	up := newTopoUpstream(t)
 	var addrs []string
@@ -171,6 +172,7 @@ func TestTopologyCluster(t *testing.T) {
 // a replica and three sentinels, with wait_replicas 1: every claim and
 // completion is on the replica by the time the client has its answer.
 func TestTopologySentinel(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	sentinels := redistest.StartSentinels(t, master, "idem", redistest.SentinelOptions{Replicas: 1})
@@ -262,6 +264,7 @@ type topoDelivery struct {
 // which an acknowledged claim can be lost, which wait_replicas closes
 // (every such key on the waiting gateway must have been reported short).
 func TestTopologySentinelFailover(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	sentinels := redistest.StartSentinels(t, master, "idem", redistest.SentinelOptions{

@@ -50,6 +50,7 @@ func verifyInconclusive(t *testing.T, gw *gateway, crm *verifyCRM, path, route, 
 // gets 409, 1 deal. Once the lookup answers with the key's own deal, the
 // next retry replays the deal object (not the list) as 201.
 func TestVerifyAnswerAboutAnotherKey(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		crm := newVerifyCRM(t)
 		gw := verifyStart(t, crm, b.store(t))
@@ -94,6 +95,7 @@ func TestVerifyAnswerAboutAnotherKey(t *testing.T) {
 // a route without found.match as on one with it: inconclusive, held,
 // the retry gets 409, 1 deal per key.
 func TestVerifyListEverything(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		crm := newVerifyCRM(t)
 		gw := verifyStart(t, crm, b.store(t))

@@ -106,6 +106,7 @@ type verifyCRM struct {
 	inLookup     atomic.Int64
 	maxInLookup  atomic.Int64
 	lookupWaited chan struct{} // a lookup arrived at the gate
+	env          []string      // the gateway's VERIFY_CRM_URL and VERIFY_CRM_TOKEN
 }
 
 func newVerifyCRM(t *testing.T) *verifyCRM {
@@ -120,8 +121,9 @@ func newVerifyCRM(t *testing.T) *verifyCRM {
 		c.openLookups()
 		c.srv.Close()
 	})
-	t.Setenv("VERIFY_CRM_URL", c.srv.URL)
-	t.Setenv("VERIFY_CRM_TOKEN", verifyToken)
+	// The gateway's own environment, not the test process's: tests run
+	// in parallel, each with a CRM of its own.
+	c.env = []string{"VERIFY_CRM_URL=" + c.srv.URL, "VERIFY_CRM_TOKEN=" + verifyToken}
 	return c
 }
 
@@ -279,6 +281,7 @@ func verifyStart(t *testing.T, crm *verifyCRM, storeArgs string) *gateway {
 		upstream: crm.addr(),
 		rules:    verifyRules,
 		extra:    withSecret("op_timeout 500ms"),
+		env:      crm.env,
 	})
 	t.Cleanup(client.CloseIdleConnections)
 	return gw
@@ -304,6 +307,7 @@ func verifyReplayed(t *testing.T, r response, deal string) {
 // Expected: 1 deal; record completed, reason verified, external id set,
 // one applied check; the retry is a replay (201, the deal found).
 func TestVerifyFindsDealAfterReset(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		crm := newVerifyCRM(t)
 		storeArgs := b.store(t)
@@ -401,6 +405,7 @@ func TestVerifyFindsDealAfterReset(t *testing.T) {
 // gets 409 naming the next check; the record ends completed by the
 // second execution, executions 2; the retry after it replays.
 func TestVerifyReleasesWhenNotFound(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		crm := newVerifyCRM(t)
 		gw := verifyStart(t, crm, b.store(t))
@@ -459,6 +464,7 @@ func TestVerifyReleasesWhenNotFound(t *testing.T) {
 //
 // Expected: 1 deal; the retry replays it; record completed, verified.
 func TestVerifyAfterGatewayKilled(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) { verifyAfterKill(t, b.store(t)) })
 }
 
@@ -505,6 +511,7 @@ func verifyAfterKill(t *testing.T, storeArgs string) {
 // Expected: 0 deals; record outcome_unknown with attempts checks, all
 // inconclusive, and no next check; one more after the operator's verify.
 func TestVerifyLookupAlwaysFails(t *testing.T) {
+	t.Parallel()
 	crm := newVerifyCRM(t)
 	crm.lookupFails.Store(true)
 	gw := verifyStart(t, crm, backends[0].store(t))
@@ -558,6 +565,7 @@ func TestVerifyLookupAlwaysFails(t *testing.T) {
 // verified, with one applied check. Second record: the release 409, the
 // record completed by the operator's check.
 func TestVerifyRacingRetries(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) { verifyRacing(t, b.store(t)) })
 }
 

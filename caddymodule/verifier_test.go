@@ -65,7 +65,7 @@ func TestLookupVerdicts(t *testing.T) {
 		Headers:     []config.VerifyHeader{{Name: "Authorization", Value: "Bearer {env.LOOKUP_TOKEN}"}},
 		FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404}, ReplayStatus: 201,
 	}}}
-	h := &Handler{}
+	v := &Verifier{client: lookupClient}
 	for _, tc := range []struct {
 		url, verdict string
 		status       int
@@ -84,7 +84,7 @@ func TestLookupVerdicts(t *testing.T) {
 		{refused + "/?case=found", store.VerdictError, 0},
 		{"{env.LOOKUP_UNSET_VARIABLE}/?case=found", store.VerdictError, 0},
 	} {
-		entry, res, note := h.lookup(rt, store.Check{Method: "GET", URL: tc.url})
+		entry, res, note := v.lookup(rt, store.Check{Method: "GET", URL: tc.url})
 		if entry.Verdict != tc.verdict || entry.Status != tc.status {
 			t.Errorf("%s: %s %d (%s), want %s %d", tc.url, entry.Verdict, entry.Status, note, tc.verdict, tc.status)
 		}
@@ -126,7 +126,7 @@ func TestLookupMatchAndObject(t *testing.T) {
 		Method: "GET", Timeout: time.Second, FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
 		ReplayStatus: 201, FoundObject: "0",
 	}}}
-	h := &Handler{}
+	v := &Verifier{client: lookupClient}
 	match := []store.CheckMatch{{Path: "0.source_key", Value: "evt_1"}}
 	for _, tc := range []struct {
 		answer  string
@@ -144,7 +144,7 @@ func TestLookupMatchAndObject(t *testing.T) {
 		{"everything", nil, store.VerdictInconclusive, ""},
 		{"object", nil, store.VerdictNotApplied, ""}, // no "0.id" in an object: nothing found
 	} {
-		entry, res, note := h.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=" + tc.answer, Match: tc.match})
+		entry, res, note := v.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=" + tc.answer, Match: tc.match})
 		if entry.Verdict != tc.verdict {
 			t.Errorf("%s (match %v): %s (%s), want %s", tc.answer, tc.match, entry.Verdict, note, tc.verdict)
 			continue
@@ -162,7 +162,7 @@ func TestLookupMatchAndObject(t *testing.T) {
 
 	// An object path with nothing there: inconclusive, not the whole answer.
 	rt.Verify.FoundObject = "0.deal"
-	if entry, res, _ := h.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=found", Match: match}); entry.Verdict != store.VerdictInconclusive || res.Body != nil {
+	if entry, res, _ := v.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=found", Match: match}); entry.Verdict != store.VerdictInconclusive || res.Body != nil {
 		t.Errorf("object path missing: %s %s, want inconclusive", entry.Verdict, res.Body)
 	}
 }
