@@ -345,8 +345,8 @@ func TestTwoTableAndSideBySide(t *testing.T) {
 	r := &report{o: options{conns: 64, conns2: 2}, e: &env{}, sum: map[string]variantSummary{
 		"execute":              {rps: 4000, p50: 15, p99: 30, cpu: cpu(300)},
 		"embedded-execute":     {rps: 5000, p50: 12, p99: 25, cpu: cpu(250)},
-		"two-plain":            {rps: 4000, p50: 0.4, p99: 1, cpu: cpu(100)},
-		"two-execute":          {rps: 2000, p50: 0.9, p99: 2, cpu: cpu(320)},
+		"two-plain":            {rps: 4000, p50: 0.4, p99: 1, cpu: [numProcs]float64{100, 0, 0, 0}},
+		"two-execute":          {rps: 2000, p50: 0.9, p99: 2, cpu: [numProcs]float64{320, 35, 0, 0}},
 		"two-embedded-execute": {rps: 500, p50: 3.9, p99: 8, cpu: cpu(180)},
 		"two-embedded-replay":  {rps: 6000, p50: 0.3, p99: 0.7, cpu: cpu(-1)},
 	}}
@@ -370,10 +370,27 @@ func TestTwoTableAndSideBySide(t *testing.T) {
 			t.Errorf("addedOverPlain(%s) = %v, %v, %v, %v; want %v, %v, %v, %v", tt.name, p50, c, cok, ok, tt.p50, tt.cpu, tt.cpuOK, tt.ok)
 		}
 	}
+	for _, tt := range []struct {
+		name string
+		cpu  float64
+		ok   bool
+	}{
+		{"two-execute", 255, true},         // 320 + 35 of Redis over 100 + 0
+		{"two-embedded-execute", 80, true}, // no Redis: the gateway's alone
+		{"two-embedded-replay", 0, false},  // no gateway figure
+		{"two-plain", 0, false},            // plain over itself
+		{"replay", 0, false},               // did not run
+	} {
+		c, ok := r.addedCPU(tt.name)
+		if c != tt.cpu || ok != tt.ok {
+			t.Errorf("addedCPU(%s) = %v, %v; want %v, %v", tt.name, c, ok, tt.cpu, tt.ok)
+		}
+	}
 	table := r.twoTable(false)
 	for _, want := range []string{
-		"two-embedded-execute        500   3.900   8.000     180    +3.500        +80  201\n",
-		"two-embedded-replay        6000   0.300   0.700       -         -          -  201 replayed\n",
+		"two-execute                2000   0.900   2.000     320       35    +0.500     +220     +255  201\n",
+		"two-embedded-execute        500   3.900   8.000     180        -    +3.500      +80      +80  201\n",
+		"two-embedded-replay        6000   0.300   0.700       -        -         -        -        -  201 replayed\n",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("twoTable lacks %q:\n%s", want, table)

@@ -392,7 +392,7 @@ func (e *env) start(o options) error {
 		switch {
 		case err == nil:
 			e.storeMsg = "store: redis-server " + e.redis.info("server", "redis_version") + " on loopback" +
-				"; the embedded store (store/local) for the embedded-* variants"
+				"; the embedded store (store/embedded) for the embedded-* variants"
 		case o.store == "redis":
 			return fmt.Errorf("redis-server: %w", err)
 		default:
@@ -400,7 +400,7 @@ func (e *env) start(o options) error {
 				"The gateway figures are the embedded store's, not Redis's.", err)
 		}
 	case "embedded":
-		e.storeMsg = "store: embedded (store/local) for every variant, as asked"
+		e.storeMsg = "store: embedded (store/embedded) for every variant, as asked"
 	default:
 		return fmt.Errorf("-store %q: want auto, redis or embedded", o.store)
 	}

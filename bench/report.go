@@ -49,6 +49,14 @@ const (
 	maxGatewayReplay       = 50 // µs
 )
 
+// Goals of a lone request (the two set): what a guarded execute on Redis
+// may add over plain reverse_proxy, in p50 latency and in CPU per request
+// of the gateway and Redis together.
+const (
+	maxTwoExecuteAddedP50 = 0.30 // ms
+	maxTwoExecuteAddedCPU = 250  // µs
+)
+
 type report struct {
 	o        options
 	e        *env
@@ -164,12 +172,12 @@ func (r *report) table(md bool) string {
 			b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 			return
 		}
-		fmt.Fprintf(&b, "%-18s %8s %7s %7s %6s %8s %11s %6s %8s %7s  %s\n",
-			cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8], cells[9], cells[10])
+		fmt.Fprintf(&b, "%-18s %8s %7s %7s %6s %8s %11s %6s %8s %7s %7s  %s\n",
+			cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8], cells[9], cells[10], cells[11])
 	}
-	row("variant", "req/s", "p50 ms", "p99 ms", "×plain", "cmds/req", "scripts/req", "gw µs", "redis µs", "load µs", "answers")
+	row("variant", "req/s", "p50 ms", "p99 ms", "×plain", "cmds/req", "scripts/req", "gw µs", "redis µs", "load µs", "+CPU µs", "answers")
 	if md {
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	}
 	for _, v := range r.vs {
 		if v.set == setTwo {
@@ -200,7 +208,7 @@ func (r *report) table(md bool) string {
 			return fmt.Sprintf("%.0f", s.cpu[i])
 		}
 		row(v.name, fmt.Sprintf("%.0f", s.rps), fmt.Sprintf("%.2f", s.p50), fmt.Sprintf("%.2f", s.p99), x,
-			perReq(s.cmdsPR), perReq(s.scriptPR), cpu(procGateway), cpu(procRedis), cpu(procBench), ans)
+			perReq(s.cmdsPR), perReq(s.scriptPR), cpu(procGateway), cpu(procRedis), cpu(procBench), r.addedCPUCell(v.name), ans)
 	}
 	return b.String()
 }
@@ -222,6 +230,22 @@ func (r *report) addedOverPlain(name string) (p50, cpu float64, cpuOK, ok bool) 
 	return s.p50 - p.p50, cpu, cpuOK, true
 }
 
+// addedCPU returns the CPU per request that variant name adds over the
+// plain variant of its set, gateway and Redis together (a variant without
+// Redis, or a plain one, counts Redis as 0): what one request costs the
+// machine beyond plain reverse_proxy. ok is false when a gateway figure
+// is missing or name is a plain variant.
+func (r *report) addedCPU(name string) (float64, bool) {
+	v, okv := findVariant(name)
+	s, oks := r.sum[name]
+	p, okp := r.sum[plainOf(v.set)]
+	if !okv || !oks || !okp || name == plainOf(v.set) || s.cpu[procGateway] < 0 || p.cpu[procGateway] < 0 {
+		return 0, false
+	}
+	both := func(s variantSummary) float64 { return s.cpu[procGateway] + max(s.cpu[procRedis], 0) }
+	return both(s) - both(p), true
+}
+
 // twoTable is the table of the two set (few connections): per variant
 // the latency and the gateway's CPU, and for the variants on a store
 // what they add over plain.
@@ -232,7 +256,7 @@ func (r *report) twoTable(md bool) string {
 			b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 			return
 		}
-		fmt.Fprintf(&b, "%-22s %8s %7s %7s %7s %9s %10s  %s\n", cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7])
+		fmt.Fprintf(&b, "%-22s %8s %7s %7s %7s %8s %9s %8s %8s  %s\n", cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8], cells[9])
 	}
 	n := 0
 	for _, v := range r.vs {
@@ -240,16 +264,19 @@ func (r *report) twoTable(md bool) string {
 			continue
 		}
 		if n == 0 {
-			row("variant", "req/s", "p50 ms", "p99 ms", "gw µs", "+p50 ms", "+gw µs", "answers")
+			row("variant", "req/s", "p50 ms", "p99 ms", "gw µs", "redis µs", "+p50 ms", "+gw µs", "+CPU µs", "answers")
 			if md {
-				b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
+				b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 			}
 		}
 		n++
 		s := r.sum[v.name]
-		gw, addP50, addCPU := "-", "-", "-"
+		gw, rd, addP50, addCPU := "-", "-", "-", "-"
 		if s.cpu[procGateway] >= 0 {
 			gw = fmt.Sprintf("%.0f", s.cpu[procGateway])
+		}
+		if s.cpu[procRedis] >= 0 {
+			rd = fmt.Sprintf("%.0f", s.cpu[procRedis])
 		}
 		if v.executes && v.store != "" {
 			if dp, dc, cok, ok := r.addedOverPlain(v.name); ok {
@@ -266,9 +293,18 @@ func (r *report) twoTable(md bool) string {
 		if s.bad > 0 || s.errors > 0 {
 			ans += fmt.Sprintf(" (%d wrong, %d errors)", s.bad, s.errors)
 		}
-		row(v.name, fmt.Sprintf("%.0f", s.rps), fmt.Sprintf("%.3f", s.p50), fmt.Sprintf("%.3f", s.p99), gw, addP50, addCPU, ans)
+		row(v.name, fmt.Sprintf("%.0f", s.rps), fmt.Sprintf("%.3f", s.p50), fmt.Sprintf("%.3f", s.p99), gw, rd, addP50, addCPU, r.addedCPUCell(v.name), ans)
 	}
 	return b.String()
+}
+
+// addedCPUCell is the +CPU µs cell of variant name ("-" when there is
+// none).
+func (r *report) addedCPUCell(name string) string {
+	if c, ok := r.addedCPU(name); ok {
+		return fmt.Sprintf("%+.0f", c)
+	}
+	return "-"
 }
 
 // sideBySide compares the embedded store with Redis, execute and replay,
@@ -337,6 +373,12 @@ func (r *report) goals() string {
 		// when a round ends put the counts a hair above the exact figure.
 		v := math.Round(t.get(s)*10) / 10
 		fmt.Fprintf(&b, "- %s: %.1f%s, target ≤ %.0f%s: %s\n", t.what, v, t.unit, t.max, t.unit, met(v <= t.max))
+	}
+	if dp, _, _, ok := r.addedOverPlain("two-execute"); ok {
+		fmt.Fprintf(&b, "- added p50 per execute (%d connections): %+.3f ms, target ≤ %.2f ms: %s\n", r.o.conns2, dp, maxTwoExecuteAddedP50, met(dp <= maxTwoExecuteAddedP50))
+	}
+	if dc, ok := r.addedCPU("two-execute"); ok {
+		fmt.Fprintf(&b, "- added CPU per execute, gateway and Redis (%d connections): %+.0f µs, target ≤ %d µs: %s\n", r.o.conns2, dc, maxTwoExecuteAddedCPU, met(dc <= maxTwoExecuteAddedCPU))
 	}
 	if added, replay, set, ok := r.gatewayCPU(); ok {
 		fmt.Fprintf(&b, "- gateway CPU per execute (%s set): plain %+.0f µs, target ≤ plain + %d µs: %s\n", set, added, maxGatewayExecuteAdded, met(added <= maxGatewayExecuteAdded))
@@ -455,10 +497,12 @@ func (r *report) markdown() string {
 		"those inside scripts included (INFO commandstats); scripts/req: EVALSHA calls per request, the gateway's round trips " +
 		"(both a hair above the exact figure: the requests in flight when a round ends are not counted, their commands are). " +
 		"gw, redis, load µs: CPU time per request of the gateway, of redis-server and of the load generator with the upstream " +
-		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks).\n\n")
+		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks). +CPU µs: gateway and Redis CPU per request " +
+		"beyond the plain variant of the same set.\n\n")
 	if t := r.twoTable(true); t != "" {
 		fmt.Fprintf(&b, "At %d keep-alive connections (the two set; requests barely queue for the CPUs):\n\n%s\n", r.o.conns2, t)
-		b.WriteString("+p50 ms, +gw µs: what the variant adds over two-plain (p50 latency, gateway CPU per request).\n\n")
+		b.WriteString("+p50 ms, +gw µs: what an executing variant adds over two-plain (p50 latency, gateway CPU per request); " +
+			"+CPU µs: what any variant costs beyond two-plain in CPU per request, gateway and Redis together.\n\n")
 	}
 	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.wait.text() + "```\n\n")
 	b.WriteString(r.goals())

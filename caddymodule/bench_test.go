@@ -19,6 +19,8 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/store/embedded"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // The handler benchmarks run one request at a time through the handler with
@@ -76,19 +78,19 @@ func benchNext(w http.ResponseWriter, r *http.Request) error {
 // benchStores are the stores the handler benchmarks run on.
 var benchStores = []struct {
 	name string
-	cfg  func(b *testing.B) StoreConfig
+	cfg  func(b *testing.B) caddy.Module
 }{
-	{"embedded", func(b *testing.B) StoreConfig {
-		return StoreConfig{Dir: b.TempDir()}
+	{"embedded", func(b *testing.B) caddy.Module {
+		return &embedded.Module{Dir: b.TempDir()}
 	}},
-	{"redis", func(b *testing.B) StoreConfig {
-		return StoreConfig{Addresses: []string{"redis://" + redistest.Start(b).Addr}}
+	{"redis", func(b *testing.B) caddy.Module {
+		return &redis.Module{Addresses: []string{"redis://" + redistest.Start(b).Addr}}
 	}},
 }
 
 // newBenchHandler provisions a handler with logging at Info level into a
 // discarding core, so the decision line is encoded as in production.
-func newBenchHandler(tb testing.TB, rules string, sc StoreConfig) *Handler {
+func newBenchHandler(tb testing.TB, rules string, sc caddy.Module) *Handler {
 	tb.Helper()
 	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
@@ -96,7 +98,7 @@ func newBenchHandler(tb testing.TB, rules string, sc StoreConfig) *Handler {
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	tb.Cleanup(cancel)
-	h := &Handler{Rules: *parsed, Store: sc}
+	h := &Handler{Rules: *parsed, Store: storeJSON(sc)}
 	if err := h.Provision(ctx); err != nil {
 		tb.Fatal(err)
 	}

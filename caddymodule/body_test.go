@@ -160,7 +160,7 @@ routes:
     key: ["{header.Idempotency-Key}"]
     require_key: false
     max_body: 4MiB
-`, StoreConfig{KeyPrefix: strings.ReplaceAll(t.Name(), "/", "-") + ":"})
+`, nil)
 			up := &earlyUpstream{}
 			transport := &reverseproxy.HTTPTransport{Versions: []string{tc.version}}
 			var target string

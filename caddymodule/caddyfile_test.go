@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -87,15 +88,21 @@ func TestCaddyfileErrors(t *testing.T) {
 	cases := []struct{ name, caddyfile, want string }{
 		{"invalid rules name file line and field", "idempotency {\n rules routes.yaml\n}", `routes.yaml:8: routes[1].on_unknown_outcome: "maybe" is not one of hold, release, store`},
 		{"missing rules", "idempotency {\n store embedded\n}", "a rules file is required"},
-		{"unknown option", "idempotency {\n rules good.yaml\n colour blue\n}", "unrecognized idempotency option 'colour'"},
+		{"unknown option", "idempotency {\n rules good.yaml\n colour blue\n}", "unrecognized option 'colour' of the embedded store"},
 		{"bad timeout", "idempotency {\n rules good.yaml\n op_timeout soon\n}", `op_timeout: "soon" is not a positive duration`},
-		{"bad wait_replicas", "idempotency {\n rules good.yaml\n wait_replicas one\n}", `wait_replicas: "one" is not a non-negative number`},
-		{"wait_replicas with a word other than strict", "idempotency {\n rules good.yaml\n wait_replicas 1 always\n}", `wait_replicas: "always" is not strict`},
-		{"strict without replicas", "idempotency {\n rules good.yaml\n wait_replicas 0 strict\n}", `wait_replicas: strict needs at least one replica`},
-		{"allow_eviction with an argument", "idempotency {\n rules good.yaml\n allow_eviction yes\n}", "wrong argument count"},
-		{"bad wait_timeout", "idempotency {\n rules good.yaml\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
-		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n tls_ca_file\n}", "wrong argument count"},
+		{"bad wait_replicas", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n wait_replicas one\n}", `wait_replicas: "one" is not a non-negative number`},
+		{"wait_replicas with a word other than strict", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n wait_replicas 1 always\n}", `wait_replicas: "always" is not strict`},
+		{"strict without replicas", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n wait_replicas 0 strict\n}", `wait_replicas: strict needs at least one replica`},
+		{"allow_eviction with an argument", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n allow_eviction yes\n}", "wrong argument count"},
+		{"bad wait_timeout", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n wait_timeout 0s\n}", `wait_timeout: "0s" is not a positive duration`},
+		{"tls_ca_file without a file", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n tls_ca_file\n}", "wrong argument count"},
 		{"missing file", "idempotency {\n rules nope.yaml\n}", "nope.yaml"},
+		{"unknown option of Redis", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379 {\n  colour blue\n }\n}", "unrecognized option 'colour' of the Redis store"},
+		{"wait_replicas on the embedded store", "idempotency {\n rules good.yaml\n wait_replicas 1\n}", "wait_replicas needs a Redis with replicas; the embedded store has none, at "},
+		{"allow_eviction on the embedded store", "idempotency {\n rules good.yaml\n store embedded\n allow_eviction\n}", "allow_eviction is for Redis; the embedded store evicts nothing"},
+		{"a Redis option on the embedded store", "idempotency {\n rules good.yaml\n master_name m\n}", "master_name is an option of the Redis store"},
+		{"cache_size on Redis", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n cache_size 64MiB\n}", "cache_size is the embedded store's"},
+		{"store twice", "idempotency {\n rules good.yaml\n store embedded\n store embedded\n}", "store: given twice"},
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},
@@ -172,8 +179,11 @@ func TestCaddyfileEmbeddedDir(t *testing.T) {
 					Servers map[string]struct {
 						Routes []struct {
 							Handle []struct {
-								Handler string      `json:"handler"`
-								Store   StoreConfig `json:"store"`
+								Handler string `json:"handler"`
+								Store   struct {
+									Engine string `json:"engine"`
+									embedded.Module
+								} `json:"store"`
 							} `json:"handle"`
 						} `json:"routes"`
 					} `json:"servers"`
@@ -189,7 +199,7 @@ func TestCaddyfileEmbeddedDir(t *testing.T) {
 				for _, h := range rt.Handle {
 					if h.Handler == "idempotency" {
 						found = true
-						if h.Store.Dir != want || len(h.Store.Addresses) != 0 {
+						if h.Store.Dir != want || h.Store.Engine != "embedded" {
 							t.Errorf("store %s: %+v, want dir %q", store, h.Store, want)
 						}
 					}

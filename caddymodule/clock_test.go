@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // TestLeaseDecisionsUseRedisClock: the gateway never compares a lease with
@@ -30,7 +31,7 @@ func TestLeaseDecisionsUseRedisClock(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(m.Close)
-			sc := StoreConfig{Addresses: []string{"redis://" + m.Addr()}}
+			sc := &redis.Module{Addresses: []string{"redis://" + m.Addr()}}
 			const common = `
 routes:
   - name: deals

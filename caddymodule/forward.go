@@ -35,9 +35,9 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	cw := newCapture(w, g.rt.MaxResponse)
 	defer cw.release()
 
-	stopRenewing := h.renewWhileRunning(c)
+	renewing := h.renewWhileRunning(c)
 	panicked, err := callNext(next, cw, r)
-	stopRenewing()
+	renewing.stop()
 
 	// The upstream's answer is all here (unless it was too large to hold
 	// back): record it, then hand it to the client at whatever pace the
@@ -110,14 +110,14 @@ func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (p
 // renewWhileRunning extends the claim's lease while the upstream call is
 // alive, so a slow live call is never mistaken for a dead one. Calls that
 // finish within a third of the lease cost no renewal: nothing runs before
-// then but a timer (no goroutine per call). stop returns once no renewal
-// is running and none will start.
-func (h *Handler) renewWhileRunning(c *store.Claim) (stop func()) {
+// then but a timer (no goroutine per call). Its stop returns once no
+// renewal is running and none will start.
+func (h *Handler) renewWhileRunning(c *store.Claim) *renewal {
 	rn := &renewal{h: h, claim: c}
 	rn.mu.Lock() // renew reads rn.timer
 	rn.timer = time.AfterFunc(c.Lease()/3, rn.renew)
 	rn.mu.Unlock()
-	return rn.stop
+	return rn
 }
 
 // renewal is the lease renewal of one running call.
@@ -178,7 +178,7 @@ type capture struct {
 	// The client's writer: Header, Unwrap (for http.ResponseController)
 	// and Push come from the wrapper; Write, WriteHeader, ReadFrom and
 	// FlushError are capture's own.
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper
 	max int64
 
 	status    int         // final status; 0 until WriteHeader(>=200)
@@ -229,7 +229,7 @@ func appendBounded(b, p []byte, limit int64) []byte {
 
 func newCapture(w http.ResponseWriter, max int64) *capture {
 	return &capture{
-		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		max:                   max, buf: getBuffer(), digest: sha256.New(), declared: -1,
 	}
 }

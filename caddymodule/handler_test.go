@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -24,24 +26,26 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/embedded"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // testStores are the stores the in-process handler tests run against.
 var testStores = []struct {
 	name string
-	cfg  func(t *testing.T) StoreConfig
+	cfg  func(t *testing.T) caddy.Module
 }{
-	{"embedded", func(t *testing.T) StoreConfig {
+	{"embedded", func(t *testing.T) caddy.Module {
 		// A directory of its own gives each test its own embedded store.
-		return StoreConfig{Dir: t.TempDir()}
+		return &embedded.Module{Dir: t.TempDir()}
 	}},
-	{"redis", func(t *testing.T) StoreConfig {
-		return StoreConfig{Addresses: []string{"redis://" + redistest.Start(t).Addr}}
+	{"redis", func(t *testing.T) caddy.Module {
+		return &redis.Module{Addresses: []string{"redis://" + redistest.Start(t).Addr}}
 	}},
 }
 
 // newHandler provisions a handler from YAML rules, with its logs observed.
-func newHandler(t *testing.T, rules string, sc StoreConfig) (*Handler, *observer.ObservedLogs) {
+func newHandler(t *testing.T, rules string, sc caddy.Module) (*Handler, *observer.ObservedLogs) {
 	t.Helper()
 	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
@@ -49,7 +53,7 @@ func newHandler(t *testing.T, rules string, sc StoreConfig) (*Handler, *observer
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
-	h := &Handler{Rules: *parsed, Store: sc}
+	h := &Handler{Rules: *parsed, Store: storeJSON(sc)}
 	if err := h.Provision(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +108,12 @@ func TestLeaseRenewedWhileCallRuns(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			sc := st.cfg(t)
-			sc.OpTimeout = caddy.Duration(500 * time.Millisecond) // a 1s lease must outlast it
+			switch m := sc.(type) { // a 1s lease must outlast op_timeout
+			case *embedded.Module:
+				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+			case *redis.Module:
+				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+			}
 			h, _ := newHandler(t, `
 routes:
   - name: slow
@@ -490,4 +499,13 @@ routes:
 			t.Errorf("span %d attributes = %v, want callResult %s", i, attrs, want)
 		}
 	}
+}
+
+// storeJSON is the handler's "store" field for the store module m; nil
+// (the default store) for none.
+func storeJSON(m caddy.Module) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	return caddyconfig.JSONModuleObject(m, "engine", engineName(m), nil)
 }

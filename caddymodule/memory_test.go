@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 // The memory tests send a 50 MiB request body or upstream response through
@@ -148,7 +149,7 @@ func memRequest(key string, body io.ReadCloser, length int64, w http.ResponseWri
 // one (chunked) it reads at most max_body+1 bytes. A body of exactly
 // max_body is held once, at its size.
 func TestMemoryLargeRequest(t *testing.T) {
-	h := newBenchHandler(t, memRules, StoreConfig{Dir: t.TempDir()})
+	h := newBenchHandler(t, memRules, &embedded.Module{Dir: t.TempDir()})
 	tests := []struct {
 		name     string
 		size     int64
@@ -212,7 +213,7 @@ func TestMemoryLargeRequest(t *testing.T) {
 // Content-Length above max_response, none), and the record keeps status,
 // headers and digest without the body.
 func TestMemoryLargeResponse(t *testing.T) {
-	h := newBenchHandler(t, memRules, StoreConfig{Dir: t.TempDir()})
+	h := newBenchHandler(t, memRules, &embedded.Module{Dir: t.TempDir()})
 	chunk := bytes.Repeat([]byte("y"), 32<<10)
 	tests := []struct {
 		name     string

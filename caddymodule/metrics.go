@@ -16,9 +16,6 @@ type metrics struct {
 	executions  *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
-	waitShort   *prometheus.CounterVec
-	// storeUp is 1 while a Redis store answers, 0 while it does not.
-	storeUp *prometheus.GaugeVec
 	// breakerOpen is 1 while a route's breaker is open (retry.breaker).
 	breakerOpen *prometheus.GaugeVec
 	// exhausted counts operations held after using up their retry budget.
@@ -56,16 +53,6 @@ var processMetrics = &metrics{
 		Help:      "Latency of record store calls by operation.",
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 2.5},
 	}, []string{"op", "result"}),
-	waitShort: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "idemgate",
-		Name:      "store_wait_short_total",
-		Help:      "Claims and completions that fewer replicas than wait_replicas acknowledged within wait_timeout, by op.",
-	}, []string{"op"}),
-	storeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "idemgate",
-		Name:      "store_up",
-		Help:      "1 while the Redis record store answers claims, 0 from the first claim that failed to reach it until it answers again; by store (its addresses).",
-	}, []string{"store"}),
 	breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "breaker_open",
@@ -107,8 +94,8 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	}
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
-		processMetrics.storeErrors, processMetrics.storeTime, processMetrics.waitShort,
-		verificationsTotal, processMetrics.storeUp,
+		processMetrics.storeErrors, processMetrics.storeTime,
+		verificationsTotal,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 	} {

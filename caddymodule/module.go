@@ -8,6 +8,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -42,14 +43,24 @@ type Handler struct {
 	// order; the first match guards the request).
 	config.Rules
 
-	// Store selects the record store. Without addresses it is the embedded
-	// store: durable, in a directory this gateway owns (Dir), for one
-	// instance.
-	Store StoreConfig `json:"store,omitempty"`
+	// Store is the record store: a module in the namespace
+	// idempotency.stores, named by "engine": "embedded" (durable, in a
+	// directory this gateway owns, for one instance) or "redis" (shared by
+	// every gateway that uses it). Default: the embedded store.
+	Store json.RawMessage `json:"store,omitempty" caddy:"namespace=idempotency.stores inline_key=engine"`
+
+	// Secret is the deployment secret under which record ids are derived
+	// (HMAC-SHA-256 of operation, scope and key), at least 16 bytes.
+	// Placeholders such as `{env.IDEMGATE_SECRET}` or `{file.PATH}` are
+	// replaced when the config is loaded. It is never logged. Default: the
+	// secret kept in the store, created by the first gateway that uses it,
+	// so that every instance sharing the store derives the same ids.
+	Secret string `json:"secret,omitempty"`
 
 	routes   []*route
 	ids      *keying.IDKey // derives record ids under the deployment secret
 	seal     *sealer       // encrypts kept requests under a key derived from it
+	storeMod StoreModule   // the loaded Store module
 	store    store.Engine
 	notices  store.Notices // completion notices, when a route waits for them
 	use      *storeUse     // the handler's use of the store (see stores.go)
@@ -70,6 +81,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 
+	// The store module first: the rules are checked against its timeout.
+	if err := h.loadStore(ctx); err != nil {
+		return fmt.Errorf("idempotency store: %w", err)
+	}
 	err := h.provisionRoutes(ctx)
 	if err != nil {
 		return err
@@ -77,7 +92,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
 
-	h.use, err = stores.open(h.Store, h.routes, h.logger)
+	h.use, err = stores.open(h.storeMod, h.routes, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
@@ -113,10 +128,10 @@ func (h *Handler) Cleanup() error {
 
 // opTimeout bounds every store call made outside a request's own lifetime.
 func (h *Handler) opTimeout() time.Duration {
-	if d := time.Duration(h.Store.OpTimeout); d > 0 {
-		return d
+	if h.storeMod != nil {
+		return h.storeMod.Timeout()
 	}
-	return 2 * time.Second
+	return store.DefaultOpTimeout
 }
 
 // Interface guards

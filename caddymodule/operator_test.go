@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 const operatorTestRules = `
@@ -53,7 +54,7 @@ func storedRecord(t *testing.T, h *Handler, name string, res store.Result) strin
 // the route's redact_fields; other values stay.
 func TestOperatorRedactsStoredBodies(t *testing.T) {
 	t.Parallel()
-	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
+	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -98,7 +99,7 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 // at most store.MaxExternalID bytes.
 func TestOperatorCompleteLimits(t *testing.T) {
 	t.Parallel()
-	h, _ := newHandler(t, operatorTestRules, StoreConfig{Dir: t.TempDir()})
+	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, body, msg string

@@ -188,9 +188,9 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	g := &guarded{rt: rt, start: began, id: rec.ID}
 	cw := newCapture(sink, rt.MaxResponse)
 	defer cw.release()
-	stopRenewing := h.renewWhileRunning(c)
+	renewing := h.renewWhileRunning(c)
 	panicked, callErr := callNext(ch.next, cw, r)
-	stopRenewing()
+	renewing.stop()
 	out := classify(rt, cw, callErr, panicked)
 	result := h.record(g, c, out, storedResult(rt, cw, out))
 	cw.deliver()

@@ -41,7 +41,7 @@ func roundTrips(t *testing.T, admin *goredis.Client) map[string]int64 {
 func TestRedisCommandsPerRequest(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	h := newBenchHandler(t, benchRules, StoreConfig{Addresses: []string{"redis://" + srv.Addr}})
+	h := newBenchHandler(t, benchRules, &redis.Module{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
 	sent := &redistest.CommandLog{}
 	h.store.(*redis.Store).Client().AddHook(sent)

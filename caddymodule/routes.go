@@ -40,7 +40,7 @@ type route struct {
 // provisionRoutes loads the route rules (inline, or from RulesFile),
 // checks them against the store's options and compiles them.
 func (h *Handler) provisionRoutes(ctx caddy.Context) error {
-	limits := config.Limits{OpTimeout: h.Store.opTimeout()}
+	limits := config.Limits{OpTimeout: h.opTimeout()}
 	if h.RulesFile != "" {
 		switch {
 		case len(h.Routes) > 0:

@@ -4,13 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store/embedded"
 )
 
 // TestProvisionChecksRulesAgainstStore: where the route rules meet the
@@ -36,10 +36,10 @@ func TestProvisionChecksRulesAgainstStore(t *testing.T) {
 	}{
 		{"inline lease equal to the default op_timeout", Handler{Rules: inline(2 * time.Second)},
 			"idempotency rules: routes[0].lock_lease: 2s is not longer than the store's op_timeout (2s)"},
-		{"inline lease shorter than op_timeout", Handler{Rules: inline(3 * time.Second), Store: StoreConfig{OpTimeout: caddy.Duration(5 * time.Second)}},
+		{"inline lease shorter than op_timeout", Handler{Rules: inline(3 * time.Second), Store: storeJSON(&embedded.Module{OpTimeout: caddy.Duration(5 * time.Second)})},
 			"idempotency rules: routes[0].lock_lease: 3s is not longer than the store's op_timeout (5s)"},
 		{"inline lease longer than op_timeout", Handler{Rules: inline(3 * time.Second)}, ""},
-		{"rules file", Handler{RulesFile: file, Store: StoreConfig{OpTimeout: caddy.Duration(3 * time.Second)}},
+		{"rules file", Handler{RulesFile: file, Store: storeJSON(&embedded.Module{OpTimeout: caddy.Duration(3 * time.Second)})},
 			"idempotency rules: " + file + ":5: routes[0].lock_lease: 3s is not longer than the store's op_timeout (3s)"},
 		{"rules file, lease longer", Handler{RulesFile: file}, ""},
 		{"inline routes and rules_file", Handler{RulesFile: file, Rules: inline(3 * time.Second)},
@@ -51,7 +51,6 @@ func TestProvisionChecksRulesAgainstStore(t *testing.T) {
 			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 			defer cancel()
 			h := tc.h
-			h.Store.KeyPrefix = "provision-" + strings.ReplaceAll(tc.name, " ", "-") + ":"
 			err := h.Provision(ctx)
 			defer func() { _ = h.Cleanup() }()
 			if tc.want == "" {

@@ -18,11 +18,11 @@ const secretTimeout = 5 * time.Second
 // deploymentSecret resolves the configured secret's placeholders. It
 // returns nil when no secret is configured. Errors never contain the
 // value.
-func (c StoreConfig) deploymentSecret() ([]byte, error) {
-	if c.Secret == "" {
+func (h *Handler) deploymentSecret() ([]byte, error) {
+	if h.Secret == "" {
 		return nil, nil
 	}
-	s := caddy.NewReplacer().ReplaceAll(c.Secret, "")
+	s := caddy.NewReplacer().ReplaceAll(h.Secret, "")
 	switch {
 	case s == "":
 		return nil, errors.New("secret is empty after its placeholders were replaced (is the environment variable set?)")
@@ -37,7 +37,7 @@ func (c StoreConfig) deploymentSecret() ([]byte, error) {
 // (created there by the first gateway, read once per store connection),
 // so that every instance sharing the store derives the same ids.
 func (h *Handler) provisionIDKey(ctx context.Context) error {
-	secret, err := h.Store.deploymentSecret()
+	secret, err := h.deploymentSecret()
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/store/redis"
 )
 
 // secretRoutes is one route, keyed from the header, in Caddy's JSON.
@@ -75,9 +75,8 @@ func unsaltedKeyID(operation string, h http.Header, key string) string {
 // is the unsalted hash a reader of the log could recompute.
 func TestKeyIDsUnderSecret(t *testing.T) {
 	const secretA, secretB = "first-deployment-secret-0123", "second-deployment-secret-456"
-	prefix := strings.ReplaceAll(t.Name(), "/", "-") + ":"
 	cfg := func(secret string) string {
-		return fmt.Sprintf(`{%s,"store":{"key_prefix":%q,"secret":%q}}`, secretRoutes, prefix, secret)
+		return fmt.Sprintf(`{%s,"secret":%q}`, secretRoutes, secret)
 	}
 	auth := []string{"Authorization", "Basic YWxpY2U6aHVudGVyMg=="}
 	ids := map[string]string{}
@@ -124,13 +123,12 @@ func TestKeyIDsUnderSecret(t *testing.T) {
 // placeholder that resolves to nothing, fails the config without showing
 // the value.
 func TestSecretConfigErrors(t *testing.T) {
-	prefix := strings.ReplaceAll(t.Name(), "/", "-") + ":"
 	for _, tc := range []struct{ name, secret, want string }{
 		{"short", "hunter2-short", "secret is 13 bytes, at least 16"},
 		{"empty placeholder", "{env.IDEMGATE_TEST_UNSET_SECRET}", "secret is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := newHandlerJSON(t, fmt.Sprintf(`{%s,"store":{"key_prefix":%q,"secret":%q}}`, secretRoutes, prefix, tc.secret))
+			_, _, err := newHandlerJSON(t, fmt.Sprintf(`{%s,"secret":%q}`, secretRoutes, tc.secret))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Provision: %v, want an error saying %q", err, tc.want)
 			}
@@ -152,12 +150,10 @@ func TestKeyIDsFromStoredSecret(t *testing.T) {
 			var got []string
 			var first *Handler
 			for i := range 2 {
-				sc.PoolSize = 3 + i // its own connection to the same Redis
-				js, err := json.Marshal(sc)
-				if err != nil {
-					t.Fatal(err)
+				if m, ok := sc.(*redis.Module); ok {
+					m.PoolSize = 3 + i // its own connection to the same Redis
 				}
-				h, logs, err := newHandlerJSON(t, fmt.Sprintf(`{%s,"store":%s}`, secretRoutes, js))
+				h, logs, err := newHandlerJSON(t, fmt.Sprintf(`{%s,"store":%s}`, secretRoutes, storeJSON(sc)))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/embedded"
-	"github.com/idemgate/idemgate/store/redis"
 )
 
 // stores owns the life of every record store the process has open.
@@ -51,19 +48,10 @@ func newStoreOwner() *storeOwner {
 }
 
 // openEngine is one open engine in the pool.
-type openEngine struct {
-	store.Engine
-	closed func() // after Close, when set
-}
+type openEngine struct{ store.Engine }
 
 // Destruct closes the engine when the last config using it is cleaned up.
-func (e openEngine) Destruct() error {
-	err := e.Close()
-	if e.closed != nil {
-		e.closed()
-	}
-	return err
-}
+func (e openEngine) Destruct() error { return e.Close() }
 
 // storeUse is one provisioned handler's use of a store.
 type storeUse struct {
@@ -81,64 +69,23 @@ type storeUse struct {
 	err      error
 }
 
-// defaultEmbeddedDir is the embedded store's directory when the config
-// names none: Caddy's data directory + /idemgate.
-func defaultEmbeddedDir() string { return filepath.Join(caddy.AppDataDir(), "idemgate") }
-
-// open returns a use of the store c selects, opening it when no loaded
+// open returns a use of the store m selects, opening it when no loaded
 // config has it open yet, and lists it (with routes) for the operator API.
-func (o *storeOwner) open(c StoreConfig, routes []*route, logger *zap.Logger) (*storeUse, error) {
-	opts, err := c.options()
-	if err != nil {
-		return nil, err
-	}
-	key := c.poolKey(opts)
-	val, loaded, err := o.pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		if c.embedded() {
-			return openEmbedded(c, opts, logger)
-		}
-		installRedisLogger()
-		label := c.label()
-		opts.OnEvictionCheck = func(ec redis.EvictionCheck) { logEvictionCheck(logger, ec) }
-		opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
-		opts.OnAvailability = availabilityReporter(label, handlerLog)
-		s, err := redis.Open(opts)
+func (o *storeOwner) open(m StoreModule, routes []*route, logger *zap.Logger) (*storeUse, error) {
+	key := m.PoolKey()
+	val, _, err := o.pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		e, err := m.OpenEngine()
 		if err != nil {
 			return nil, err
 		}
-		processMetrics.storeUp.WithLabelValues(label).Set(1)
-		return openEngine{Engine: s, closed: func() { processMetrics.storeUp.DeleteLabelValues(label) }}, nil
+		return openEngine{Engine: e}, nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if !loaded && !c.embedded() {
-		logger.Debug("record store connected", zap.Strings("addresses", redactAll(c.Addresses)))
 	}
 	u := &storeUse{owner: o, key: key, engine: val.(openEngine).Engine, routes: routes, logger: logger}
 	o.track(u)
 	return u, nil
-}
-
-// openEmbedded opens the embedded store's DIR for this process.
-func openEmbedded(c StoreConfig, opts redis.Options, logger *zap.Logger) (caddy.Destructor, error) {
-	e, err := embedded.Open(embedded.Options{
-		Dir:       c.embeddedDir(),
-		OpTimeout: opts.OpTimeout,
-		CacheSize: c.CacheSize,
-		// The store outlives the config that opened it: Caddy's current
-		// default logger.
-		OnError: func(err error) {
-			caddy.Log().Named("http.handlers.idempotency").Error("embedded store", zap.Error(err))
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	rec := e.Recovered()
-	logger.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)",
-		zap.String("dir", e.Dir()), zap.Int("imported_records", rec.Imported), zap.Duration("took", rec.Took))
-	return openEngine{Engine: e}, nil
 }
 
 // track lists u for the operator API.
@@ -258,13 +205,4 @@ func (s liveStore) redactor(routeName string) store.Redactor {
 		return store.NewRedactor(rt.RedactFields)
 	}
 	return store.NewRedactor(nil)
-}
-
-// embeddedDir is the embedded store's directory: Dir, or Caddy's data
-// directory + /idemgate.
-func (c StoreConfig) embeddedDir() string {
-	if c.Dir != "" {
-		return c.Dir
-	}
-	return defaultEmbeddedDir()
 }

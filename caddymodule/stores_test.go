@@ -23,7 +23,7 @@ routes:
 // config's clean-up; the last user's clean-up closes it and gives DIR
 // up.
 func TestEmbeddedStoreAcrossReloads(t *testing.T) {
-	sc := StoreConfig{Dir: t.TempDir()}
+	sc := &embedded.Module{Dir: t.TempDir()}
 	old, _ := newHandler(t, storesRules, sc)
 	up := &counting{}
 	if w := serve(old, up.next, "POST", "/deals", "{}", "Idempotency-Key", "k1"); w.Code != http.StatusCreated {

@@ -172,7 +172,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 				return nil, nil
 			}
 			h.metrics.storeErrors.WithLabelValues(g.rt.Name, "wait").Inc()
-			h.logger.Debug("reading a record while waiting failed", zap.String("key_id", g.id), zap.Error(err))
+			h.logger.Debug("reading a record while waiting failed", zap.String("record_id", g.id), zap.Error(err))
 			if time.Since(began)+poll >= g.rt.InFlightWait {
 				result = waitStoreFail
 				return nil, nil

@@ -295,3 +295,18 @@ func validVerdict(v string) bool {
 	}
 	return false
 }
+
+// ValidateBeginCheck checks BeginCheck's arguments as every engine must:
+// a valid id (ErrInvalidID), both tokens and a positive lease
+// (ErrInvalidArgument).
+func ValidateBeginCheck(id, claimToken, checkToken string, lease time.Duration) error {
+	switch {
+	case !validID(id):
+		return ErrInvalidID
+	case claimToken == "" || checkToken == "":
+		return fmt.Errorf("%w: a check needs the claim token and a check token", ErrInvalidArgument)
+	case lease <= 0:
+		return fmt.Errorf("%w: the check lease must be positive", ErrInvalidArgument)
+	}
+	return nil
+}

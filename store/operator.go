@@ -1,6 +1,8 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -109,4 +111,23 @@ func ValidateOperatorResult(res Result) error {
 		return fmt.Errorf("%w: the external id is longer than %d bytes or holds control characters", ErrInvalidArgument, MaxExternalID)
 	}
 	return nil
+}
+
+// OperatorCompletion checks an operator's result and lifetime as every
+// engine's OperatorComplete does (see ValidateOperatorResult; a negative
+// ttl is ErrInvalidArgument) and applies the defaults: DefaultTTL for 0,
+// and the body's digest when none is given and the body is kept.
+func OperatorCompletion(res Result, ttl time.Duration) (Result, time.Duration, error) {
+	ttl = orDefault(ttl, DefaultTTL)
+	if ttl < 0 {
+		return res, 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
+	}
+	if err := ValidateOperatorResult(res); err != nil {
+		return res, 0, err
+	}
+	if res.Digest == "" && !res.BodyOmitted {
+		sum := sha256.Sum256(res.Body)
+		res.Digest = hex.EncodeToString(sum[:])
+	}
+	return res, ttl, nil
 }

@@ -184,3 +184,26 @@ type Result struct {
 	// ExternalID is the id the upstream gave the operation's result.
 	ExternalID string
 }
+
+// NewRecord is the record a claim of a new key creates: what req asked
+// for, in flight under req.Token since now (the store's clock), its lease
+// running from then, attempts and executions 1.
+func NewRecord(req ClaimRequest, now time.Time, lease time.Duration) Record {
+	check := req.Check.Normalized()
+	check.Match = slices.Clone(check.Match) // not the caller's
+	return Record{
+		ID:              req.ID,
+		Route:           req.Route,
+		Operation:       req.Operation,
+		Fingerprint:     req.Fingerprint,
+		FingerprintRule: req.FingerprintRule,
+		State:           StateInFlight,
+		Token:           req.Token,
+		StartedAt:       now,
+		LeaseUntil:      now.Add(time.Duration(msCeil(lease)) * time.Millisecond),
+		Attempts:        1,
+		Executions:      1,
+		Check:           check,
+		Request:         slices.Clone(req.Request), // not the caller's
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"time"
 
@@ -39,13 +38,8 @@ func (r *rec) newClaimChecks(c store.Check) {
 
 // BeginCheck takes record id's check lease for lease.
 func (e *Engine) BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*store.Record, bool, error) {
-	switch {
-	case !store.ValidID(id):
-		return nil, false, store.ErrInvalidID
-	case claimToken == "" || checkToken == "":
-		return nil, false, fmt.Errorf("%w: a check needs the claim token and a check token", store.ErrInvalidArgument)
-	case lease <= 0:
-		return nil, false, fmt.Errorf("%w: the check lease must be positive", store.ErrInvalidArgument)
+	if err := store.ValidateBeginCheck(id, claimToken, checkToken, lease); err != nil {
+		return nil, false, err
 	}
 	return e.checkChange(ctx, "begin check", id, func(cur *rec, now int64) (*rec, bool) {
 		if cur.State != store.StateUnknown || cur.Token != claimToken {

@@ -14,6 +14,7 @@ import (
 // record reads the same, the lease still fences a second check, and the
 // check that held it can end.
 func TestChecksSurviveReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e, err := embedded.Open(embedded.Options{Dir: dir})
 	if err != nil {

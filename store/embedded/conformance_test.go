@@ -21,6 +21,7 @@ func open(t testing.TB, dir string) *embedded.Engine {
 
 // TestConformance runs the engine contract on the embedded engine.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		Open: func(t testing.TB) store.Engine { return open(t, t.TempDir()) },
 		Now:  func(t testing.TB, e store.Engine) time.Time { return e.(*embedded.Engine).Now() },

@@ -1,4 +1,4 @@
-// Package local is the durable embedded record store: the store.Engine
+// Package embedded is the durable embedded record store: the store.Engine
 // contract for a single gateway on Pebble (CockroachDB's storage engine),
 // keeping its records in one directory (DIR).
 //
@@ -43,8 +43,6 @@ package embedded
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -546,21 +544,9 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		switch {
 		case cur == nil:
 			res.Claimed = true
-			return mutation{sync: true, undo: true, next: &rec{Record: store.Record{
-				ID:              req.ID,
-				Route:           req.Route,
-				Operation:       req.Operation,
-				Fingerprint:     req.Fingerprint,
-				FingerprintRule: req.FingerprintRule,
-				State:           store.StateInFlight,
-				Token:           req.Token,
-				StartedAt:       time.UnixMilli(now),
-				LeaseUntil:      time.UnixMilli(now + lease),
-				Attempts:        1,
-				Executions:      1,
-				Check:           normalCheck(req.Check),
-				Request:         keptRequest(req.Request),
-			}, expireAt: now + hold}}
+			return mutation{sync: true, undo: true, next: &rec{
+				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
+				expireAt: now + hold}}
 		case cur.State == store.StateInFlight && cur.Token == req.Token:
 			res.Claimed = true // a retried claim: already the caller's
 			return mutation{}
@@ -771,16 +757,9 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 // OperatorComplete records a verified outcome on an operator's word (see
 // store.Engine.OperatorComplete) and appends act to its audit trail.
 func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Result, act store.Action, ttl time.Duration) (*store.Record, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
-	}
-	if err := store.ValidateOperatorResult(res); err != nil {
+	res, ttl, err := store.OperatorCompletion(res, ttl)
+	if err != nil {
 		return nil, err
-	}
-	if res.Digest == "" && !res.BodyOmitted {
-		sum := sha256.Sum256(res.Body)
-		res.Digest = hex.EncodeToString(sum[:])
 	}
 	result := newResult(res)
 	return e.operator(ctx, "complete", id, act, func(cur *rec, now int64) (*rec, error) {

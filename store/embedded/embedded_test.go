@@ -88,6 +88,7 @@ func copyDir(t *testing.T, from string) string {
 // ones with their history, and in-flight ones in flight with their lease,
 // which then runs out as it would have.
 func TestRecordsSurviveACrash(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e := open(t, dir)
 	mustClaim(t, e, claimReq(id(1), "A"))
@@ -141,6 +142,7 @@ func TestRecordsSurviveACrash(t *testing.T) {
 
 // TestCleanReopen: Close writes what is pending; Open finds it all.
 func TestCleanReopen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e, err := embedded.Open(embedded.Options{Dir: dir})
 	if err != nil {
@@ -178,6 +180,7 @@ func TestCleanReopen(t *testing.T) {
 // TestOneOwner: a second Open of an open DIR in the same process fails
 // and names DIR; after Close it succeeds.
 func TestOneOwner(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	e, err := embedded.Open(embedded.Options{Dir: dir})
 	if err != nil {
@@ -208,6 +211,7 @@ func TestHoldDir(t *testing.T) {
 // with DIR and that process's pid; once it is killed with SIGKILL, Open
 // succeeds at once (the kernel dropped the lock: nothing stale).
 func TestOtherProcessOwnsDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldDir$", "-test.v")
 	cmd.Env = append(os.Environ(), "IDEMGATE_LOCAL_HOLD="+dir)

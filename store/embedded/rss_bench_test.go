@@ -41,7 +41,7 @@ func rssMiB(b *testing.B) float64 {
 // records. Loaded bodies are random (incompressible). It writes about 2.5 GB to a temporary directory
 // (IDEMGATE_RSS_DIR chooses where).
 //
-//	go test -run '^$' -bench RSSMillionsOfRecords -benchtime 1x ./store/local/
+//	go test -run '^$' -bench RSSMillionsOfRecords -benchtime 1x ./store/embedded/
 func BenchmarkRSSMillionsOfRecords(b *testing.B) {
 	records := 2_000_000
 	if v, err := strconv.Atoi(os.Getenv("IDEMGATE_RSS_RECORDS")); err == nil && v > 0 {

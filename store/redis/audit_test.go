@@ -30,6 +30,7 @@ func heldRecord(t *testing.T, s *Store) string {
 // actions, oldest first; any text round trips; refused actions change
 // nothing. (The conformance suite checks the trail on every engine.)
 func TestOperatorAuditOnRedis(t *testing.T) {
+	t.Parallel()
 	e := openRedis(t)
 	ctx := context.Background()
 	t.Run("bounded", func(t *testing.T) {

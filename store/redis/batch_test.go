@@ -14,6 +14,7 @@ import (
 // TestBatchedCalls: concurrent claims leave together, as pipelines, and
 // every one of them gets its own answer; Redis runs each script once.
 func TestBatchedCalls(t *testing.T) {
+	t.Parallel()
 	e := openRedis(t)
 	admin := e.srv.Client(t)
 	sent := &redistest.CommandLog{}
@@ -72,6 +73,7 @@ func TestBatchedCalls(t *testing.T) {
 // TestBatchSkipsAbandonedCalls: a call whose caller gave up while it
 // waited for a lane returns the caller's error and is never sent.
 func TestBatchSkipsAbandonedCalls(t *testing.T) {
+	t.Parallel()
 	e := openRedis(t)
 	sent := &redistest.CommandLog{}
 	e.s.Client().AddHook(sent)

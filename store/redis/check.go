@@ -36,13 +36,8 @@ func checkOf(stored string, after time.Duration) store.Check {
 // BeginCheck runs the begin-check script on record id (see
 // store.Engine.BeginCheck).
 func (s *Store) BeginCheck(ctx context.Context, id, claimToken, checkToken string, lease time.Duration, due bool) (*store.Record, bool, error) {
-	switch {
-	case !store.ValidID(id):
-		return nil, false, store.ErrInvalidID
-	case claimToken == "" || checkToken == "":
-		return nil, false, fmt.Errorf("%w: a check needs the claim token and a check token", store.ErrInvalidArgument)
-	case lease <= 0:
-		return nil, false, fmt.Errorf("%w: the check lease must be positive", store.ErrInvalidArgument)
+	if err := store.ValidateBeginCheck(id, claimToken, checkToken, lease); err != nil {
+		return nil, false, err
 	}
 	dueArg := "0"
 	if due {

@@ -29,6 +29,7 @@ func claimFieldsOf(stored string) (c [numClaimFields]string, ok bool) {
 // field at all (no extra Redis work). (The conformance suite checks
 // BeginCheck and EndCheck on every engine.)
 func TestCheckFieldsOnRedis(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		check := store.Check{Method: "GET", URL: "http://127.0.0.1:9001/crm/deals?source_key=evt_184", After: 2 * time.Second,

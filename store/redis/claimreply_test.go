@@ -13,6 +13,7 @@ import (
 // code and the clock only, and the record the store builds from the
 // request is the one Redis holds, field for field.
 func TestCreatedClaimRecord(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		for _, lease := range []time.Duration{30 * time.Second, 1500*time.Millisecond + 1} {

@@ -41,6 +41,7 @@ var probe = storetest.Harness{
 
 // TestConformanceRedis runs the engine contract on one redis-server.
 func TestConformanceRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	storetest.Run(t, redisHarness(Options{Addrs: []string{srv.Addr}}))
 }
@@ -48,6 +49,7 @@ func TestConformanceRedis(t *testing.T) {
 // TestConformanceCluster runs the engine contract on a three-master
 // Redis Cluster.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	storetest.Run(t, redisHarness(Options{Addrs: cl.Addrs(), Cluster: true}))
 }

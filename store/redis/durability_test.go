@@ -42,6 +42,7 @@ func (s *shortfalls) take() []WaitShortfall {
 // returns, and replays, renewals, releases and holds send no WAIT. Without a replica the calls still succeed and the
 // shortfall is reported.
 func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	short := &shortfalls{}
@@ -135,6 +136,7 @@ func TestWaitReplicas(t *testing.T) {
 // TestWaitReplicasScriptFlush: after SCRIPT FLUSH a waiting claim falls
 // back to EVAL (and still waits once for the write that happened).
 func TestWaitReplicasScriptFlush(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	redistest.StartReplica(t, master)
 	short := &shortfalls{}
@@ -166,6 +168,7 @@ func TestWaitReplicasScriptFlush(t *testing.T) {
 // the record (each master counts exactly one WAIT per script it ran), with
 // no CROSSSLOT; masters without replicas report every write short.
 func TestWaitReplicasCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	short := &shortfalls{}
 	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true, WaitReplicas: 1, WaitTimeout: 5 * time.Millisecond, OnWaitShort: short.add})
@@ -224,6 +227,7 @@ func TestWaitOptions(t *testing.T) {
 // noeviction is safe (volatile-* evicts keys with a TTL, and every record
 // has one); a Redis that refuses CONFIG still opens.
 func TestEvictionCheck(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args   []string
 		policy string
@@ -282,6 +286,7 @@ func TestEvictionCheck(t *testing.T) {
 // TestClaimReportsRedisClock: ClaimResult.Now is the Redis server's clock
 // at the script, the clock lease_until is set from.
 func TestClaimReportsRedisClock(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		before := redisNow(t, e.s).Truncate(time.Millisecond)
 		res := storetest.MustClaim(t, e.s, storetest.ClaimReq(storetest.NewID(t), "tok"))
@@ -301,6 +306,7 @@ func TestClaimReportsRedisClock(t *testing.T) {
 // caller which clock decided. Two gateways whose clocks are an hour apart
 // therefore reach the same decision.
 func TestLeaseExpiryFollowsRedisClock(t *testing.T) {
+	t.Parallel()
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(skew.String(), func(t *testing.T) {
 			e := openMiniredisEnv(t)

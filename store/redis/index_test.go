@@ -66,94 +66,11 @@ func checkIndexed(t testing.TB, s *Store, id string, want store.State, ttl time.
 // checks after each step that exactly the new state's index lists it,
 // scored with its expiry time.
 func TestIndexFollowsTransitions(t *testing.T) {
-	type step struct {
-		name string
-		do   func(t *testing.T, s *Store, id string)
-		want store.State
-		ttl  time.Duration
-	}
-	claim := func(token string, lease time.Duration, onExpired store.Expired) func(t *testing.T, s *Store, id string) {
-		return func(t *testing.T, s *Store, id string) {
-			req := storetest.ClaimReq(id, token)
-			req.Lease, req.OnExpired, req.HoldTTL = lease, onExpired, 2*time.Hour
-			storetest.MustClaim(t, s, req)
-		}
-	}
-	expire := func(t *testing.T, s *Store, id string) {
-		storetest.WaitPast(t, probe, s, storetest.MustGet(t, s, id).LeaseUntil)
-	}
-	complete := func(token string) func(t *testing.T, s *Store, id string) {
-		return func(t *testing.T, s *Store, id string) {
-			ok, err := s.Complete(context.Background(), storetest.Completion(id, token, storetest.SampleResult(), 3*time.Hour))
-			storetest.MustOK(t, "Complete", ok, err)
-		}
-	}
-	release := func(token string) func(t *testing.T, s *Store, id string) {
-		return func(t *testing.T, s *Store, id string) {
-			ok, err := s.Release(context.Background(), id, token, 4*time.Hour)
-			storetest.MustOK(t, "Release", ok, err)
-		}
-	}
-	markUnknown := func(token string) func(t *testing.T, s *Store, id string) {
-		return func(t *testing.T, s *Store, id string) {
-			ok, err := s.MarkUnknown(context.Background(), id, token, "upstream_5xx", 5*time.Hour)
-			storetest.MustOK(t, "MarkUnknown", ok, err)
-		}
-	}
-	opRelease := func(t *testing.T, s *Store, id string) {
-		if _, err := s.OperatorRelease(context.Background(), id, testAction, 6*time.Hour); err != nil {
-			t.Fatalf("OperatorRelease: %v", err)
-		}
-	}
-	opComplete := func(t *testing.T, s *Store, id string) {
-		if _, err := s.OperatorComplete(context.Background(), id, storetest.SampleResult(), testAction, 7*time.Hour); err != nil {
-			t.Fatalf("OperatorComplete: %v", err)
-		}
-	}
-	cases := []struct {
-		name  string
-		steps []step
-	}{
-		{"claim, duplicate, complete, replay", []step{
-			{"claim", claim("A", time.Minute, "hold"), store.StateInFlight, 2 * time.Hour},
-			{"duplicate", claim("B", time.Minute, "hold"), store.StateInFlight, 2 * time.Hour},
-			{"complete", complete("A"), store.StateCompleted, 3 * time.Hour},
-			{"replay", claim("C", time.Minute, "hold"), store.StateCompleted, 3 * time.Hour},
-		}},
-		{"release, reclaim, mark unknown", []step{
-			{"claim", claim("A", time.Minute, "hold"), store.StateInFlight, 2 * time.Hour},
-			{"release", release("A"), store.StateReleased, 4 * time.Hour},
-			{"reclaim", claim("B", time.Minute, "hold"), store.StateInFlight, 2 * time.Hour},
-			{"mark unknown", markUnknown("B"), store.StateUnknown, 5 * time.Hour},
-			{"late complete", complete("B"), store.StateCompleted, 3 * time.Hour},
-		}},
-		{"lease expiry: hold", []step{
-			{"claim", claim("A", 300*time.Millisecond, "hold"), store.StateInFlight, 2 * time.Hour},
-			{"lease runs out", expire, store.StateInFlight, 2 * time.Hour},
-			{"retry holds", claim("B", time.Minute, "hold"), store.StateUnknown, 2 * time.Hour},
-			{"operator release", opRelease, store.StateReleased, 6 * time.Hour},
-			{"retry executes", claim("C", time.Minute, "hold"), store.StateInFlight, 2 * time.Hour},
-		}},
-		{"lease expiry: take over", []step{
-			{"claim", claim("A", 300*time.Millisecond, "release"), store.StateInFlight, 2 * time.Hour},
-			{"lease runs out", expire, store.StateInFlight, 2 * time.Hour},
-			{"take over", claim("B", time.Minute, "release"), store.StateInFlight, 2 * time.Hour},
-			{"mark unknown", markUnknown("B"), store.StateUnknown, 5 * time.Hour},
-			{"operator complete", opComplete, store.StateCompleted, 7 * time.Hour},
-			{"operator release", opRelease, store.StateReleased, 6 * time.Hour},
-			{"operator complete again", opComplete, store.StateCompleted, 7 * time.Hour},
-		}},
-	}
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				id := storetest.NewID(t)
-				for _, st := range tc.steps {
-					st.do(t, e.s, id)
-					t.Run(st.name, func(t *testing.T) { checkIndexed(t, e.s, id, st.want, st.ttl) })
-				}
-			})
-		}
+		storetest.WalkTransitions(t, probe, e.s, func(t *testing.T, id string, want store.State, ttl time.Duration) {
+			checkIndexed(t, e.s, id, want, ttl)
+		})
 	})
 }
 
@@ -178,6 +95,7 @@ func sameShardIDs(t testing.TB, shard string, n int) []string {
 // TestExpiredRecordsLeaveTheIndex: a record whose key expired is no longer
 // listed, and the next write to its index trims it.
 func TestExpiredRecordsLeaveTheIndex(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ids := sameShardIDs(t, "7ab", 2)

@@ -13,6 +13,7 @@ import (
 // caller's deadline (a stalled Redis ran it late) changes nothing, so it
 // cannot hold a key for a request that was already answered.
 func TestLateClaimRefused(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := storetest.NewID(t)
@@ -37,6 +38,7 @@ func TestLateClaimRefused(t *testing.T) {
 // the refused try changes nothing and Claim tries once more on the
 // corrected clock.
 func TestClaimLearnsRedisClock(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		storetest.MustClaim(t, e.s, storetest.ClaimReq(storetest.NewID(t), store.NewToken()))
 		if !e.s.clockKnown.Load() {

@@ -17,6 +17,7 @@ import (
 // same millisecond) are paged through exactly once however the pages cut
 // the run of ties.
 func TestListTies(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		ids := sameShardIDs(t, "3ab", 25)
@@ -43,6 +44,7 @@ func TestListTies(t *testing.T) {
 }
 
 func TestListBadFilter(t *testing.T) {
+	t.Parallel()
 	e := openMiniredisEnv(t)
 	ctx := context.Background()
 	for range 3 {
@@ -88,6 +90,7 @@ func TestListBadFilter(t *testing.T) {
 // TestListNonHexIDs: ids outside lowercase hex fold onto the 16 shards and
 // are listed too.
 func TestListNonHexIDs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ids := []string{"Zebra_1", "-dash", "UPPER", "0-zero"}
 		for _, id := range ids {

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -96,16 +94,9 @@ func (s *Store) OperatorRelease(ctx context.Context, id string, act store.Action
 // the script left it (with the body); with ErrConflict it is the current
 // record (unchanged, no audit entry).
 func (s *Store) OperatorComplete(ctx context.Context, id string, res store.Result, act store.Action, ttl time.Duration) (*store.Record, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
-	}
-	if err := store.ValidateOperatorResult(res); err != nil {
+	res, ttl, err := store.OperatorCompletion(res, ttl)
+	if err != nil {
 		return nil, err
-	}
-	if res.Digest == "" && !res.BodyOmitted {
-		sum := sha256.Sum256(res.Body)
-		res.Digest = hex.EncodeToString(sum[:])
 	}
 	entry, err := encodeAction(store.AuditComplete, act)
 	if err != nil {

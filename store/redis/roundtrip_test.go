@@ -20,6 +20,7 @@ import (
 // too; they are not round trips, so they are only checked to be among those
 // the scripts use.
 func TestOneCommandPerCall(t *testing.T) {
+	t.Parallel()
 	e := openRedis(t)
 	ctx := context.Background()
 	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
@@ -99,6 +100,7 @@ func TestOneCommandPerCall(t *testing.T) {
 // TestScriptCacheFlushFallsBackToEval: after SCRIPT FLUSH the first call of
 // a script costs EVALSHA (NOSCRIPT) + EVAL, and the store keeps working.
 func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		if err := e.s.Client().ScriptFlush(ctx).Err(); err != nil {

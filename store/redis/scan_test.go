@@ -10,6 +10,7 @@ import (
 )
 
 func TestScanIDs(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		var want []string

@@ -17,6 +17,7 @@ import (
 // Store on the same Redis and prefix reads the same one; another prefix
 // has its own; it stays out of the record listings.
 func TestSecret(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		// Gateways starting at once race to create it: all agree.
@@ -89,6 +90,7 @@ func TestSecret(t *testing.T) {
 // TestSecretKeptByHand: a value an operator stored is used as it is; one
 // that is too short is refused without showing it.
 func TestSecretKeptByHand(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const mine = "operator-chosen-secret-value"
@@ -112,6 +114,7 @@ func TestSecretKeptByHand(t *testing.T) {
 // TestSecretUnreachable: without Redis, Secret fails (and a later call,
 // with Redis back, succeeds).
 func TestSecretUnreachable(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	s, err := Open(Options{Addrs: []string{srv.Addr}, OpTimeout: 500 * time.Millisecond})
 	if err != nil {
@@ -131,6 +134,7 @@ func TestSecretUnreachable(t *testing.T) {
 // TestSecretCluster: on a three-master Cluster the secret is one key on
 // one slot, the same for every client.
 func TestSecretCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	var secrets []string
 	for range 2 {

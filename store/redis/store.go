@@ -1,4 +1,6 @@
-// Package store keeps idempotency records in Redis.
+// Package redis is the Redis record store: it keeps idempotency records in
+// Redis, behind the store.Engine contract, and is the Caddy module
+// idempotency.stores.redis (module.go).
 //
 // A record is one Redis string under prefix + "{" + tag + "}" + id (its
 // stored form: blob.go), where the tag is the id's first three characters:
@@ -29,7 +31,7 @@
 // Redis 7.0 or newer is required (SET with NX and GET together; scripts
 // that read TIME and then write rely on effects replication). Open works with a single node,
 // Sentinel (MasterName) and Cluster. The embedded store is another engine
-// behind the same contract (Engine): package store/local.
+// behind the same contract (store.Engine): package store/embedded.
 package redis
 
 import (
@@ -475,7 +477,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 	}
 	code, _ := v[0].(int64)
 	if code == codeCreated {
-		rec := createdRecord(req, now, args.Lease)
+		created := store.NewRecord(req, now, args.Lease)
+		rec := &created
 		return store.ClaimResult{Claimed: true, Claim: store.NewClaim(s, req, rec.StartedAt, req.TTL), Record: rec, Now: now}, nil
 	}
 	if len(v) != 4 {
@@ -492,26 +495,6 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 		res.Claimed, res.Claim = true, store.NewClaim(s, req, rec.StartedAt, req.TTL)
 	}
 	return res, nil
-}
-
-// createdRecord is the record the claim script makes for a new key: what
-// the request asked for, started at the script's clock now.
-func createdRecord(req store.ClaimRequest, now time.Time, lease time.Duration) *store.Record {
-	return &store.Record{
-		ID:              req.ID,
-		Route:           req.Route,
-		Operation:       req.Operation,
-		Fingerprint:     req.Fingerprint,
-		FingerprintRule: req.FingerprintRule,
-		State:           store.StateInFlight,
-		Token:           req.Token,
-		StartedAt:       now,
-		LeaseUntil:      now.Add(time.Duration(store.Millis(lease)) * time.Millisecond),
-		Attempts:        1,
-		Executions:      1,
-		Check:           req.Check.Normalized(),
-		Request:         req.Request,
-	}
 }
 
 // claimPart is the claim part of the record a claim of a new key writes. A

@@ -82,6 +82,7 @@ func pttl(t testing.TB, s *Store, id string) time.Duration {
 }
 
 func TestKeyLayout(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := storetest.NewID(t)
@@ -136,6 +137,7 @@ func TestKeyLayout(t *testing.T) {
 // Redis is unreachable, and (real Redis) that the store recovers after a
 // restart, whose empty script cache the EVAL fallback handles.
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	eachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		id := storetest.NewID(t)

@@ -32,6 +32,7 @@ func openCluster(t testing.TB) (*redistest.Cluster, *Store) {
 // every script touches one key (no CROSSSLOT), the scripts are preloaded on
 // every master (one EVALSHA per call), and ScanIDs walks all masters.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cl, s := openCluster(t)
 	ctx := context.Background()
 	sent := &redistest.CommandLog{}
@@ -82,6 +83,7 @@ func TestCluster(t *testing.T) {
 // one EVALSHA, and List reads the tags' indexes of every master and finds
 // the completed records with SCAN (no KEYS).
 func TestClusterIndexAndOperators(t *testing.T) {
+	t.Parallel()
 	_, s := openCluster(t)
 	ctx := context.Background()
 	sent := &redistest.CommandLog{}
@@ -128,6 +130,7 @@ func TestClusterIndexAndOperators(t *testing.T) {
 // TestSentinel opens the store through a Sentinel (MasterName) and checks
 // that the records land on the monitored master.
 func TestSentinel(t *testing.T) {
+	t.Parallel()
 	master := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, master, "idem")
 	s, err := Open(Options{Addrs: []string{sentinel.Addr}, MasterName: "idem"})
@@ -149,6 +152,7 @@ func TestSentinel(t *testing.T) {
 }
 
 func TestClusterScanStopsOnError(t *testing.T) {
+	t.Parallel()
 	_, s := openCluster(t)
 	for range 60 {
 		storetest.MustClaim(t, s, storetest.ClaimReq(storetest.NewID(t), "tok"))
@@ -166,6 +170,7 @@ func TestClusterScanStopsOnError(t *testing.T) {
 // the writes. The writes are counted by Redis itself: keyspace
 // notifications from every master, one per write to a key.
 func TestClusterSpread(t *testing.T) {
+	t.Parallel()
 	cl, s := openCluster(t)
 	ctx := context.Background()
 

@@ -272,6 +272,20 @@ func testListNonHexIDs(t *testing.T, h Harness, e store.Engine) {
 // and checks after each step that listing by state finds it under the new
 // state only, with the lifetime that state gives it.
 func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
+	WalkTransitions(t, h, e, func(t *testing.T, id string, want store.State, ttl time.Duration) {
+		checkListed(t, e, id, want)
+		CheckTTL(t, h, e, id, ttl)
+		if r := MustGet(t, e, id); r.State != want {
+			t.Fatalf("state %q, want %q", r.State, want)
+		}
+	})
+}
+
+// WalkTransitions walks records of e through every state change (claims,
+// duplicates, completions, releases, holds, lease expiry, operator
+// actions), a subtest per walk, and calls check after each step with the
+// state the record must now be in and the lifetime that state gives it.
+func WalkTransitions(t *testing.T, h Harness, e store.Engine, check func(t *testing.T, id string, want store.State, ttl time.Duration)) {
 	type step struct {
 		name string
 		do   func(t *testing.T, id string)
@@ -353,13 +367,7 @@ func testListFollowsTransitions(t *testing.T, h Harness, e store.Engine) {
 			id := NewID(t)
 			for _, st := range tc.steps {
 				st.do(t, id)
-				t.Run(st.name, func(t *testing.T) {
-					checkListed(t, e, id, st.want)
-					CheckTTL(t, h, e, id, st.ttl)
-					if r := MustGet(t, e, id); r.State != st.want {
-						t.Fatalf("state %q, want %q", r.State, st.want)
-					}
-				})
+				t.Run(st.name, func(t *testing.T) { check(t, id, st.want, st.ttl) })
 			}
 		})
 	}

@@ -22,7 +22,8 @@ import (
 // Harness is what the suite needs from an engine's test.
 type Harness struct {
 	// Open returns a new engine that holds no records; the harness closes
-	// it when the test ends.
+	// it when the test ends. The suite's tests run in parallel, each on
+	// an engine of its own.
 	Open func(t testing.TB) store.Engine
 	// Now reads the engine's clock: the one it decides lease expiry and
 	// TTLs by.
@@ -50,6 +51,7 @@ func register(ts ...test) { tests = append(tests, ts...) }
 func Run(t *testing.T, h Harness) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each test opens an engine of its own
 			if why, ok := h.Skip[tc.name]; ok {
 				t.Skip(why)
 			}

@@ -1,4 +1,4 @@
-package caddymodule
+package redis
 
 import (
 	"crypto/sha256"
@@ -10,37 +10,28 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/store"
-	"github.com/idemgate/idemgate/store/redis"
 )
 
-// StoreConfig selects and configures the record store.
-type StoreConfig struct {
+// Module is the Redis record store as a Caddy guest module,
+// idempotency.stores.redis: its options, its Caddyfile block and its
+// checks. One open Store is shared by every config whose options resolve
+// to the same PoolKey.
+type Module struct {
 	// Addresses of the Redis servers: `redis://[user:pass@]host:port[/db]`,
-	// `rediss://…` for TLS, or bare `host:port`. Empty (or the single word
-	// `embedded`) selects the embedded store. Several addresses are Cluster
-	// seeds (with Cluster) or Sentinel addresses (with MasterName).
+	// `rediss://…` for TLS, or bare `host:port` (port 6379 when none).
+	// Several addresses are Cluster seeds (with Cluster) or Sentinel
+	// addresses (with MasterName). Placeholders such as `{env.REDIS_URL}`
+	// are replaced when the config is loaded.
 	Addresses []string `json:"addresses,omitempty"`
-
-	// Dir is the embedded store's directory, which one gateway process
-	// owns: a second process on the same Dir refuses to start. Default:
-	// Caddy's data directory + `/idemgate`. Embedded store only.
-	Dir string `json:"dir,omitempty"`
-
-	// CacheSize bounds the embedded store's memory for records: its block
-	// cache, in bytes (Caddyfile: a size such as `64MiB`). The records
-	// themselves live on disk, so memory stays flat however many DIR
-	// holds. Default: 16 MiB. Embedded store only.
-	CacheSize int64 `json:"cache_size,omitempty"`
 
 	// MasterName is the Sentinel master name; Addresses are then the
 	// sentinels.
@@ -73,16 +64,7 @@ type StoreConfig struct {
 	// roots.
 	TLSCAFile string `json:"tls_ca_file,omitempty"`
 
-	// Secret is the deployment secret under which record ids are derived
-	// (HMAC-SHA-256 of operation, scope and key), at least 16 bytes.
-	// Placeholders such as `{env.IDEMGATE_SECRET}` or `{file.PATH}` are
-	// replaced when the config is loaded. It is never logged. Default: the
-	// secret kept in the store, created by the first gateway that uses it,
-	// so that every instance sharing the store derives the same ids.
-	Secret string `json:"secret,omitempty"`
-
 	// KeyPrefix is prepended to every Redis key. Default: `idemgate:`.
-	// Redis only: an embedded store's records are its Dir's alone.
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// PoolSize is the number of connections per Redis node. Default: ten per
@@ -102,8 +84,7 @@ type StoreConfig struct {
 	// Sentinel or Cluster failover loses an acknowledged claim. When fewer
 	// replicas answer within WaitTimeout the request still goes on (unless
 	// WaitStrict): the shortfall is logged and counted
-	// (idemgate_store_wait_short_total). Replays never wait. Not for the
-	// embedded store.
+	// (idemgate_store_wait_short_total). Replays never wait.
 	WaitReplicas int `json:"wait_replicas,omitempty"`
 
 	// AllowEviction accepts a Redis whose maxmemory-policy may evict
@@ -127,17 +108,84 @@ type StoreConfig struct {
 	// WaitTimeout bounds each WAIT. Default: 100ms; it must be shorter than
 	// OpTimeout.
 	WaitTimeout caddy.Duration `json:"wait_timeout,omitempty"`
+
+	opts Options // resolved by Provision
+	key  string  // the pool key of opts
 }
 
-// embedded reports whether the config selects the embedded store.
-func (c StoreConfig) embedded() bool {
-	return len(c.Addresses) == 0 || (len(c.Addresses) == 1 && c.Addresses[0] == "embedded")
+func init() { caddy.RegisterModule(Module{}) }
+
+// CaddyModule returns the Caddy module information.
+func (Module) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "idempotency.stores.redis",
+		New: func() caddy.Module { return new(Module) },
+	}
 }
 
-// options turns the config into store options, replacing placeholders.
-func (c StoreConfig) options() (redis.Options, error) {
+// Provision resolves the options (placeholders replaced) and registers
+// the Redis store's metrics.
+func (m *Module) Provision(ctx caddy.Context) error {
+	registerMetrics(ctx.GetMetricsRegistry())
+	opts, err := m.options()
+	if err != nil {
+		return err
+	}
+	m.opts = opts
+	m.key = m.poolKey(opts)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner     = (*Module)(nil)
+	_ caddy.Validator       = (*Module)(nil)
+	_ caddyfile.Unmarshaler = (*Module)(nil)
+)
+
+// Validate checks that the options resolved (see Provision).
+func (m *Module) Validate() error {
+	if len(m.opts.Addrs) == 0 {
+		return errors.New("redis store: no address")
+	}
+	return nil
+}
+
+// PoolKey identifies the connection these options open: configs with the
+// same resolved options share one. It is a hash, so it holds no password.
+func (m *Module) PoolKey() string { return m.key }
+
+// Timeout bounds every store call: OpTimeout or its default.
+func (m *Module) Timeout() time.Duration {
+	return durationOr(m.OpTimeout, store.DefaultOpTimeout)
+}
+
+// OpenEngine connects to Redis. It is called once per pool key, while no
+// loaded config has that connection open; the store reports to Caddy's
+// current default logger, since it outlives the config that opened it.
+func (m *Module) OpenEngine() (store.Engine, error) {
+	installRedisLogger()
+	opts := m.opts
+	label := m.label()
+	opts.OnEvictionCheck = func(ec EvictionCheck) { logEvictionCheck(handlerLog(), ec) }
+	opts.OnWaitShort = waitShortLogger(opts.WaitReplicas)
+	opts.OnAvailability = availabilityReporter(label, handlerLog)
+	s, err := Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	storeUp.WithLabelValues(label).Set(1)
+	s.onClose = func() { storeUp.DeleteLabelValues(label) }
+	handlerLog().Debug("record store connected", zap.Strings("addresses", redactAll(m.Addresses)))
+	return s, nil
+}
+
+// options turns the module's settings into store options, replacing
+// placeholders.
+func (m *Module) options() (Options, error) {
+	c := m
 	repl := caddy.NewReplacer()
-	opts := redis.Options{
+	opts := Options{
 		MasterName:    c.MasterName,
 		Cluster:       c.Cluster,
 		Username:      repl.ReplaceAll(c.Username, ""),
@@ -153,18 +201,12 @@ func (c StoreConfig) options() (redis.Options, error) {
 		WaitTimeout:   durationOr(c.WaitTimeout, 0),
 	}
 	switch {
+	case len(c.Addresses) == 0:
+		return opts, errors.New("redis store: no address")
 	case c.WaitReplicas < 0:
 		return opts, fmt.Errorf("wait_replicas %d is negative", c.WaitReplicas)
-	case c.WaitReplicas > 0 && c.embedded():
-		return opts, errors.New("wait_replicas needs a Redis with replicas; the embedded store has none")
-	case c.CacheSize < 0:
-		return opts, fmt.Errorf("cache_size %d is negative", c.CacheSize)
-	case c.CacheSize > 0 && !c.embedded():
-		return opts, errors.New("cache_size is the embedded store's; Redis keeps its records in its own memory")
 	case c.WaitTimeout != 0 && c.WaitReplicas == 0:
 		return opts, errors.New("wait_timeout is set but wait_replicas is not")
-	case c.AllowEviction && c.embedded():
-		return opts, errors.New("allow_eviction is for Redis; the embedded store evicts nothing")
 	case c.WaitStrict && c.WaitReplicas == 0:
 		return opts, errors.New("wait_strict is set but wait_replicas is not")
 	}
@@ -260,14 +302,8 @@ func loadCAs(file string) (*x509.CertPool, error) {
 // poolKey identifies a store connection shared by configs with the same
 // options, taken after placeholder replacement. It is a hash, so the key
 // holds no password.
-func (c StoreConfig) poolKey(opts redis.Options) string {
-	if c.embedded() {
-		dir, err := filepath.Abs(c.embeddedDir())
-		if err != nil {
-			dir = c.embeddedDir()
-		}
-		return "embedded|" + dir
-	}
+func (m *Module) poolKey(opts Options) string {
+	c := m
 	h := sha256.New()
 	fmt.Fprintf(h, "%q|%q|%t|%q|%q|%d|%t|%q|%q|%d|%d|%d|%d|%d|%t",
 		opts.Addrs, opts.MasterName, opts.Cluster, opts.Username, opts.Password, opts.DB,
@@ -303,78 +339,9 @@ func redactURL(raw string) string {
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }
 
-// opTimeout is the store's bound on each call: OpTimeout or its default.
-func (c StoreConfig) opTimeout() time.Duration {
-	return durationOr(c.OpTimeout, store.DefaultOpTimeout)
-}
-
 func durationOr(d caddy.Duration, def time.Duration) time.Duration {
 	if d > 0 {
 		return time.Duration(d)
 	}
 	return def
-}
-
-// logEvictionCheck warns about a Redis whose maxmemory-policy may evict
-// records: once per store connection, when it is opened.
-func logEvictionCheck(logger *zap.Logger, ec redis.EvictionCheck) {
-	switch {
-	case ec.Err != nil:
-		logger.Info("could not read the Redis eviction policy; make sure it is noeviction",
-			zap.String("redis", ec.Addr), zap.Error(ec.Err))
-	case ec.Evicts():
-		logger.Warn("Redis may evict idempotency records: set maxmemory-policy noeviction "+
-			"(every record has a TTL, so volatile-* policies evict them too; an evicted claim lets a retry execute again)",
-			zap.String("redis", ec.Addr), zap.String("maxmemory_policy", ec.Policy), zap.Int64("maxmemory", ec.MaxMemory))
-	}
-}
-
-// waitShortLogEvery spaces the log lines about replica shortfalls; every
-// shortfall is counted in the metric.
-const waitShortLogEvery = 10 * time.Second
-
-// waitShortLogger returns the store's OnWaitShort: count every shortfall,
-// log the first and then at most one every waitShortLogEvery with the
-// number in between. It logs through Caddy's current default logger, since
-// the store outlives the config that opened it.
-func waitShortLogger(wanted int) func(redis.WaitShortfall) {
-	var (
-		mu         sync.Mutex
-		last       time.Time
-		suppressed int
-	)
-	return func(ws redis.WaitShortfall) {
-		processMetrics.waitShort.WithLabelValues(ws.Op).Inc()
-		mu.Lock()
-		if !last.IsZero() && time.Since(last) < waitShortLogEvery {
-			suppressed++
-			mu.Unlock()
-			return
-		}
-		last = time.Now()
-		n := suppressed
-		suppressed = 0
-		mu.Unlock()
-		fields := []zap.Field{
-			zap.String("step", ws.Op), zap.String("record_id", ws.ID),
-			zap.Int("acked", ws.Acked), zap.Int("wait_replicas", wanted),
-			zap.Int("more_since_last_report", n),
-		}
-		if ws.Err != nil {
-			fields = append(fields, zap.Error(ws.Err))
-		}
-		msg := "fewer replicas than wait_replicas acknowledged a write; the request went on, and a failover now may lose it"
-		if ws.Refused {
-			msg = "fewer replicas than wait_replicas acknowledged a claim; wait_strict released it and refused the request (503)"
-		}
-		caddy.Log().Named("http.handlers.idempotency").Warn(msg, fields...)
-	}
-}
-
-func redactAll(addrs []string) []string {
-	out := make([]string, len(addrs))
-	for i, a := range addrs {
-		out[i] = redactURL(a)
-	}
-	return out
 }

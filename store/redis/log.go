@@ -1,4 +1,4 @@
-package caddymodule
+package redis
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -24,7 +24,7 @@ var redisLoggerOnce sync.Once
 // logger, once per process.
 func installRedisLogger() {
 	redisLoggerOnce.Do(func() {
-		redis.SetLogger(redisLogger{log: func() *zap.Logger { return handlerLog().Named("redis") }})
+		goredis.SetLogger(redisLogger{log: func() *zap.Logger { return handlerLog().Named("redis") }})
 	})
 }
 

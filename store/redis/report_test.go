@@ -1,25 +1,20 @@
-package caddymodule
+package redis
 
 import (
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/idemgate/idemgate/internal/redistest"
-	"github.com/idemgate/idemgate/store/redis"
 )
 
-func storeUp(t *testing.T, label string) float64 {
+func gaugeOf(t *testing.T, label string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := processMetrics.storeUp.WithLabelValues(label).Write(&m); err != nil {
+	if err := storeUp.WithLabelValues(label).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
@@ -33,12 +28,12 @@ func TestAvailabilityReporter(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	label := "reporter-test:6379"
 	report := availabilityReporter(label, func() *zap.Logger { return zap.New(core) })
-	report(redis.Availability{Err: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")})
-	if got := storeUp(t, label); got != 0 {
+	report(Availability{Err: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")})
+	if got := gaugeOf(t, label); got != 0 {
 		t.Fatalf("idemgate_store_up after the down report = %v, want 0", got)
 	}
-	report(redis.Availability{Up: true, Down: 2345 * time.Millisecond, Refused: 17})
-	if got := storeUp(t, label); got != 1 {
+	report(Availability{Up: true, Down: 2345 * time.Millisecond, Refused: 17})
+	if got := gaugeOf(t, label); got != 1 {
 		t.Fatalf("idemgate_store_up after the up report = %v, want 1", got)
 	}
 	all := logs.All()
@@ -75,40 +70,5 @@ func TestRedisLogLevel(t *testing.T) {
 	redisLogger{log: func() *zap.Logger { return zap.New(core) }}.Printf(t.Context(), "sentinel: new master=%q addr=%q", "idem", "127.0.0.1:1")
 	if l := logs.All(); len(l) != 1 || l[0].Level != zapcore.InfoLevel || l[0].Message != `sentinel: new master="idem" addr="127.0.0.1:1"` {
 		t.Fatalf("logged %+v", l)
-	}
-}
-
-// TestStoreUpGauge: idemgate_store_up drops to 0 at the first claim that
-// cannot reach Redis and is back at 1 once Redis answers again, also
-// without traffic.
-func TestStoreUpGauge(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	cfg := StoreConfig{Addresses: []string{"redis://" + srv.Addr}, OpTimeout: caddy.Duration(300 * time.Millisecond)}
-	h, _ := newHandler(t, `
-routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-`, cfg)
-	label := cfg.label()
-	if got := storeUp(t, label); got != 1 {
-		t.Fatalf("idemgate_store_up with Redis up = %v, want 1", got)
-	}
-	srv.Stop()
-	up := &counting{}
-	if w := serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", "g1"); w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("with Redis stopped: %d", w.Code)
-	}
-	if got := storeUp(t, label); got != 0 {
-		t.Fatalf("idemgate_store_up with Redis stopped = %v, want 0", got)
-	}
-	srv.Restart(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for storeUp(t, label) != 1 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := storeUp(t, label); got != 1 {
-		t.Fatalf("idemgate_store_up 10s after Redis came back = %v, want 1", got)
 	}
 }

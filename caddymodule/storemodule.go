@@ -1,0 +1,155 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/idemgate/idemgate/store"
+	// The engines that come with the gateway; another registers itself
+	// in the same namespace from its own package.
+	_ "github.com/idemgate/idemgate/store/embedded"
+	_ "github.com/idemgate/idemgate/store/redis"
+)
+
+// storeNamespace is the namespace of the record store modules; the
+// handler's "store" names one with "engine".
+const storeNamespace = "idempotency.stores"
+
+// defaultEngine is the store when a config names none.
+const defaultEngine = "embedded"
+
+// StoreModule is a record store engine as a Caddy guest module in the
+// namespace idempotency.stores, as reverse_proxy takes its transport: it
+// owns its options, its Caddyfile (caddyfile.Unmarshaler, given the
+// `store` line and the store's options as one block) and their checks
+// (caddy.Provisioner, caddy.Validator), and opens its engine.
+type StoreModule interface {
+	caddy.Module
+	// PoolKey identifies the engine the options open, after Provision:
+	// configs with the same key share one open engine across reloads. It
+	// must hold no secret in clear.
+	PoolKey() string
+	// OpenEngine opens the engine. It is called once per pool key while
+	// no loaded config has it open; the engine is closed when the last
+	// config using it is gone.
+	OpenEngine() (store.Engine, error)
+	// Timeout bounds each call to the engine.
+	Timeout() time.Duration
+}
+
+// engineName is the name of a store module in the namespace.
+func engineName(m caddy.Module) string {
+	return strings.TrimPrefix(string(m.CaddyModule().ID), storeNamespace+".")
+}
+
+// lineTokens returns the current token and the rest of its line.
+func lineTokens(d *caddyfile.Dispenser) []caddyfile.Token {
+	line := []caddyfile.Token{d.Token()}
+	for d.NextArg() {
+		line = append(line, d.Token())
+	}
+	return line
+}
+
+// unmarshalStore sets up the store module that the `store` line names
+// (the embedded store without one) from that line and the store's
+// options, handed to the module as one block:
+//
+//	store <args...> {
+//	    <option> <args...>
+//	}
+func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (StoreModule, error) {
+	name := defaultEngine
+	if storeLine == nil {
+		var at caddyfile.Token
+		if len(opts) > 0 {
+			at = opts[0][0]
+		}
+		storeLine = []caddyfile.Token{
+			{File: at.File, Line: at.Line, Text: "store"},
+			{File: at.File, Line: at.Line, Text: defaultEngine},
+		}
+	} else if arg := storeLine[1].Text; isEngine(arg) {
+		name = arg
+	} else {
+		name = "redis" // addresses
+	}
+	d := caddyfile.NewDispenser(storeBlock(storeLine, opts))
+	info, err := caddy.GetModule(storeNamespace + "." + name)
+	if err != nil {
+		return nil, d.Errf("store %s: %v", name, err)
+	}
+	sm, ok := info.New().(StoreModule)
+	if !ok {
+		return nil, d.Errf("module %s is not a record store", info.ID)
+	}
+	unm, ok := sm.(caddyfile.Unmarshaler)
+	if !ok {
+		return nil, d.Errf("module %s has no Caddyfile syntax; use JSON", info.ID)
+	}
+	if err := unm.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return sm, nil
+}
+
+// isEngine reports whether name is a store module's name.
+func isEngine(name string) bool {
+	_, err := caddy.GetModule(storeNamespace + "." + name)
+	return err == nil
+}
+
+// storeBlock lays the store line and the option lines out as one
+// Caddyfile segment. Tokens keep their file and line, for errors; a
+// dispenser tells lines apart by increasing line numbers, so options are
+// taken in file order and the store line is moved before an option that
+// preceded it in the file.
+func storeBlock(storeLine []caddyfile.Token, opts [][]caddyfile.Token) []caddyfile.Token {
+	slices.SortStableFunc(opts, func(a, b []caddyfile.Token) int { return a[0].Line - b[0].Line })
+	out := slices.Clone(storeLine)
+	if len(opts) == 0 {
+		return out
+	}
+	if first := opts[0][0].Line; first <= out[0].Line {
+		for i := range out {
+			out[i].Line = first - 1
+		}
+	}
+	last := out[len(out)-1]
+	out = append(out, caddyfile.Token{File: last.File, Line: last.Line, Text: "{"})
+	end := 0
+	for _, l := range opts {
+		out = append(out, l...)
+		end = max(end, l[len(l)-1].Line)
+	}
+	return append(out, caddyfile.Token{File: last.File, Line: end + 1, Text: "}"})
+}
+
+// loadStore loads the Store module, the embedded store when none is
+// named; Caddy provisions and validates it.
+func (h *Handler) loadStore(ctx caddy.Context) error {
+	var (
+		mod any
+		err error
+	)
+	if len(h.Store) == 0 {
+		mod, err = ctx.LoadModuleByID(storeNamespace+"."+defaultEngine, json.RawMessage("{}"))
+	} else {
+		mod, err = ctx.LoadModule(h, "Store")
+	}
+	if err != nil {
+		return err
+	}
+	sm, ok := mod.(StoreModule)
+	if !ok {
+		return fmt.Errorf("module %T is not a record store", mod)
+	}
+	h.storeMod = sm
+	return nil
+}
