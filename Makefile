@@ -70,7 +70,7 @@ bench: build
 # Micro-benchmarks with allocations: keying, the store, the handler with an
 # in-memory upstream (embedded store and redis-server).
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchmem ./keying ./store ./store/embedded ./caddymodule
+	$(GO) test -run '^$$' -bench . -benchmem ./keying ./store/redis ./store/embedded ./caddymodule
 
 clean:
 	rm -rf bin
