@@ -138,17 +138,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
 	g.check = h.resolveCheck(rt, key, g.id, in)
-	g.sealed = h.keep(g, r, key, body)
-	rt.remember(next, r)
-
-	probe, wait := rt.breaker.admit()
-	if wait > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
-		return h.breakerOpen(g, w, wait)
+	if rt.KeepRequest {
+		g.sealed = h.keep(g, r, key, body)
+		rt.remember(next, r)
 	}
-	g.probe = probe
+
+	var wait time.Duration
+	if rt.breaker != nil {
+		g.probe, wait = rt.breaker.admit()
+		if wait > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
+			return h.breakerOpen(g, w, wait)
+		}
+	}
 	claim, err := h.claim(r.Context(), g, method, in, fp)
-	if claim == nil || err != nil {
-		rt.breaker.cancel(probe)
+	if (claim == nil || err != nil) && rt.breaker != nil {
+		rt.breaker.cancel(g.probe)
 	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
