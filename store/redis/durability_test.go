@@ -15,26 +15,6 @@ import (
 	"github.com/idemgate/idemgate/store/storetest"
 )
 
-// shortfalls collects OnWaitShort reports.
-type shortfalls struct {
-	mu   sync.Mutex
-	list []WaitShortfall
-}
-
-func (s *shortfalls) add(ws WaitShortfall) {
-	s.mu.Lock()
-	s.list = append(s.list, ws)
-	s.mu.Unlock()
-}
-
-func (s *shortfalls) take() []WaitShortfall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.list
-	s.list = nil
-	return l
-}
-
 // TestWaitReplicas: with WaitReplicas a claim that takes the record is
 // EVALSHA then WAIT on the same connection, a completion one round trip of
 // both (the server counts one WAIT per call, so it waited for that
@@ -45,7 +25,7 @@ func TestWaitReplicas(t *testing.T) {
 	t.Parallel()
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
-	short := &shortfalls{}
+	short := &reports[WaitShortfall]{}
 	s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond, OnWaitShort: short.add})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +119,7 @@ func TestWaitReplicasScriptFlush(t *testing.T) {
 	t.Parallel()
 	master := redistest.Start(t)
 	redistest.StartReplica(t, master)
-	short := &shortfalls{}
+	short := &reports[WaitShortfall]{}
 	s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: 1, OnWaitShort: short.add})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +150,7 @@ func TestWaitReplicasScriptFlush(t *testing.T) {
 func TestWaitReplicasCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	short := &shortfalls{}
+	short := &reports[WaitShortfall]{}
 	s, err := Open(Options{Addrs: cl.Addrs(), Cluster: true, WaitReplicas: 1, WaitTimeout: 5 * time.Millisecond, OnWaitShort: short.add})
 	if err != nil {
 		t.Fatal(err)

@@ -2,31 +2,12 @@ package redis
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store/storetest"
 )
-
-// availabilityLog collects OnAvailability reports.
-type availabilityLog struct {
-	mu   sync.Mutex
-	list []Availability
-}
-
-func (l *availabilityLog) add(a Availability) {
-	l.mu.Lock()
-	l.list = append(l.list, a)
-	l.mu.Unlock()
-}
-
-func (l *availabilityLog) all() []Availability {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]Availability(nil), l.list...)
-}
 
 // TestAvailabilityReported: a Redis that stops answering is reported
 // down once, at the first failed claim, however many fail; when it
@@ -36,7 +17,7 @@ func (l *availabilityLog) all() []Availability {
 func TestAvailabilityReported(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	events := &availabilityLog{}
+	events := &reports[Availability]{}
 	s, err := Open(Options{Addrs: []string{srv.Addr}, OpTimeout: 300 * time.Millisecond, OnAvailability: events.add})
 	if err != nil {
 		t.Fatal(err)

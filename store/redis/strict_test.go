@@ -20,7 +20,7 @@ import (
 func TestWaitStrict(t *testing.T) {
 	t.Parallel()
 	master := redistest.Start(t)
-	short := &shortfalls{}
+	short := &reports[WaitShortfall]{}
 	s, err := Open(Options{Addrs: []string{master.Addr}, WaitReplicas: 1, WaitStrict: true,
 		WaitTimeout: 20 * time.Millisecond, OnWaitShort: short.add})
 	if err != nil {
