@@ -41,9 +41,9 @@ func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	observedCounts.add(g.rt.Name, would)
 	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
 	prepareUpstream(r, g.rt, key, body)
-	cw := &statusRecorder{ResponseWriter: w}
-	err := next.ServeHTTP(cw, r)
-	g.status = cw.status
+	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams; notes the status for the decision line
+	err := next.ServeHTTP(rec, r)
+	g.status = rec.Status()
 	return err
 }
 
@@ -60,31 +60,6 @@ func (h *Handler) wouldAnswer(g *guarded, sameFingerprint bool) string {
 		return wouldConflict
 	}
 }
-
-// statusRecorder notes the status a forwarded response was sent with,
-// for the decision log line.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 && code >= 200 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection (flushes,
-// deadlines, hijacking).
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // ObservedCounts are what enforce would have done with the requests a
 // route in observe mode forwarded, counted by this gateway since it
