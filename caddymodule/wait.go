@@ -68,9 +68,9 @@ func (rt *route) waits() bool {
 	return rt.OnInFlight == config.OnInFlightWait && !rt.observing()
 }
 
-// provisionNotices starts the store's completion notices when a route
-// waits for them (a Redis store subscribes once, for every config that
-// shares it).
+// provisionNotices readies the store's completion notices when a route
+// waits for them (a Redis store subscribes while requests wait, once for
+// every config that shares it).
 func (h *Handler) provisionNotices() {
 	for _, rt := range h.routes {
 		if rt.waits() {
@@ -116,6 +116,15 @@ func (wt *waiter) woken() <-chan struct{} {
 	return wt.watch.C
 }
 
+// need keeps the store's notices running while the request waits (see
+// store.Notices.Need); call the function it returns when done.
+func (wt *waiter) need() func() {
+	if wt.notices == nil {
+		return func() {}
+	}
+	return wt.notices.Need()
+}
+
 // live reports whether notices arrive now.
 func (wt *waiter) live() bool { return wt.notices != nil && wt.notices.Live() }
 
@@ -131,6 +140,7 @@ func (h *Handler) shouldWait(wt *waiter, g *guarded, method string, in *keying.I
 // request (the completed or held record, or, past the wait, the record in
 // flight as first found).
 func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method string, in *keying.Input, fp string) (claim *store.Claim, err error) {
+	defer wt.need()()
 	began := time.Now()
 	first := g.rec
 	// The store's clock, from its last reading (g.now at the claim) on.

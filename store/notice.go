@@ -14,9 +14,10 @@ import (
 //
 // The Redis engine publishes a notice from the completing script itself
 // and keeps one subscription per engine, shared by every waiter of the
-// process; the embedded engine notifies in process.
+// process, while waiters need it; the embedded engine notifies in process.
 type Notifier interface {
-	// Notices returns the engine's notices, starting them on first use.
+	// Notices returns the engine's notices; they run while Need says
+	// that a waiter needs them.
 	Notices() Notices
 }
 
@@ -26,10 +27,17 @@ type Notices interface {
 	// that may find the record in flight: a notice sent after the claim
 	// cannot be missed.
 	Watch(id string) *Watch
+	// Need tells the engine that a waiter waits now, until it calls the
+	// returned function (once). Call it before Live. An engine whose
+	// notices cost every completion something runs them only while a
+	// waiter needs them and a short while after: Redis sends each notice
+	// to every subscribed gateway, so a gateway where nobody waits is not
+	// subscribed and its completions cost it nothing.
+	Need() (done func())
 	// Live reports whether notices arrive now. While it is false (a
-	// subscription being re-established), a waiter polls the store, no
-	// faster than every 50 ms. Every watch is woken when notices stop
-	// and again when they resume, so one sent in between is not missed.
+	// subscription being made, or made anew), a waiter polls the store,
+	// no faster than every 50 ms. Every watch is woken when notices stop
+	// and again when they start, so one sent in between is not missed.
 	Live() bool
 }
 
@@ -154,6 +162,9 @@ func (h *Hub) Watching() int {
 // LocalNotices are the notices of an engine that serves one process: its
 // own state changes, delivered in process. They are always live.
 type LocalNotices struct{ Hub }
+
+// Need costs nothing: in-process notices always run.
+func (*LocalNotices) Need() func() { return func() {} }
 
 // Live is always true: nothing can lose an in-process notice.
 func (*LocalNotices) Live() bool { return true }

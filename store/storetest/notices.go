@@ -16,7 +16,8 @@ func init() {
 // far more than it takes, so a slow machine does not fail them.
 const noticeWithin = 5 * time.Second
 
-// liveNotices returns e's notices once they are live.
+// liveNotices returns e's notices once they are live, needed until the
+// test ends.
 func liveNotices(t *testing.T, e store.Engine) store.Notices {
 	t.Helper()
 	nf, ok := e.(store.Notifier)
@@ -24,6 +25,7 @@ func liveNotices(t *testing.T, e store.Engine) store.Notices {
 		t.Fatalf("%T has no notices (store.Notifier): waiters would have to poll it", e)
 	}
 	n := nf.Notices()
+	t.Cleanup(n.Need())
 	for range 500 {
 		if n.Live() {
 			return n
