@@ -64,9 +64,11 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 		args = append([]string{"-c", cpus, bin}, args...)
 		bin = "taskset"
 	}
-	g.Process, err = startChild(name, dir,
-		[]string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir},
-		bin, args...)
+	env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir}
+	if o.gatewayProcs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(o.gatewayProcs))
+	}
+	g.Process, err = startChild(name, dir, env, bin, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -81,23 +81,24 @@ import (
 )
 
 type options struct {
-	gateway  string
-	rounds   int
-	duration time.Duration
-	warmup   time.Duration
-	conns    int
-	conns2   int // the two set's connections
-	threads  int
-	keys     int
-	keysMax  time.Duration
-	out      string
-	profile  string
-	variants string
-	sets     string
-	store    string
-	load     string
-	quiet    bool
-	keep     bool
+	gateway      string
+	rounds       int
+	duration     time.Duration
+	warmup       time.Duration
+	conns        int
+	conns2       int // the two set's connections
+	threads      int
+	keys         int
+	keysMax      time.Duration
+	out          string
+	profile      string
+	variants     string
+	sets         string
+	store        string
+	load         string
+	quiet        bool
+	gatewayProcs int // GOMAXPROCS of the gateway; 0: the default
+	keep         bool
 	// idleRounds of plain and execute on one connection, 1s each.
 	idleRounds int
 	// waiters duplicates wait for one slow call, waitRounds times (0:
@@ -124,6 +125,7 @@ func main() {
 	flag.StringVar(&o.sets, "sets", "", "comma-separated sets to run: shared, pinned, two (default all)")
 	flag.StringVar(&o.store, "store", "auto", "the gateway site's store: auto (redis-server when installed), redis, or embedded")
 	flag.StringVar(&o.load, "load", "auto", "load generator: auto (wrk when installed), wrk, or go")
+	flag.IntVar(&o.gatewayProcs, "gateway-procs", 0, "GOMAXPROCS of the gateway (0: Go's default, one per CPU it may run on)")
 	flag.BoolVar(&o.quiet, "quiet-logs", false, "run the gateway with log level WARN (no per-decision log line)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs and logs)")
 	flag.IntVar(&o.waiters, "waiters", 50, "duplicates waiting for one slow call in the wait measurement (0: skip)")
@@ -256,9 +258,9 @@ func run(o options) error {
 		}
 	}
 	// What one bare Redis round trip costs on this machine, for comparison.
-	var ping time.Duration
+	var ping roundTrips
 	if e.redis != nil && o.idleRounds > 0 {
-		ping = e.redis.roundTripP50(1000)
+		ping = e.redis.roundTrips()
 	}
 
 	var mem *memoryResult

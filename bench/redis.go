@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +57,17 @@ func (r *redisServer) info(section, field string) string {
 }
 
 // roundTripP50 returns the median time of n EVALSHA calls of a script
-// that only returns, sent one after the other: one bare Redis round trip
-// of the kind the gateway makes, on this machine.
-func (r *redisServer) roundTripP50(n int) time.Duration {
+// that only returns, sent one after the other, each idle before it
+// (0: back to back): one bare Redis round trip of the kind the gateway
+// makes, on this machine, from a process as busy or as idle as the
+// gateway is between its round trips.
+func (r *redisServer) roundTripP50(n int, idle time.Duration) time.Duration {
 	script := redis.NewScript("return 1")
 	lat := make([]time.Duration, 0, n)
 	for range n {
+		if idle > 0 {
+			time.Sleep(idle)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		began := time.Now()
 		err := script.Run(ctx, r.client, []string{"bench:rt"}).Err()
@@ -73,6 +79,29 @@ func (r *redisServer) roundTripP50(n int) time.Duration {
 	}
 	slices.Sort(lat)
 	return percentile(lat, 0.5)
+}
+
+// roundTrips measures a bare round trip back to back, and after 1 ms idle
+// with this process's GOMAXPROCS and with GOMAXPROCS=1: on a small machine
+// the Go scheduler's idle threads (woken to look for work whenever a
+// goroutine wakes) take the CPU Redis needs to answer, which shows as the
+// difference between the last two.
+func (r *redisServer) roundTrips() roundTrips {
+	rt := roundTrips{procs: runtime.GOMAXPROCS(0)}
+	rt.hot = r.roundTripP50(1000, 0)
+	rt.idle = r.roundTripP50(500, time.Millisecond)
+	prev := runtime.GOMAXPROCS(1)
+	rt.idleOne = r.roundTripP50(500, time.Millisecond)
+	runtime.GOMAXPROCS(prev)
+	return rt
+}
+
+// roundTrips are the medians of bare EVALSHA round trips.
+type roundTrips struct {
+	hot     time.Duration // back to back
+	idle    time.Duration // after 1 ms idle, GOMAXPROCS procs
+	idleOne time.Duration // after 1 ms idle, GOMAXPROCS 1
+	procs   int
 }
 
 // commandStats are Redis's INFO commandstats counters summed: every

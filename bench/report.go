@@ -65,7 +65,7 @@ type report struct {
 	rounds   map[string][]roundStats
 	mem      *memoryResult
 	idle     map[string][]roundStats // plain and execute on one connection
-	ping     time.Duration           // p50 of a bare EVALSHA round trip from the load generator (0: none)
+	ping     roundTrips              // p50s of bare EVALSHA round trips from the load generator (zero: none)
 	wait     *waitResult             // duplicates waiting for one slow call (nil: not measured)
 	took     time.Duration
 	failures string // non-empty when answers were wrong: the run is invalid
@@ -158,8 +158,9 @@ func (r *report) idleLine() string {
 	}
 	ps, xs := summarizeRounds(p), summarizeRounds(x)
 	ping := ""
-	if r.ping > 0 {
-		ping = fmt.Sprintf("; one bare EVALSHA round trip to Redis: %.3f ms", ms(r.ping))
+	if rt := r.ping; rt.hot > 0 {
+		ping = fmt.Sprintf("; one bare EVALSHA round trip to Redis: %.3f ms back to back, %.3f ms after 1 ms idle (GOMAXPROCS %d), %.3f ms after 1 ms idle (GOMAXPROCS 1)",
+			ms(rt.hot), ms(rt.idle), rt.procs, ms(rt.idleOne))
 	}
 	return fmt.Sprintf("one connection: plain p50 %.3f ms (%.0f req/s), execute p50 %.3f ms (%.0f req/s): the gateway adds %.3f ms%s\n",
 		ps.p50, ps.rps, xs.p50, xs.rps, xs.p50-ps.p50, ping)
