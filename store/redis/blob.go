@@ -325,6 +325,9 @@ func msTimeOf(n int64) time.Time {
 }
 
 func intOf(s string) int64 {
+	if s == "" {
+		return 0 // the usual empty field: no parse, no error to allocate
+	}
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return n
 }
