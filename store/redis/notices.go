@@ -39,19 +39,13 @@ func (s *Store) NoticeChannel() string { return s.prefix + "notices" }
 // noticeLinger after: Redis sends every completion's notice to every
 // subscribed connection, so a gateway where nobody waits would otherwise
 // be woken by each completion of the fleet for nothing.
-func (s *Store) Notices() store.Notices {
-	s.notices.once.Do(func() {
-		s.notices.client, s.notices.channel, s.notices.linger = s.client, s.NoticeChannel(), noticeLinger
-	})
-	return &s.notices
-}
+func (s *Store) Notices() store.Notices { return &s.notices }
 
 // redisNotices is a Store's subscription and its fan-out.
 type redisNotices struct {
 	store.Hub
 	live atomic.Bool
 
-	once    sync.Once
 	client  goredis.UniversalClient
 	channel string
 	linger  time.Duration // how long the subscription outlives the last need

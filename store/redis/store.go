@@ -152,7 +152,7 @@ type Store struct {
 	evict  *evictionGuard // the eviction policy check
 	health health         // reachability, for Options.OnAvailability
 
-	notices redisNotices // the notice subscription, started on first use
+	notices redisNotices // the notice subscription, running while requests wait
 
 	closeOnce sync.Once
 	closeErr  error
@@ -170,8 +170,10 @@ func New(client goredis.UniversalClient, prefix string, opTimeout time.Duration)
 		opTimeout = store.DefaultOpTimeout
 	}
 	_, clustered := client.(*goredis.ClusterClient)
-	return &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered,
+	s := &Store{client: client, prefix: prefix, opTimeout: opTimeout, clustered: clustered,
 		batch: newBatcher(client, opTimeout), health: health{closed: make(chan struct{})}}
+	s.notices.client, s.notices.channel, s.notices.linger = client, s.NoticeChannel(), noticeLinger
+	return s
 }
 
 // universalOptions turns Options into go-redis options: per-call deadlines
