@@ -33,7 +33,7 @@ func exampleGateway(t *testing.T, store, upstream, rules string, env ...string) 
 	}
 	caddyfile := string(src)
 	for _, r := range [][2]string{
-		{"admin localhost:2019", fmt.Sprintf("admin 127.0.0.1:%d", g.adminPort)},
+		{"admin localhost:2019", fmt.Sprintf("admin 127.0.0.1:%d\n\tdefault_bind 127.0.0.1", g.adminPort)},
 		{":8080 {", fmt.Sprintf(":%d {", g.port)},
 		{":8443 {", fmt.Sprintf(":%d {", freePort(t))},
 		{"rules examples/webhook/routes.yaml", "rules " + rules},

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/proc"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -56,15 +56,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a free TCP port on 127.0.0.1.
+// freePort returns a free TCP port on 127.0.0.1 (proc.FreePort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Stores and gateways.
@@ -155,6 +154,7 @@ func writeGateway(t testing.TB, cfg gatewayConfig) *gateway {
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
+	default_bind 127.0.0.1
 	%s
 }
 

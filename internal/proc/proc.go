@@ -4,12 +4,16 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -97,12 +101,81 @@ func (p *Process) Tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// ephemeralRange reads the range the kernel takes source ports (and port
+// 0 binds) from.
+func ephemeralRange() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 0, err
+		return 0, 0, false
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	return lo, hi, err1 == nil && err2 == nil && lo <= hi
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that this process has not handed out before.
+//
+// Where the kernel says which range it takes source ports from, the port
+// is drawn at random from below that range: a port from the range itself
+// (what a bind to port 0 gives) can become the source port of any outgoing
+// connection on the machine between the probe and the bind of the server
+// it is meant for, which then fails with "address already in use".
+func FreePort() (int, error) {
+	if lo, _, ok := ephemeralRange(); ok && lo-portFloor >= 1000 {
+		for range 200 {
+			p := portFloor + rand.IntN(lo-portFloor)
+			if handOut(p) && probe(p) == nil {
+				return p, nil
+			}
+		}
+	}
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if handOut(p) {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port on 127.0.0.1")
+}
+
+// portFloor is the lowest port FreePort draws: above the well-known
+// services a machine may run.
+const portFloor = 10000
+
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// handOut records p as handed out, and reports whether it was not before.
+func handOut(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] {
+		return false
+	}
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	handedOut.ports[p] = true
+	return true
+}
+
+// probe binds p on 127.0.0.1 and lets it go.
+func probe(p int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
 }

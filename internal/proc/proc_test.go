@@ -29,3 +29,29 @@ func TestStartStopTail(t *testing.T) {
 		t.Errorf("starting a missing binary: %v", err)
 	}
 }
+
+// TestFreePortOutsideEphemeralRange: the ports FreePort hands out lie below
+// the kernel's ephemeral range, so that no outgoing connection (whose
+// source port the kernel takes from that range) can hold one between the
+// probe and the bind of the server it is meant for; and no port is handed
+// out twice in one process.
+func TestFreePortOutsideEphemeralRange(t *testing.T) {
+	lo, _, ok := ephemeralRange()
+	if !ok {
+		t.Skip("no /proc/sys/net/ipv4/ip_local_port_range on this system")
+	}
+	seen := map[int]bool{}
+	for range 200 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p >= lo || p < 1024 {
+			t.Fatalf("FreePort() = %d, inside the ephemeral range starting at %d or privileged", p, lo)
+		}
+		if seen[p] {
+			t.Fatalf("FreePort() handed out %d twice", p)
+		}
+		seen[p] = true
+	}
+}

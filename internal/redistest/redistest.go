@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/proc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -132,7 +133,7 @@ func (s *Server) launch(t testing.TB) {
 func (s *Server) tryLaunch() error {
 	var lastErr error
 	for range startTries {
-		port, err := freePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			return fmt.Errorf("redistest: no free port: %w", err)
 		}
@@ -346,15 +347,6 @@ func probe(addr string, tlsConf *tls.Config) (int, error) {
 		}
 	}
 	return 0, errors.New("INFO server has no process_id")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tail returns the last few lines of a log file for error messages.
