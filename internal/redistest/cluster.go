@@ -46,7 +46,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 	}
 	for _, node := range c.Nodes[1:] {
-		if err := clients[0].ClusterMeet(ctx, "127.0.0.1", fmt.Sprint(node.Port)).Err(); err != nil {
+		// The bus port is named: each node's was drawn apart from its
+		// client port (see Server.busPort), not redis' default Port+10000.
+		if err := clients[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", node.Port, node.busPort).Err(); err != nil {
 			t.Fatalf("redistest: CLUSTER MEET %s: %v", node.Addr, err)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,7 @@ type Server struct {
 	extra    []string
 	sentinel string      // "" or the Sentinel config's monitor line
 	tls      *tls.Config // non-nil: TLS only (see StartTLS), the client side
+	busPort  int         // a cluster node's bus port (redis' default, Port+10000, may be taken or past 65535)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -139,6 +141,11 @@ func (s *Server) tryLaunch() error {
 		}
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if slices.Contains(s.extra, "--cluster-enabled") {
+			if s.busPort, err = proc.FreePort(); err != nil {
+				return fmt.Errorf("redistest: no free port: %w", err)
+			}
+		}
 		if lastErr = s.start(); lastErr == nil {
 			return nil
 		}
@@ -266,6 +273,9 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--logfile", logPath,
 	)
+	if s.busPort != 0 {
+		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
+	}
 	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Dir
