@@ -31,8 +31,11 @@ import (
 //   - executions: once a call ended in an outcome the route keeps (a 201; a
 //     500 or a dropped connection under hold or store) the upstream is never
 //     called again for that key; calls after a 429, or after a 500 or a drop
-//     under release, are allowed. Under release, a completion the gateway
-//     logged it could not record (Redis down) may be followed by one more.
+//     under release, are allowed, until the retry budget is used up: the
+//     soakMaxExecutions-th 429 holds the record as retries exhausted (on a
+//     key with store trouble, up to that many 429s later as failed
+//     recordings hid). Under release, a completion the gateway logged it
+//     could not record (Redis down) may be followed by one more.
 //     A changed payload never reaches the upstream. The record never counts
 //     fewer executions than the upstream saw; for keys without store trouble
 //     it counts exactly the upstream's calls and the answered deliveries.
@@ -40,7 +43,11 @@ import (
 //     the one the last call's outcome and the policy call for, holding that
 //     call's status and body; keys never forwarded have no completed record.
 //     Keys whose store calls failed (from the gateways' logs) may instead be
-//     held as outcome_unknown (not under release, which never holds).
+//     held as outcome_unknown (not under release, which holds only for the
+//     retry budget).
+//     An exhausted record counts exactly soakMaxExecutions not-done
+//     executions; a record left by a 429 on a key without store trouble
+//     counts one per 429 the upstream answered.
 //   - answers: replays are the stored result byte for byte; a changed payload
 //     gets 422; nothing else than the statuses the faults explain.
 //
@@ -66,6 +73,11 @@ const (
 	soakMaxScenarios = 1_000_000
 	// soakShowViolations is how many violations are listed in the output.
 	soakShowViolations = 40
+	// soakMaxExecutions is every route's retry budget (retry.max_executions
+	// in soakRules): the execution that makes this many "not done" (429)
+	// holds the record as retries exhausted. Below the default of 5, so
+	// that a soak of a few thousand deliveries meets it.
+	soakMaxExecutions = 3
 )
 
 const soakRules = `
@@ -74,6 +86,7 @@ defaults:
   hold_ttl: 2h
   lock_lease: 2s
   retry_statuses: [429, 503]
+  retry: { max_executions: 3 }
 routes:
   - name: soak_hold
     match: { methods: [POST], path: /hold }
@@ -462,7 +475,21 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 	if policy == "release" {
 		explained = tr.settleErrors
 	}
+	// The retry budget: the soakMaxExecutions-th 429 holds the record as
+	// retries exhausted, whatever the policy. A "not done" whose recording
+	// failed, or whose claim was lost, was not counted, so on a key with
+	// store trouble the budget may run out that many 429s later.
+	slack := tr.settleErrors + tr.lostClaims
+	notDone := 0
 	for i, c := range calls[:max(len(calls)-1, 0)] {
+		if c.action == soak429 {
+			if notDone++; notDone < soakMaxExecutions+slack {
+				continue
+			}
+			bad("call %d ran after call %d used up the retry budget (%d not-done executions): %d executions",
+				calls[i+1].exec, c.exec, notDone, len(calls))
+			break
+		}
 		if st, _ := soakExpect(policy, c.action); st == store.StateReleased {
 			continue
 		}
@@ -511,10 +538,26 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 	case rec != nil:
 		last := calls[len(calls)-1]
 		want, status := soakExpect(policy, last.action)
+		n429 := 0
+		for _, c := range calls {
+			if c.action == soak429 {
+				n429++
+			}
+		}
+		// What the budget allows besides: exhausted at the budget-th 429;
+		// on a key with store trouble, also up to slack 429s later.
+		orExhausted := false
+		if last.action == soak429 && n429 >= soakMaxExecutions {
+			orExhausted = n429 < soakMaxExecutions+slack
+			if !orExhausted {
+				want = store.StateExhausted
+			}
+		}
 		heldAfterTrouble := tr.seen() && policy != "release" && rec.State == store.StateUnknown
 		switch {
-		case rec.State != want && !heldAfterTrouble:
-			bad("last call %d ended %s, the record is %s (reason %q), want %s", last.exec, last.action, rec.State, rec.Reason, want)
+		case rec.Class() != want && !heldAfterTrouble && !(orExhausted && rec.Class() == store.StateExhausted):
+			bad("last call %d ended %s, the record is %s (reason %q), want %s", last.exec, last.action, rec.State, rec.Reason,
+				strings.ReplaceAll(string(want), "_", " "))
 		case rec.State == store.StateCompleted && rec.Status != status:
 			bad("last call %d ended %s, the record stores status %d", last.exec, last.action, rec.Status)
 		case rec.State == store.StateCompleted && last.action != soakDrop:
@@ -522,6 +565,12 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 			if json.Unmarshal(rec.Body, &b) != nil || b.Exec != last.exec {
 				bad("the record stores the result of call %d, the last call was %d", b.Exec, last.exec)
 			}
+		}
+		switch {
+		case rec.Class() == store.StateExhausted && rec.NotDone != soakMaxExecutions:
+			bad("held as retries exhausted, the record counts %d not-done executions, the budget is %d", rec.NotDone, soakMaxExecutions)
+		case last.action == soak429 && !tr.seen() && rec.NotDone != int64(n429):
+			bad("the record counts %d not-done executions, the upstream answered 429 %d times", rec.NotDone, n429)
 		}
 	}
 
@@ -544,6 +593,14 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 			if policy == "release" || (policy == "store" && !tr.seen() && !dropped) {
 				bad("delivery %d: held as outcome unknown under %s", i+1, policy)
 			}
+		case d.status == http.StatusConflict && d.problem == "retries-exhausted":
+			if rec == nil || rec.Class() != store.StateExhausted {
+				state := store.State("absent")
+				if rec != nil {
+					state = rec.Class()
+				}
+				bad("delivery %d answered 409 retries-exhausted, the record is %s", i+1, state)
+			}
 		case d.status == http.StatusConflict && d.problem == "in-flight",
 			d.status == http.StatusServiceUnavailable && d.problem == "store-unavailable",
 			d.status == http.StatusCreated, d.status == http.StatusInternalServerError,
@@ -559,7 +616,8 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 type soakStats struct {
 	keys, deliveries, executions, acted, reexecutions       int
 	replays, inFlight, heldAnswers, mismatches, storeErrors int
-	completed, held, released, neverClaimed, violated       int
+	completed, held, exhausted, released, neverClaimed      int
+	violated                                                int
 }
 
 func (a *soakStats) add(b soakStats) {
@@ -575,6 +633,7 @@ func (a *soakStats) add(b soakStats) {
 	a.storeErrors += b.storeErrors
 	a.completed += b.completed
 	a.held += b.held
+	a.exhausted += b.exhausted
 	a.released += b.released
 	a.neverClaimed += b.neverClaimed
 	a.violated += b.violated
@@ -593,7 +652,7 @@ func soakCount(rec *store.Record, calls []soakCall, deliveries []soakDelivery) s
 			s.replays++
 		case d.status == http.StatusConflict && d.problem == "in-flight":
 			s.inFlight++
-		case d.status == http.StatusConflict && d.problem == "outcome-unknown":
+		case d.status == http.StatusConflict && (d.problem == "outcome-unknown" || d.problem == "retries-exhausted"):
 			s.heldAnswers++
 		case d.status == http.StatusUnprocessableEntity:
 			s.mismatches++
@@ -608,6 +667,9 @@ func soakCount(rec *store.Record, calls []soakCall, deliveries []soakDelivery) s
 		s.completed++
 	case rec.State == store.StateUnknown:
 		s.held++
+		if rec.Class() == store.StateExhausted {
+			s.exhausted++
+		}
 	case rec.State == store.StateReleased:
 		s.released++
 	}
@@ -617,13 +679,13 @@ func soakCount(rec *store.Record, calls []soakCall, deliveries []soakDelivery) s
 func soakTable(rows []string, stats map[string]*soakStats) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tkeys\tdeliveries\texecutions\tacted\tre-executions\treplays\t409 in flight\t409 held\t422\t503\tcompleted\theld\treleased\tnever claimed\tviolations\t")
+	fmt.Fprintln(tw, "policy\tkeys\tdeliveries\texecutions\tacted\tre-executions\treplays\t409 in flight\t409 held\t422\t503\tcompleted\theld\tof them exhausted\treleased\tnever claimed\tviolations\t")
 	for _, name := range rows {
 		s := stats[name]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name,
 			s.keys, s.deliveries, s.executions, s.acted, s.reexecutions,
 			s.replays, s.inFlight, s.heldAnswers, s.mismatches, s.storeErrors,
-			s.completed, s.held, s.released, s.neverClaimed, s.violated)
+			s.completed, s.held, s.exhausted, s.released, s.neverClaimed, s.violated)
 	}
 	tw.Flush()
 	return b.String()
