@@ -80,13 +80,13 @@ const (
 	soakMaxExecutions = 3
 )
 
-const soakRules = `
+var soakRules = fmt.Sprintf(`
 defaults:
   ttl: 1h
   hold_ttl: 2h
   lock_lease: 2s
   retry_statuses: [429, 503]
-  retry: { max_executions: 3 }
+  retry: { max_executions: %d }
 routes:
   - name: soak_hold
     match: { methods: [POST], path: /hold }
@@ -100,7 +100,7 @@ routes:
     match: { methods: [POST], path: /store }
     key: ["{header.Idempotency-Key}"]
     on_unknown_outcome: store
-`
+`, soakMaxExecutions)
 
 // soakPolicy is one route of soakRules.
 type soakPolicy struct {
