@@ -46,6 +46,9 @@ func TestBreaker(t *testing.T) {
 			gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "open"}, []string{"route"})
 			now := time.Unix(1000, 0)
 			b := breakerFor("t-"+tt.name, &config.BreakerRule{Failures: 3, CoolDown: 30 * time.Second}, gauge)
+			// The registry is the process's: without this, a second run
+			// (go test -count=2) would get this run's breaker, open.
+			t.Cleanup(func() { breakerFor("t-"+tt.name, nil, gauge) })
 			b.now = func() time.Time { return now }
 			for i, s := range tt.steps {
 				switch s.do {
