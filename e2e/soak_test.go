@@ -453,10 +453,13 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 		v = append(v, fmt.Sprintf("%s key %s (record %s): ", k.policy.onUnknown, k.name, k.id)+fmt.Sprintf(format, args...))
 	}
 	policy := k.policy.onUnknown
-	acted, dropped := 0, false
+	acted, n429, dropped := 0, 0, false
 	for _, c := range calls {
 		if c.action.acted() {
 			acted++
+		}
+		if c.action == soak429 {
+			n429++
 		}
 		dropped = dropped || c.action == soakDrop
 		if c.changed {
@@ -538,12 +541,6 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 	case rec != nil:
 		last := calls[len(calls)-1]
 		want, status := soakExpect(policy, last.action)
-		n429 := 0
-		for _, c := range calls {
-			if c.action == soak429 {
-				n429++
-			}
-		}
 		// What the budget allows besides: exhausted at the budget-th 429;
 		// on a key with store trouble, also up to slack 429s later.
 		orExhausted := false

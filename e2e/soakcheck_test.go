@@ -118,11 +118,14 @@ func TestSoakCheck(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &soakPolicies[0]
+			var p *soakPolicy
 			for i := range soakPolicies {
 				if soakPolicies[i].onUnknown == tc.policy {
 					p = &soakPolicies[i]
 				}
+			}
+			if p == nil {
+				t.Fatalf("no soak policy %q", tc.policy)
 			}
 			k := &soakKey{name: "soak-check", policy: p, id: "rec"}
 			for i := range tc.calls {

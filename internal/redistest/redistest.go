@@ -78,7 +78,7 @@ type Server struct {
 	extra    []string
 	sentinel string      // "" or the Sentinel config's monitor line
 	tls      *tls.Config // non-nil: TLS only (see StartTLS), the client side
-	busPort  int         // a cluster node's bus port (redis' default, Port+10000, may be taken or past 65535)
+	busPort  int         // a cluster node's bus port, drawn like Port (redis' default, Port+10000, may be taken or in the ephemeral range)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
