@@ -663,7 +663,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 		}
 		r := cur.clone()
 		r.clearResult()
-		r.State = store.StateReleased
+		r.State, r.Reason = store.StateReleased, store.ReasonNotDone
 		r.expireAt = now + store.Millis(ttl)
 		return r
 	}))
@@ -747,8 +747,8 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 		}
 		r := cur.clone()
 		r.clearResult()
-		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), "operator"
-		r.NotDone = 0 // a fresh retry budget
+		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), store.ReasonOperator
+		r.NotDone, r.Unknowns = 0, 0 // a fresh retry budget
 		r.expireAt = now + store.Millis(ttl)
 		return r, nil
 	})
@@ -767,7 +767,7 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 			return nil, conflict(cur)
 		}
 		r := cur.clone()
-		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), "operator"
+		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), store.ReasonOperator
 		r.CompletedAt = time.UnixMilli(now)
 		r.setResult(result)
 		r.Request = nil

@@ -57,6 +57,9 @@ var luaConstants = strings.NewReplacer(
 	"$MaxCheckEntries", strconv.Itoa(store.MaxCheckEntries),
 	"$MaxAnswers", strconv.Itoa(store.MaxAnswers),
 	"$ReasonRetriesExhausted", store.ReasonRetriesExhausted,
+	"$ReasonUnknownReleased", store.ReasonUnknownReleased,
+	"$ReasonNotDone", store.ReasonNotDone,
+	"$ReasonOperator", store.ReasonOperator,
 	"$ReasonVerifiedNotApplied", store.ReasonVerifiedNotApplied,
 	"$ReasonVerified", store.ReasonVerified,
 	"$claimFields", "'"+strings.Join(claimFields[:], "', '")+"'",
@@ -137,8 +140,8 @@ var beginCheckScript = script("now", "record", "begin_check")
 var endCheckScript = script("now", "record", "audit", "end_check")
 
 // notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
-// budget (0: none), 7 the notice channel. Reply: 0 fenced out, 1
-// released, 2 held as retries exhausted.
+// budget (0: none), 7 "1" for an unknown outcome let go, 8 the notice
+// channel. Reply: 0 fenced out, 1 released, 2 held as retries exhausted.
 var notDoneScript = script("now", "record", "notice", "not_done")
 
 // redriveScript: ARGV 2 new token, 3 lease ms, 4 hold ttl ms, 5 audit
