@@ -57,16 +57,17 @@ type Handler struct {
 	// so that every instance sharing the store derives the same ids.
 	Secret string `json:"secret,omitempty"`
 
-	routes   []*route
-	ids      *keying.IDKey // derives record ids under the deployment secret
-	seal     *sealer       // encrypts kept requests under a key derived from it
-	storeMod StoreModule   // the loaded Store module
-	store    store.Engine
-	notices  store.Notices // completion notices, when a route waits for them
-	use      *storeUse     // the handler's use of the store (see stores.go)
-	verifier *Verifier     // settles held records with the upstream (see verifier.go)
-	logger   *zap.Logger
-	metrics  *metrics
+	routes    []*route
+	ids       *keying.IDKey // derives record ids under the deployment secret
+	seal      *sealer       // encrypts kept requests under a key derived from it
+	storeMod  StoreModule   // the loaded Store module
+	store     store.Engine
+	notices   store.Notices // completion notices, when a route waits for them
+	use       *storeUse     // the handler's use of the store (see stores.go)
+	verifier  *Verifier     // settles held records with the upstream (see verifier.go)
+	logger    *zap.Logger
+	metrics   *metrics
+	redriveTo *redriveTo // where re-drives go (see redrive_chain.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -101,7 +102,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = newVerifier(h)
-	h.provisionRedrive()
+	h.provisionRedrive(ctx)
 	h.provisionNotices()
 	return nil
 }
