@@ -55,10 +55,17 @@ func TestReleasedUnknownCountsAgainstBudget(t *testing.T) {
 		if n != 3 || statuses[http.StatusConflict] != 3 || id == "" {
 			t.Fatalf("%s: upstream executions %d, answers %v; want 3 executions, then 409 retries-exhausted", be.name, n, statuses)
 		}
-		var rec adminRecord
+		var rec struct {
+			State      string `json:"state"`
+			Executions int    `json:"executions"`
+			Retries    struct {
+				NotDone  int `json:"not_done"`
+				Unknowns int `json:"unknowns"`
+			} `json:"retries"`
+		}
 		adminJSON(t, g, "GET", "/idempotency/records/"+id, "", &rec)
-		if rec.State != "retries_exhausted" || rec.Executions != 3 {
-			t.Fatalf("%s: record %+v, want retries_exhausted after 3 executions", be.name, rec)
+		if rec.State != "retries_exhausted" || rec.Executions != 3 || rec.Retries.NotDone != 3 || rec.Retries.Unknowns != 3 {
+			t.Fatalf("%s: record %+v, want retries_exhausted after 3 executions, all unknown outcomes", be.name, rec)
 		}
 		msg := adminError(t, g, "POST", "/idempotency/records/"+id+"/run", `{"reason":"the CRM is back"}`, http.StatusConflict)
 		if !strings.Contains(msg, "may have acted") || up.executions(key) != 3 {
