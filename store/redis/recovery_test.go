@@ -14,12 +14,7 @@ import (
 // in the scripts, and a script that rewrites it keeps its result part in
 // place.
 func TestRecordWithoutRecoveryFields(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := Open(Options{Addrs: []string{srv.Addr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openRecoveryStore(t)
 	ctx := context.Background()
 	const id = "0123456789abcdef0123456789abcdef"
 	now := time.Now().UnixMilli()
@@ -71,12 +66,7 @@ func withoutClaimTail(t *testing.T, b []byte, tail string) []byte {
 // and its recovery fields intact, and the not-done script counts on from
 // there.
 func TestRecordWithoutUnknowns(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := Open(Options{Addrs: []string{srv.Addr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openRecoveryStore(t)
 	ctx := context.Background()
 	const id = "0123456789abcdef0123456789abcdee"
 	now := time.Now().UnixMilli()
@@ -97,4 +87,17 @@ func TestRecordWithoutUnknowns(t *testing.T) {
 	if r, err := s.Get(ctx, id); err != nil || r.Unknowns != 1 || r.NotDone != 2 || string(r.Request) != "sealed" || r.Reason != store.ReasonUnknownReleased {
 		t.Fatalf("after the script: %v, %+v", err, r)
 	}
+}
+
+// openRecoveryStore is a store on a Redis of its own, closed when the
+// test ends.
+func openRecoveryStore(t *testing.T) *Store {
+	t.Helper()
+	srv := redistest.Start(t)
+	s, err := Open(Options{Addrs: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
