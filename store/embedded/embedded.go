@@ -561,6 +561,15 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.scheduleFirstCheck(now)
 			return mutation{next: out, sync: true}
 		case same && (expired || cur.State == store.StateReleased):
+			if expired { // an unknown outcome let go: it counts against the budget
+				out.NotDone++
+				out.Unknowns++
+				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
+					out.State, out.Reason, out.expireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
+					out.NextCheck = time.Time{}
+					return mutation{next: out, sync: true}
+				}
+			}
 			out.clearResult()
 			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
 			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)

@@ -90,7 +90,8 @@ func script(files ...string) *goredis.Script {
 
 // claimScript: ARGV 2 token, 3 the new record in flight as the caller
 // built it (the script stamps its times), 4 not after (Redis clock ms; 0:
-// no limit), 5 hold ttl ms, 6 on expired ("hold" | "release"), 7 lease ms.
+// no limit), 5 hold ttl ms, 6 on expired ("hold" | "release"), 7 lease ms,
+// 8 the retry budget (0 or absent: none).
 // Reply: {created code, now ms}; {late code, now ms} when the claim ran
 // after ARGV[4]: its caller has given up on it, and a claim nobody waits
 // for would hold the key until its lease ran out; else {code, now ms or 0

@@ -21,6 +21,7 @@ func init() {
 		test{"ReleaseReasons", testReleaseReasons},
 		test{"RetryBudgetUnknowns", testRetryBudgetUnknowns},
 		test{"VerifiedReleaseClearsUnknowns", testVerifiedReleaseClearsUnknowns},
+		test{"ExpiredReleaseCounts", testExpiredReleaseCounts},
 	)
 }
 
@@ -442,4 +443,33 @@ func testVerifiedReleaseClearsUnknowns(t *testing.T, h Harness, e store.Engine) 
 		t.Fatalf("verified not applied: state %s reason %q unknowns %d", r.State, r.Reason, r.Unknowns)
 	}
 	redriveAllowed(t, e, id, "released by verification")
+}
+
+// TestExpiredReleaseCounts: under ExpiredRelease a call whose lease ran
+// out is an unknown outcome let go: the claim that takes it over counts
+// it against the budget, and the one that would use the budget up holds
+// the record as retries exhausted instead of executing.
+func testExpiredReleaseCounts(t *testing.T, h Harness, e store.Engine) {
+	id := NewID(t)
+	req := keptReq(id, "tok-A", []byte("sealed"))
+	req.Lease, req.OnExpired, req.MaxExecutions = 300*time.Millisecond, store.ExpiredRelease, 2
+	first := MustClaim(t, e, req)
+	WaitPast(t, h, e, first.Record.LeaseUntil)
+
+	req.Token = "tok-B"
+	taken := MustClaim(t, e, req)
+	if !taken.Claimed || !taken.TakeOver || taken.Record.NotDone != 1 || taken.Record.Unknowns != 1 || taken.Record.Executions != 2 {
+		t.Fatalf("takeover after a lease ran out: claimed %v, record %+v", taken.Claimed, taken.Record)
+	}
+	WaitPast(t, h, e, taken.Record.LeaseUntil)
+
+	req.Token = "tok-C"
+	res := MustClaim(t, e, req)
+	r := MustGet(t, e, id)
+	if res.Claimed || res.Record.Class() != store.StateExhausted || r.Class() != store.StateExhausted ||
+		r.NotDone != 2 || r.Unknowns != 2 || r.Executions != 2 {
+		t.Fatalf("a claim that uses the budget up: claimed %v, record %+v", res.Claimed, r)
+	}
+	CheckTTL(t, h, e, id, 720*time.Hour)
+	redriveRefused(t, e, id, "retries exhausted by leases that ran out")
 }
