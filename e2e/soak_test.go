@@ -558,6 +558,12 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 				want = store.StateExhausted
 			}
 		}
+		// Under release, a completion the gateway could not record ends in
+		// an expired lease, and the retry that takes it over counts it:
+		// the budget may run out that many executions sooner.
+		if policy == "release" && tr.settleErrors > 0 && nCounted+tr.settleErrors >= soakMaxExecutions {
+			orExhausted = true
+		}
 		heldAfterTrouble := tr.seen() && policy != "release" && rec.State == store.StateUnknown
 		switch {
 		case rec.Class() != want && !heldAfterTrouble && !(orExhausted && rec.Class() == store.StateExhausted):
