@@ -16,7 +16,9 @@ type metrics struct {
 	executions  *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
-	// breakerOpen is 1 while a route's breaker is open (retry.breaker).
+	// breakerOpen counts the open breakers (retry.breaker) of routes
+	// with a name: 1 while the route's breaker is open, more only when
+	// several handlers (sites) have a route of that name.
 	breakerOpen *prometheus.GaugeVec
 	// exhausted counts operations held after using up their retry budget.
 	exhausted *prometheus.CounterVec
@@ -56,7 +58,7 @@ var processMetrics = &metrics{
 	breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "breaker_open",
-		Help:      "1 while the route's breaker (retry.breaker) refuses new executions on this gateway, else 0; by route.",
+		Help:      "Open breakers (retry.breaker) on this gateway by route name: 1 while the route's breaker refuses new executions, else 0; the number of them open when several sites have a route of that name.",
 	}, []string{"route"}),
 	exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
@@ -76,7 +78,7 @@ var processMetrics = &metrics{
 	waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "in_flight_waits_total",
-		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, timeout, client_gone, store_error).",
+		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, breaker_open, timeout, client_gone, store_error).",
 	}, []string{"route", "result"}),
 	waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "idemgate",

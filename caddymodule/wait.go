@@ -19,8 +19,9 @@ import (
 // for its record arrives (from whichever gateway ran the first request),
 // then reads the record once and answers as if it had just arrived: a
 // replay, the 409 of an outcome held as unknown, or, when the first was
-// released, a claim of its own. Past in_flight_wait it gets the 409 it
-// would have had without waiting. Only where notices are unavailable (an
+// released, a claim of its own if the route's breaker lets it execute
+// (else the breaker's 503). Past in_flight_wait it gets the 409 it would
+// have had without waiting. Only where notices are unavailable (an
 // engine without them, a Redis subscription being made anew) does it
 // poll the store, no faster than waitPollMin.
 
@@ -39,6 +40,9 @@ const (
 	waitTimeout   = "timeout"     // in_flight_wait passed: 409
 	waitGone      = "client_gone" // the client hung up
 	waitStoreFail = "store_error" // the store could not be read: 409
+	// waitBreakerOpen: the first ended without a result, and the route's
+	// breaker refused this request's execution: 503 breaker-open.
+	waitBreakerOpen = "breaker_open"
 )
 
 // wokenReads shares one store read among the waiters of a record that
@@ -195,11 +199,22 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			return nil, nil
 		case rec != nil && rec.State == store.StateUnknown:
 			g.rec, g.now, result = rec, storeNow(), waitUnknown
-			return h.settleHeld(ctx, g, method, in, fp)
+			claim, err := h.settleHeld(ctx, g, method, in, fp)
+			if claim != nil && h.readmit(g) {
+				// Found not applied, but the breaker refuses it: the
+				// claim goes back unused (ServeHTTP).
+				result = waitBreakerOpen
+			}
+			return claim, err
 		case rec != nil && rec.State == store.StateInFlight && rec.LeaseUntil.After(storeNow()):
 			continue // still running (a notice of another claim, or notices resumed)
 		}
-		// Released, gone, or a lease that ran out: claim as if just arrived.
+		// Released, gone, or a lease that ran out: claim as if just
+		// arrived, if the breaker lets a new execution through.
+		if h.readmit(g) {
+			result = waitBreakerOpen
+			return nil, errBreakerOpen
+		}
 		claim, err := h.claimOrSettle(ctx, g, method, in, fp)
 		switch {
 		case err != nil:
@@ -211,6 +226,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 		case g.rec.State == store.StateInFlight:
 			// Another duplicate took the key over: wait for that one.
 			first, clockAt, clock = g.rec, time.Now(), g.now
+			h.giveBackProbe(g)
 			continue
 		case g.rec.State == store.StateCompleted:
 			result = waitReplayed
