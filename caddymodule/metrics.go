@@ -31,6 +31,10 @@ type metrics struct {
 	// the wait ended; waitTime is how long they waited.
 	waits    *prometheus.CounterVec
 	waitTime *prometheus.HistogramVec
+	// waiters is how many duplicates wait now; waitsRefused counts those
+	// that found no waiting place, by which bound was full.
+	waiters      *prometheus.GaugeVec
+	waitsRefused *prometheus.CounterVec
 }
 
 var processMetrics = &metrics{
@@ -86,6 +90,16 @@ var processMetrics = &metrics{
 		Help:      "How long duplicates waited for the first request with their key, by route.",
 		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"route"}),
+	waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "waiters",
+		Help:      "Duplicates waiting now for the first request with their key (on_in_flight: wait), by route; at most 32 per key and 256 per process.",
+	}, []string{"route"}),
+	waitsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "waits_refused_total",
+		Help:      "Duplicates answered 409 at once instead of waiting because too many waited already, by route and reason (per_key, per_process).",
+	}, []string{"route", "reason"}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -100,6 +114,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		verificationsTotal,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
+		processMetrics.waiters, processMetrics.waitsRefused,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
