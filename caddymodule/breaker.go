@@ -46,14 +46,15 @@ func newBreaker(rule config.BreakerRule, gauge prometheus.Gauge) *breaker {
 }
 
 // Destruct takes the breaker out of the gauge when the last config that
-// had it is gone.
+// had it is gone. Requests of that config that are still running go on
+// reporting to it, uncounted.
 func (b *breaker) Destruct() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.openedAt.IsZero() {
 		b.gauge.Dec()
-		b.openedAt = time.Time{}
 	}
+	b.gauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "idemgate_breaker_gone"}) // registered nowhere
 	return nil
 }
 

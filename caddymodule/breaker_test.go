@@ -154,6 +154,12 @@ func TestBreakerOwner(t *testing.T) {
 		t.Fatalf("gauge %v once the open breaker's config is gone, want 0", open())
 	}
 	cleanThird()
+	for range 3 {
+		third[0].done(false, true) // a request of the cleaned-up config ends late
+	}
+	if open() != 0 {
+		t.Fatalf("gauge %v after late outcomes reached a breaker no config has, want 0", open())
+	}
 	left := 0
 	o.pool.Range(func(any, any) bool { left++; return true })
 	if left != 0 {
