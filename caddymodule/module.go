@@ -119,9 +119,9 @@ func (h *Handler) Validate() error {
 
 // Cleanup gives back the handler's breakers, takes the store off the
 // operator API's list and releases this config's reference to the shared
-// store connection: at once when no
-// request of this config is running, else when the last one is done (a
-// reload replaced the config while calls made under it were running).
+// store connection: at once when no request of this config is running,
+// else when the last one is done (a reload replaced the config while
+// calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
 	breakers.unload(h.breakerKeys)
