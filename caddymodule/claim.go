@@ -22,7 +22,8 @@ import (
 // verified result answers the retry, a record found not applied (released)
 // or gone is claimed again, and one still held answers 409. On a route
 // whose duplicates wait, a duplicate of a request in flight waits for it
-// (see wait.go), watching the record from before its claim.
+// (see wait.go), watching the record from before its claim, while a
+// waiting place is free.
 func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	var wt *waiter
 	if g.rt.wait {
@@ -33,6 +34,11 @@ func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keyi
 	if err != nil || c != nil || !h.shouldWait(wt, g, method, in, fp) {
 		return c, err
 	}
+	leave, ok := h.enterWait(g)
+	if !ok {
+		return nil, nil // answered as without waiting
+	}
+	defer leave()
 	return h.await(ctx, g, wt, method, in, fp)
 }
 

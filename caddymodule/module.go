@@ -65,8 +65,11 @@ type Handler struct {
 	notices  store.Notices // completion notices, when a route waits for them
 	use      *storeUse     // the handler's use of the store (see stores.go)
 	verifier *Verifier     // settles held records with the upstream (see verifier.go)
-	logger   *zap.Logger
-	metrics  *metrics
+	// breakerKeys are the handler's references to its routes' breakers
+	// (see breakerOwner), given back at Cleanup.
+	breakerKeys []string
+	logger      *zap.Logger
+	metrics     *metrics
 }
 
 // CaddyModule returns the Caddy module information.
@@ -114,12 +117,15 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup takes the store off the operator API's list and releases this
-// config's reference to the shared store connection: at once when no
-// request of this config is running, else when the last one is done (a
-// reload replaced the config while calls made under it were running).
+// Cleanup gives back the handler's breakers, takes the store off the
+// operator API's list and releases this config's reference to the shared
+// store connection: at once when no request of this config is running,
+// else when the last one is done (a reload replaced the config while
+// calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
+	breakers.unload(h.breakerKeys)
+	h.breakerKeys = nil
 	if h.use == nil {
 		return nil
 	}

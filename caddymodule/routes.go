@@ -58,8 +58,28 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
-	h.routes, err = compileRoutes(ctx, resolved)
-	return err
+	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
+		return err
+	}
+	return h.provisionBreakers(ctx)
+}
+
+// provisionBreakers gives each route with a retry.breaker its breaker:
+// the one it had before a reload, if the reload kept it (see
+// breakerOwner).
+func (h *Handler) provisionBreakers(ctx caddy.Context) error {
+	for _, rt := range h.routes {
+		if rt.Breaker == nil {
+			continue
+		}
+		b, key, err := breakers.load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
+		if err != nil {
+			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
+		}
+		rt.breaker = b
+		h.breakerKeys = append(h.breakerKeys, key)
+	}
+	return nil
 }
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {
@@ -78,7 +98,6 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.breaker = breakerFor(res.Name, res.Breaker, processMetrics.breakerOpen)
 		rt.scopeHeaders = map[string]bool{}
 		for _, t := range res.Scope {
 			for _, name := range t.Headers() {
