@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -32,16 +33,46 @@ func (h *Handler) deploymentSecret() ([]byte, error) {
 	return []byte(s), nil
 }
 
+// checkKeepSecret refuses a config whose routes keep requests
+// (keep_request) without a secret of its own: kept requests are sealed
+// under a key derived from the configured secret alone, since one
+// derived from the secret the store keeps would sit beside what it seals
+// (anyone who can read the store could open them).
+func (h *Handler) checkKeepSecret() error {
+	if h.Secret != "" {
+		return nil
+	}
+	var keeping []string
+	for _, rt := range h.routes {
+		if rt.KeepRequest {
+			keeping = append(keeping, rt.Name)
+		}
+	}
+	if len(keeping) == 0 {
+		return nil
+	}
+	which := "route "
+	if len(keeping) > 1 {
+		which = "routes "
+	}
+	return fmt.Errorf("idempotency: keep_request (%s) needs the secret option in the config, e.g. secret {env.IDEMGATE_SECRET} or {file.PATH}: "+
+		"kept requests are sealed under a key derived from it, and a key derived from the secret the store keeps would sit beside what it seals",
+		which+strings.Join(keeping, ", "))
+}
+
 // provisionIDKey sets up the derivation of record ids: HMAC-SHA-256 under
 // the configured secret, or else under the one kept in the record store
 // (created there by the first gateway, read once per store connection),
-// so that every instance sharing the store derives the same ids.
+// so that every instance sharing the store derives the same ids; and,
+// with a configured secret, the sealing of kept requests under a key
+// derived from it.
 func (h *Handler) provisionIDKey(ctx context.Context) error {
 	secret, err := h.deploymentSecret()
 	if err != nil {
 		return err
 	}
-	if secret == nil {
+	configured := secret != nil
+	if !configured {
 		ctx, cancel := context.WithTimeout(ctx, secretTimeout)
 		defer cancel()
 		if secret, err = h.store.Secret(ctx); err != nil {
@@ -52,6 +83,8 @@ func (h *Handler) provisionIDKey(ctx context.Context) error {
 	if h.ids, err = keying.NewIDKey(secret); err != nil {
 		return err
 	}
-	h.seal, err = newSealer(secret)
+	if configured {
+		h.seal, err = newSealer(secret)
+	}
 	return err
 }
