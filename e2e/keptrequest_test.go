@@ -17,8 +17,8 @@ import (
 
 // TestKeepRequestNeedsConfiguredSecret: on the real binary, a gateway
 // whose rules keep requests but whose config gives no secret exits at
-// start, naming the route, keep_request and secret; nothing is created
-// beside a store it never opened for traffic.
+// start, naming the routes, keep_request and secret, and forwards
+// nothing.
 func TestKeepRequestNeedsConfiguredSecret(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		crm := newOutage(t)
