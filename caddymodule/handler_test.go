@@ -47,23 +47,36 @@ var testStores = []struct {
 // newHandler provisions a handler from YAML rules, with its logs observed.
 func newHandler(t *testing.T, rules string, sc caddy.Module) (*Handler, *observer.ObservedLogs) {
 	t.Helper()
+	h, logs, err := provisionHandler(t, rules, sc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, logs
+}
+
+// provisionHandler provisions and validates a handler from YAML rules
+// and the deployment secret ("" for none), with its logs observed, and
+// returns the config's error.
+func provisionHandler(t *testing.T, rules string, sc caddy.Module, secret string) (*Handler, *observer.ObservedLogs, error) {
+	t.Helper()
 	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
-	h := &Handler{Rules: *parsed, Store: storeJSON(sc)}
-	if err := h.Provision(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := &Handler{Rules: *parsed, Store: storeJSON(sc), Secret: secret}
+	err = h.Provision(ctx)
 	t.Cleanup(func() { _ = h.Cleanup() })
-	if err := h.Validate(); err != nil {
-		t.Fatal(err)
+	if err == nil {
+		err = h.Validate()
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	h.logger = zap.New(core)
-	return h, logs
+	return h, logs, nil
 }
 
 // serve runs one request through h with next as the rest of the chain.

@@ -55,11 +55,14 @@ type Handler struct {
 	// replaced when the config is loaded. It is never logged. Default: the
 	// secret kept in the store, created by the first gateway that uses it,
 	// so that every instance sharing the store derives the same ids.
+	// Required when a route keeps requests (keep_request): they are
+	// sealed under a key derived from this secret alone, never from the
+	// one the store keeps beside them.
 	Secret string `json:"secret,omitempty"`
 
 	routes   []*route
 	ids      *keying.IDKey // derives record ids under the deployment secret
-	seal     *sealer       // encrypts kept requests under a key derived from it
+	seal     *sealer       // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule   // the loaded Store module
 	store    store.Engine
 	notices  store.Notices // completion notices, when a route waits for them
@@ -90,6 +93,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	err := h.provisionRoutes(ctx)
 	if err != nil {
+		return err
+	}
+	if err := h.checkKeepSecret(); err != nil {
 		return err
 	}
 

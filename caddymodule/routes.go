@@ -24,9 +24,9 @@ type route struct {
 	retry     map[int]bool
 	handler   atomic.Pointer[Handler] // the handler the route is in, for re-drives
 	breaker   *breaker                // nil: the route has no retry.breaker
-	// scopeHeaders are the headers the route's scope reads, canonical:
-	// a kept request never carries them.
-	scopeHeaders map[string]bool
+	// keepHeaders are the request headers a kept request carries (see
+	// keptHeaderSet), canonical.
+	keepHeaders map[string]bool
 	// redriveHeader is redrive_headers with {env.*} filled in.
 	redriveHeader http.Header
 	// chain is the rest of the handler chain after the idempotency
@@ -98,12 +98,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.scopeHeaders = map[string]bool{}
-		for _, t := range res.Scope {
-			for _, name := range t.Headers() {
-				rt.scopeHeaders[name] = true
-			}
-		}
+		rt.keepHeaders = keptHeaderSet(&res)
 		if len(res.RedriveHeaders) > 0 {
 			repl := caddy.NewReplacer()
 			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))

@@ -129,13 +129,24 @@ type Policy struct {
 	// rota): shown in the console, the record view, log lines and problem
 	// bodies. At most 128 characters.
 	Owner string `json:"owner,omitempty"`
-	// KeepRequest: true keeps each request (method, target, body, and
-	// headers other than credentials and the scope's) with its record,
-	// encrypted under a key derived from the deployment secret, so an
+	// KeepRequest: true keeps each request (method, target, body, and of
+	// its headers only Content-Type, Content-Encoding, Accept, those the
+	// route's key templates read and KeepHeaders) with its record,
+	// encrypted under a key derived from the handler's secret, so an
 	// operator can run the operation again through the guarded path
-	// ("Run now"). Dropped when the record completes or expires. Default
+	// ("Run now"). Dropped when the record completes or expires. A
+	// handler with such a route needs its secret in the config. Default
 	// false.
 	KeepRequest *bool `json:"keep_request,omitempty"`
+	// KeepHeaders names more request headers a kept request carries
+	// (case-insensitive), such as a tracing or tenant header the
+	// upstream needs on a re-drive. Not Authorization, Proxy-Authorization
+	// or Cookie (the caller's credentials are never kept: a re-drive gets
+	// the gateway's own from RedriveHeaders), nor a header the gateway
+	// sets itself (Host, Content-Length, hop-by-hop). Headers the route's
+	// scope reads are never kept. The route's names add to those under
+	// defaults.
+	KeepHeaders []string `json:"keep_headers,omitempty"`
 	// RedriveHeaders are added to a re-drive's request, as the caller's
 	// credentials are never kept: static text and {env.NAME} placeholders,
 	// filled in when the config loads, e.g.
@@ -254,12 +265,16 @@ type Resolved struct {
 	// The recovery path (see Retry): the budget of "not done"
 	// executions, the breaker (nil: none), the owner ("" none), whether
 	// requests are kept for a re-drive, and the headers a re-drive adds
-	// (nil: none), sorted by name.
+	// (nil: none), sorted by name; and the headers a kept request
+	// carries beyond the built-in ones.
 	MaxExecutions  int
 	Breaker        *BreakerRule
 	Owner          string
 	KeepRequest    bool
 	RedriveHeaders []Header
+	// KeepHeaders are the defaults' and the route's keep_headers,
+	// canonical, each once; nil when none.
+	KeepHeaders []string
 }
 
 // Resolve validates the rules against l (see Validate) and returns the
