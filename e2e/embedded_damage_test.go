@@ -149,12 +149,7 @@ func damageEachKind(t *testing.T, crashed bool) {
 	up := newUpstream(t)
 	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: embeddedRules})
 	c := &http.Client{Timeout: 10 * time.Second}
-	for i := range keys {
-		key := fmt.Sprintf("k%03d", i)
-		if status, _, body, err := attempt(c, gw.url+"/keys/"+key, key); err != nil || status != http.StatusCreated {
-			t.Fatalf("%s: %d %v %s", key, status, err, body)
-		}
-	}
+	completeKeys(t, c, gw.url, 0, keys)
 	if crashed {
 		gw.kill()
 	} else {
@@ -322,6 +317,40 @@ const flushRules = embeddedRules + `  - name: big
     max_response: 4MiB
 `
 
+// completeKeys sends keys k<from>…k<to-1> to the gateway at url, once
+// each, and fails the test unless each is answered 201.
+func completeKeys(t *testing.T, c *http.Client, url string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		key := fmt.Sprintf("k%03d", i)
+		if status, _, body, err := attempt(c, url+"/keys/"+key, key); err != nil || status != http.StatusCreated {
+			t.Fatalf("%s: %d %v %s", key, status, err, body)
+		}
+	}
+}
+
+// crashAfter runs a gateway on flushRules that completes keys keys (k000,
+// k001, …) with bigs answers of 3 MiB among them, the last after the last
+// key, and kills it with SIGKILL; it returns the gateway's DIR.
+func crashAfter(t *testing.T, keys, bigs int) string {
+	t.Helper()
+	up := newUpstream(t)
+	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: flushRules})
+	c := &http.Client{Timeout: 10 * time.Second}
+	if bigs == 0 {
+		completeKeys(t, c, gw.url, 0, keys)
+	}
+	for b := range bigs {
+		completeKeys(t, c, gw.url, keys*b/bigs, keys*(b+1)/bigs)
+		key := fmt.Sprintf("big%d", b)
+		if status, _, body, err := attempt(c, gw.url+"/big", key); err != nil || status != http.StatusOK {
+			t.Fatalf("%s: %d %v %.100s", key, status, err, body)
+		}
+	}
+	gw.kill()
+	return filepath.Join(gw.dir, "store")
+}
+
 // TestEmbeddedManifestDamageAfterCrash: a gateway completes keys, with
 // answers of 3 MiB between them that make Pebble flush its memtable to
 // tables the manifest lists, and is killed with SIGKILL. One byte of the manifest's second
@@ -332,25 +361,8 @@ const flushRules = embeddedRules + `  - name: big
 // executes again.
 func TestEmbeddedManifestDamageAfterCrash(t *testing.T) {
 	t.Parallel()
-	const keys, bigs = 300, 3
-	up := newUpstream(t)
-	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: flushRules})
-	c := &http.Client{Timeout: 10 * time.Second}
-	for i := range keys {
-		key := fmt.Sprintf("k%03d", i)
-		if status, _, body, err := attempt(c, gw.url+"/keys/"+key, key); err != nil || status != http.StatusCreated {
-			t.Fatalf("%s: %d %v %s", key, status, err, body)
-		}
-		if i%(keys/bigs) == keys/bigs-1 {
-			key := fmt.Sprintf("big%d", i)
-			if status, _, body, err := attempt(c, gw.url+"/big", key); err != nil || status != http.StatusOK {
-				t.Fatalf("%s: %d %v %.100s", key, status, err, body)
-			}
-		}
-	}
-	gw.kill()
-
-	dir := filepath.Join(gw.dir, "store")
+	const keys = 300
+	dir := crashAfter(t, keys, 3)
 	manifests, _ := filepath.Glob(filepath.Join(dir, "db", "MANIFEST-*"))
 	if len(manifests) == 0 {
 		t.Fatalf("no manifest in %s", dir)
@@ -381,6 +393,7 @@ func TestEmbeddedManifestDamageAfterCrash(t *testing.T) {
 		t.Logf("refused to start (%v): %s", exit, line)
 		return
 	}
+	c := &http.Client{Timeout: 10 * time.Second}
 	replayed := 0
 	for i := range keys {
 		key := fmt.Sprintf("k%03d", i)
@@ -433,17 +446,8 @@ func logChunks(t *testing.T, path string, num uint32) (offsets []int) {
 func TestEmbeddedDroppedLastLogEntry(t *testing.T) {
 	t.Parallel()
 	const keys = 20
-	up := newUpstream(t)
-	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: embeddedRules})
+	dir := crashAfter(t, keys, 0)
 	c := &http.Client{Timeout: 10 * time.Second}
-	for i := range keys {
-		key := fmt.Sprintf("k%03d", i)
-		if status, _, body, err := attempt(c, gw.url+"/keys/"+key, key); err != nil || status != http.StatusCreated {
-			t.Fatalf("%s: %d %v %s", key, status, err, body)
-		}
-	}
-	gw.kill()
-	dir := filepath.Join(gw.dir, "store")
 	if code, out := storeCheck(t, dir); code != 0 {
 		t.Fatalf("store check after the crash, before any flip: exit %d:\n%s", code, out)
 	}
@@ -505,17 +509,7 @@ func TestEmbeddedDroppedLastLogEntry(t *testing.T) {
 // a table the database uses (exit 1).
 func TestEmbeddedStoreCheckInterruptedFlush(t *testing.T) {
 	t.Parallel()
-	up := newUpstream(t)
-	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: up.addr(), rules: flushRules})
-	c := &http.Client{Timeout: 10 * time.Second}
-	for i := range 2 {
-		key := fmt.Sprintf("big%d", i)
-		if status, _, body, err := attempt(c, gw.url+"/big", key); err != nil || status != http.StatusOK {
-			t.Fatalf("%s: %d %v %.100s", key, status, err, body)
-		}
-	}
-	gw.kill()
-	dir := filepath.Join(gw.dir, "store")
+	dir := crashAfter(t, 0, 2)
 	tables, _ := filepath.Glob(filepath.Join(dir, "db", "*.sst"))
 	if len(tables) == 0 {
 		t.Fatalf("no table in %s after two answers of 3 MiB", dir)
