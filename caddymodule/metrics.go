@@ -29,6 +29,11 @@ type metrics struct {
 	// the wait ended; waitTime is how long they waited.
 	waits    *prometheus.CounterVec
 	waitTime *prometheus.HistogramVec
+	// kept and keptBytes are the completions the store refused for want
+	// of room that the gateway keeps to write when it has room again,
+	// and the bytes they take (see keptcompletion.go).
+	kept      prometheus.Gauge
+	keptBytes prometheus.Gauge
 }
 
 var processMetrics = &metrics{
@@ -84,6 +89,16 @@ var processMetrics = &metrics{
 		Help:      "How long duplicates waited for the first request with their key, by route.",
 		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"route"}),
+	kept: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completions",
+		Help:      "Results the record store refused for want of room (a full disk, a Redis at maxmemory) that this gateway keeps in memory and writes once the store has room again.",
+	}),
+	keptBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completion_bytes",
+		Help:      "Memory taken by the kept completions' bodies and headers.",
+	}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -98,6 +113,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		verificationsTotal,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
+		processMetrics.kept, processMetrics.keptBytes,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
