@@ -79,6 +79,18 @@ func provisionHandler(t *testing.T, rules string, sc caddy.Module, secret string
 	return h, logs, nil
 }
 
+// shortOpTimeout gives a test store an op_timeout of 500ms, which a 1s
+// lease (the shortest) must outlast.
+func shortOpTimeout(sc caddy.Module) caddy.Module {
+	switch m := sc.(type) {
+	case *embedded.Module:
+		m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+	case *redis.Module:
+		m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+	}
+	return sc
+}
+
 // serve runs one request through h with next as the rest of the chain.
 func serve(h *Handler, next caddyhttp.HandlerFunc, method, path, body string, headers ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -120,13 +132,7 @@ func TestLeaseRenewedWhileCallRuns(t *testing.T) {
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			sc := st.cfg(t)
-			switch m := sc.(type) { // a 1s lease must outlast op_timeout
-			case *embedded.Module:
-				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
-			case *redis.Module:
-				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
-			}
+			sc := shortOpTimeout(st.cfg(t))
 			h, _ := newHandler(t, `
 routes:
   - name: slow

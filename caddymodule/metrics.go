@@ -35,6 +35,11 @@ type metrics struct {
 	// that found no waiting place, by which bound was full.
 	waiters      *prometheus.GaugeVec
 	waitsRefused *prometheus.CounterVec
+	// kept and keptBytes are the completions the store refused for want
+	// of room that the gateway keeps to write when it has room again,
+	// and the bytes they take (see keptcompletion.go).
+	kept      prometheus.Gauge
+	keptBytes prometheus.Gauge
 }
 
 var processMetrics = &metrics{
@@ -100,6 +105,16 @@ var processMetrics = &metrics{
 		Name:      "waits_refused_total",
 		Help:      "Duplicates answered 409 at once instead of waiting because too many waited already, by route and reason (per_key, per_process).",
 	}, []string{"route", "reason"}),
+	kept: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completions",
+		Help:      "Results the record store refused for want of room (a full disk, a Redis at maxmemory) that this gateway keeps in memory and writes once the store has room again.",
+	}),
+	keptBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completion_bytes",
+		Help:      "Memory taken by the kept completions' bodies and headers.",
+	}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -115,6 +130,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 		processMetrics.waiters, processMetrics.waitsRefused,
+		processMetrics.kept, processMetrics.keptBytes,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

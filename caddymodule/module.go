@@ -65,9 +65,10 @@ type Handler struct {
 	seal     *sealer       // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule   // the loaded Store module
 	store    store.Engine
-	notices  store.Notices // completion notices, when a route waits for them
-	use      *storeUse     // the handler's use of the store (see stores.go)
-	verifier *Verifier     // settles held records with the upstream (see verifier.go)
+	notices  store.Notices    // completion notices, when a route waits for them
+	use      *storeUse        // the handler's use of the store (see stores.go)
+	verifier *Verifier        // settles held records with the upstream (see verifier.go)
+	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
@@ -110,6 +111,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = newVerifier(h)
+	h.kept = kept
 	h.provisionRedrive()
 	h.provisionNotices()
 	return nil
