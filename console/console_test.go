@@ -623,11 +623,12 @@ func TestShowBody(t *testing.T) {
 		{"json credentials", "application/problem+json; charset=utf-8", `{"refresh_token":"r-secret","Api-Key":"k-secret","items":[{"session_id":"s-secret"}]}`,
 			[]string{`"refresh_token": "[redacted]"`, `"Api-Key": "[redacted]"`, `"session_id": "[redacted]"`}, []string{"secret"}},
 		{"too deep", "application/json", deep, []string{"nested too deeply"}, []string{"deep-secret"}},
-		{"text as is", "text/plain", "line 1\n<b>2</b>", []string{"line 1\n<b>2</b>"}, nil},
-		{"invalid json as text", "application/json", `{"a":`, []string{`{"a":`}, nil},
+		{"text as is, opted in", "text/plain", "line 1\n<b>2</b>", []string{"line 1\n<b>2</b>"}, nil},
+		{"invalid json as text, opted in", "application/json", `{"a":`, []string{`{"a":`}, nil},
+		{"ndjson", "application/x-ndjson", "{\"pwd\":\"p-secret\"}\n{\"id\":2}\n", []string{"{\"pwd\":\"[redacted]\"}\n{\"id\":2}\n"}, []string{"secret"}},
 	} {
 		rec := &store.Record{Result: store.Result{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}}
-		v := showBody(rec, store.NewRedactor(nil))
+		v := showBody(rec, store.NewRedactor(nil).WithUnparsed(strings.HasSuffix(tc.name, "opted in")))
 		for _, w := range tc.want {
 			if !strings.Contains(v.Text, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, v.Text, w)
@@ -639,10 +640,18 @@ func TestShowBody(t *testing.T) {
 			}
 		}
 	}
-	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil)); !v.Binary || v.Text != "" {
+	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil).WithUnparsed(true)); !v.Binary || v.Text != "" {
 		t.Errorf("binary body: %+v", v)
 	}
-	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil))
+	// Without the route's show_unparsed_bodies, XML, multipart, other text
+	// and bytes show only as size and digest.
+	for _, body := range []string{"<a><password>x-secret</password></a>", "line 1\n<b>2</b>", "\xff\x00\x01"} {
+		v := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(body)}}, store.NewRedactor(nil))
+		if want := fmt.Sprintf("%d bytes, sha256 %x", len(body), sha256.Sum256([]byte(body))); v.Unparsed != want || v.Text != "" || v.Binary {
+			t.Errorf("unparsed body %q: %+v, want only %q", body, v, want)
+		}
+	}
+	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil).WithUnparsed(true))
 	if !big.Truncated || len(big.Text) > maxShownBody {
 		t.Errorf("large body: truncated %v, %d bytes shown", big.Truncated, len(big.Text))
 	}
