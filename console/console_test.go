@@ -716,11 +716,28 @@ func TestRecordPageRedactsEveryBody(t *testing.T) {
 		{"json with a BOM", "application/json", "\ufeff" + `{"id":"D-3","access_token":"t-secret-2"}`, "D-3"},
 		{"url-encoded form", "application/x-www-form-urlencoded", `access_token=t-secret-3&expires_in=3600`, "expires_in=3600"},
 		{"redact_fields", "application/json", `{"id":"D-4","card_number":"4111-secret-4"}`, "D-4"},
+		{"ndjson", "application/x-ndjson", "{\"id\":\"D-5\"}\n{\"pwd\":\"p-secret-5\"}\n", "D-5"},
+		{"xssi prefix", "application/json", ")]}'\n{\"id\":\"D-6\",\"accessKeyId\":\"a-secret-6\"}", "D-6"},
+		{"json in a json string", "application/json", `{"id":"D-7","payload":"{\"client_assertion\":\"c-secret-7\"}"}`, "D-7"},
+		{"; separated form", "application/x-www-form-urlencoded", `id=D-8;password=p-secret-8`, "id=D-8"},
 	} {
 		id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)})
 		page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
 		if strings.Contains(page, "secret-") || !strings.Contains(page, store.Redacted) || !strings.Contains(page, tc.keep) {
 			t.Errorf("%s: the record page shows the credential or lost %q", tc.name, tc.keep)
 		}
+	}
+	// XML is shown only as its size and digest, unless the route sets
+	// show_unparsed_bodies.
+	const xml = "<deal><id>D-9</id><password>x-secret-9</password></deal>"
+	id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(xml)})
+	digest := fmt.Sprintf("%d bytes, sha256 %x", len(xml), sha256.Sum256([]byte(xml)))
+	if page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String(); strings.Contains(page, "secret-") || !strings.Contains(page, digest) {
+		t.Errorf("xml: the record page shows the body, or not %q", digest)
+	}
+	rt.ShowUnparsedBodies = true
+	f.routes["create_crm_deal"] = rt
+	if page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String(); !strings.Contains(page, html.EscapeString(xml)) || strings.Contains(page, digest) {
+		t.Errorf("xml with show_unparsed_bodies: the record page does not show the body as stored")
 	}
 }
