@@ -70,6 +70,7 @@ const (
 
 var (
 	defaultConfirm          = false
+	defaultShowUnparsed     = false
 	defaultRequireKey       = true
 	defaultForwardKeyHeader = "Idempotency-Key"
 	defaultRetryStatuses    = []int{429, 503}
@@ -123,6 +124,13 @@ type Policy struct {
 	// credential-like names (password, secret, token, api_key, …). The
 	// route's names add to those under defaults.
 	RedactFields []string `json:"redact_fields,omitempty"`
+	// ShowUnparsedBodies: true makes the admin API and the console show
+	// the stored bodies they cannot redact field by field (XML,
+	// multipart, other text; bytes as base64 in the admin API) as they
+	// are, credentials and all. Default false: such a body is shown only
+	// as its size and SHA-256. JSON, NDJSON and URL-encoded forms are
+	// always shown, redacted.
+	ShowUnparsedBodies *bool `json:"show_unparsed_bodies,omitempty"`
 	// Retry is the retry budget and the circuit breaker (see Retry).
 	Retry *Retry `json:"retry,omitempty"`
 	// Owner names who resolves the route's held operations (a team, a
@@ -254,8 +262,11 @@ type Resolved struct {
 	// RedactFields are the route's and the defaults' redact_fields, lower
 	// case, each once; nil when none.
 	RedactFields []string
-	Mode         Mode
-	OnInFlight   OnInFlight
+	// ShowUnparsedBodies: operator views show bodies they cannot redact
+	// field by field as they are, not as size and digest.
+	ShowUnparsedBodies bool
+	Mode               Mode
+	OnInFlight         OnInFlight
 	// InFlightWait is how long a duplicate waits for the first request
 	// to finish; 0 unless OnInFlight is wait.
 	InFlightWait time.Duration
@@ -305,22 +316,23 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 			IgnoreQuery: rt.Fingerprint.Query != nil && !*rt.Fingerprint.Query,
 		},
 
-		TTL:              time.Duration(cmp.Or(rt.TTL, def.TTL, Duration(defaultTTL))),
-		LockLease:        time.Duration(cmp.Or(rt.LockLease, def.LockLease, Duration(defaultLockLease))),
-		HoldTTL:          time.Duration(cmp.Or(rt.HoldTTL, def.HoldTTL, Duration(defaultHoldTTL))),
-		RequireKey:       *cmp.Or(rt.RequireKey, def.RequireKey, &defaultRequireKey),
-		MaxBody:          int64(cmp.Or(rt.MaxBody, def.MaxBody, defaultMaxBody)),
-		MaxResponse:      int64(cmp.Or(rt.MaxResponse, def.MaxResponse, defaultMaxResponse)),
-		ForwardKeyHeader: *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
-		RetryStatuses:    cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
-		OnUnknownOutcome: cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
-		OnRedirect:       cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
-		OnStoreError:     cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
-		Confirm:          *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
-		Verify:           resolveVerify(rt.Verify),
-		RedactFields:     redactFields(def.RedactFields, rt.RedactFields),
-		Mode:             cmp.Or(rt.Mode, def.Mode, ModeEnforce),
-		OnInFlight:       cmp.Or(rt.OnInFlight, def.OnInFlight, OnInFlightReject),
+		TTL:                time.Duration(cmp.Or(rt.TTL, def.TTL, Duration(defaultTTL))),
+		LockLease:          time.Duration(cmp.Or(rt.LockLease, def.LockLease, Duration(defaultLockLease))),
+		HoldTTL:            time.Duration(cmp.Or(rt.HoldTTL, def.HoldTTL, Duration(defaultHoldTTL))),
+		RequireKey:         *cmp.Or(rt.RequireKey, def.RequireKey, &defaultRequireKey),
+		MaxBody:            int64(cmp.Or(rt.MaxBody, def.MaxBody, defaultMaxBody)),
+		MaxResponse:        int64(cmp.Or(rt.MaxResponse, def.MaxResponse, defaultMaxResponse)),
+		ForwardKeyHeader:   *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
+		RetryStatuses:      cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
+		OnUnknownOutcome:   cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
+		OnRedirect:         cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
+		OnStoreError:       cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
+		Confirm:            *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
+		Verify:             resolveVerify(rt.Verify),
+		RedactFields:       redactFields(def.RedactFields, rt.RedactFields),
+		ShowUnparsedBodies: *cmp.Or(rt.ShowUnparsedBodies, def.ShowUnparsedBodies, &defaultShowUnparsed),
+		Mode:               cmp.Or(rt.Mode, def.Mode, ModeEnforce),
+		OnInFlight:         cmp.Or(rt.OnInFlight, def.OnInFlight, OnInFlightReject),
 	}
 	if res.OnInFlight == OnInFlightWait {
 		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))
