@@ -199,15 +199,20 @@ type recordSummary struct {
 }
 
 // recordView is one record in full: the summary plus the stored response's
-// headers, credentials redacted (store.RedactHeader), and body ("body"
-// when it is valid UTF-8, JSON and URL-encoded forms with their
-// credential-like fields redacted by the route's store.Redactor, else
+// headers, credentials redacted (store.RedactHeader), and body (JSON,
+// NDJSON and URL-encoded forms as "body" with their credential-like
+// fields redacted by the route's store.Redactor; anything else as
+// "body_unparsed", its size and digest, or, on a route with
+// show_unparsed_bodies, as "body" when it is valid UTF-8 and else
 // "body_base64"), and the operator actions taken on it.
 type recordView struct {
 	recordSummary
 	Headers    http.Header `json:"headers,omitempty"`
 	Body       *string     `json:"body,omitempty"`
 	BodyBase64 string      `json:"body_base64,omitempty"`
+	// BodyUnparsed stands for a body that cannot be redacted field by
+	// field (XML, multipart, other text, bytes): "412 bytes, sha256 …".
+	BodyUnparsed string `json:"body_unparsed,omitempty"`
 	// BodyRedactions counts the values of the body replaced by
 	// "[redacted]".
 	BodyRedactions int          `json:"body_redactions,omitempty"`
@@ -272,6 +277,8 @@ func view(rec *store.Record, red store.Redactor) recordView {
 	case store.BodyEmpty:
 	case store.BodyBinary:
 		v.BodyBase64 = base64.StdEncoding.EncodeToString(rec.Body)
+	case store.BodyUnparsed:
+		v.BodyUnparsed = shown.Text
 	default:
 		v.Body, v.BodyRedactions = &shown.Text, shown.Redactions
 	}

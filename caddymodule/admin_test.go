@@ -38,6 +38,7 @@ routes:
   - name: files
     match: { path: /files }
     key: ["{header.Idempotency-Key}"]
+    show_unparsed_bodies: true
   - name: slow
     match: { path: /slow }
     key: ["{header.Idempotency-Key}"]
@@ -759,5 +760,53 @@ func TestAdminRedactsCredentials(t *testing.T) {
 		if code != http.StatusOK || strings.Contains(string(raw), "s3cr3t") {
 			t.Errorf("%s answer: %d %s", call.path, code, raw)
 		}
+	}
+}
+
+// TestAdminRedactsBodyShapes: stored bodies whose credentials a plain
+// JSON or form reading misses (NDJSON, an XSSI prefix, XML, multipart)
+// show none through the record view: NDJSON and XSSI-prefixed JSON with
+// the values hidden, XML and multipart only as their size and digest.
+func TestAdminRedactsBodyShapes(t *testing.T) {
+	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	a := newAdmin(h)
+	for i, tc := range []struct{ ct, body, shown string }{
+		{"application/x-ndjson", "{\"id\":\"D-1\"}\n{\"pwd\":\"s3cr3t-ndjson\"}\n", `"pwd":"[redacted]"`},
+		{"application/json", ")]}'\n{\"accessKeyId\":\"s3cr3t-xssi\"}", `"accessKeyId":"[redacted]"`},
+		{"application/xml", "<deal><password>s3cr3t-xml</password></deal>", ""},
+		{"multipart/form-data; boundary=B", "--B\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\ns3cr3t-multipart\r\n--B--\r\n", ""},
+	} {
+		if tc.shown == "" { // size and digest only
+			tc.shown = fmt.Sprintf("%d bytes, sha256 %x", len(tc.body), sha256.Sum256([]byte(tc.body)))
+		}
+		next := func(w http.ResponseWriter, r *http.Request) error {
+			w.Header().Set("Content-Type", tc.ct)
+			w.WriteHeader(http.StatusCreated)
+			_, err := w.Write([]byte(tc.body))
+			return err
+		}
+		before := routeIDs(adminList(t, a, "route=deals", 0), "")
+		serve(h, next, "POST", "/deals", `{}`, "Idempotency-Key", fmt.Sprintf("shape-%d", i))
+		ids := slices.DeleteFunc(routeIDs(adminList(t, a, "route=deals", 0), ""), func(id string) bool { return slices.Contains(before, id) })
+		if len(ids) != 1 {
+			t.Fatalf("%s: new records %v, want 1", tc.ct, ids)
+		}
+		id := ids[0]
+		code, raw := adminDo(t, a, "GET", "/idempotency/records/"+id, "")
+		if leak := strings.Contains(string(raw), "s3cr3t"); code != http.StatusOK || leak || !strings.Contains(string(raw), strings.ReplaceAll(tc.shown, `"`, `\"`)) {
+			t.Errorf("%s: record view %d, the credential shows: %v; want %s in it and no credential:\n%s", tc.ct, code, leak, tc.shown, raw)
+		}
+	}
+	// A route with show_unparsed_bodies shows XML as it is stored.
+	const xml = "<deal><id>D-7</id></deal>"
+	serve(h, func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "application/xml")
+		_, err := w.Write([]byte(xml))
+		return err
+	}, "POST", "/files", `{}`, "Idempotency-Key", "xml-shown")
+	var rec recordView
+	adminJSON(t, a, "GET", "/idempotency/records/"+onlyRecord(t, a, "files"), "", &rec)
+	if rec.Body == nil || *rec.Body != xml || rec.BodyUnparsed != "" {
+		t.Errorf("show_unparsed_bodies: body %v, body_unparsed %q; want the XML as stored", rec.Body, rec.BodyUnparsed)
 	}
 }

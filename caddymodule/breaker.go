@@ -2,11 +2,16 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
 	"time"
+	"weak"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/config"
@@ -19,9 +24,12 @@ import (
 // counted from the opening; then one probe is let through, whose success
 // closes the breaker and whose failure opens it for a full cool-down
 // again. Replays and other answers from a record never pass through it.
-// It lives as long as the process, across reloads that keep its rule.
+// It belongs to one route of one handler and outlives reloads that keep
+// both (see breakerOwner).
 type breaker struct {
-	rule  config.BreakerRule
+	rule config.BreakerRule
+	// gauge counts the open breakers of routes with this name (a
+	// gateway with two sites may have two): this one adds 1 while open.
 	gauge prometheus.Gauge
 	now   func() time.Time
 
@@ -31,31 +39,85 @@ type breaker struct {
 	probing  bool      // the probe is out
 }
 
-// breakers are the process's breakers by route name: a reload that keeps
-// a route's rule keeps its breaker (and its state).
-var breakers = struct {
-	sync.Mutex
-	m map[string]*breaker
-}{m: map[string]*breaker{}}
+// newBreaker is a closed breaker under rule, counted in gauge.
+func newBreaker(rule config.BreakerRule, gauge prometheus.Gauge) *breaker {
+	gauge.Add(0) // the route's series shows from the start
+	return &breaker{rule: rule, gauge: gauge, now: time.Now}
+}
 
-// breakerFor returns route's breaker under rule (nil: the route has none).
-func breakerFor(route string, rule *config.BreakerRule, gauge *prometheus.GaugeVec) *breaker {
-	breakers.Lock()
-	defer breakers.Unlock()
-	if rule == nil {
-		if _, ok := breakers.m[route]; ok {
-			delete(breakers.m, route)
-			gauge.DeleteLabelValues(route)
-		}
-		return nil
+// Destruct takes the breaker out of the gauge when the last config that
+// had it is gone. Requests of that config that are still running go on
+// reporting to it, uncounted.
+func (b *breaker) Destruct() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.openedAt.IsZero() {
+		b.gauge.Dec()
 	}
-	if b, ok := breakers.m[route]; ok && b.rule == *rule {
-		return b
+	b.gauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "idemgate_breaker_gone"}) // registered nowhere
+	return nil
+}
+
+// breakers are the process's breakers.
+var breakers = newBreakerOwner()
+
+// breakerOwner shares each route's breaker across config reloads, as
+// storeOwner shares stores: a reload provisions the new config before it
+// cleans up the old one, so a breaker the new config keeps goes 1 → 2 → 1
+// references in the pool and lives on, open or not.
+//
+// A breaker is one route of one handler. "The same handler" after a reload
+// is the handler in the same place: the same Caddy server (the listener
+// addresses a Caddyfile site block makes into srv0, srv1, ...), the n-th
+// handler in that server with a route of that name, and the same breaker
+// rule. Two sites, or two handlers in one site, with a route of the same
+// name have two breakers, whatever store they use; a reload that changes
+// a route's breaker rule starts it closed.
+type breakerOwner struct {
+	pool *caddy.UsagePool // *breaker by breaker key
+
+	mu     sync.Mutex
+	server weak.Pointer[caddyhttp.Server] // the server whose handlers are being provisioned
+	seen   map[string]int                 // route names in server's handlers so far
+}
+
+func newBreakerOwner() *breakerOwner {
+	return &breakerOwner{pool: caddy.NewUsagePool()}
+}
+
+// load returns the breaker of route name under rule for a handler being
+// provisioned in ctx, and its key in the pool, which the handler gives
+// back with unload when it is cleaned up. Caddy provisions one config at
+// a time, a server's handlers in their order in the config: the count of
+// a route name within the server starts anew with each server.
+func (o *breakerOwner) load(ctx caddy.Context, name string, rule config.BreakerRule, gauge *prometheus.GaugeVec) (*breaker, string, error) {
+	srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	o.mu.Lock()
+	if at := weak.Make(srv); at != o.server || o.seen == nil {
+		o.server, o.seen = at, map[string]int{}
 	}
-	b := &breaker{rule: *rule, gauge: gauge.WithLabelValues(route), now: time.Now}
-	b.gauge.Set(0)
-	breakers.m[route] = b
-	return b
+	nth := o.seen[name]
+	o.seen[name]++
+	o.mu.Unlock()
+	serverName := ""
+	if srv != nil {
+		serverName = srv.Name()
+	}
+	key := fmt.Sprintf("%q/%q#%d %d/%s", serverName, name, nth, rule.Failures, rule.CoolDown)
+	v, _, err := o.pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newBreaker(rule, gauge.WithLabelValues(name)), nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return v.(*breaker), key, nil
+}
+
+// unload gives back the handler's references to its breakers.
+func (o *breakerOwner) unload(keys []string) {
+	for _, k := range keys {
+		_, _ = o.pool.Delete(k)
+	}
 }
 
 // admit asks whether a new execution may be forwarded now. While the
@@ -108,7 +170,7 @@ func (b *breaker) done(probe, failed bool) {
 			return
 		}
 		b.openedAt, b.streak = time.Time{}, 0
-		b.gauge.Set(0)
+		b.gauge.Dec()
 	case !b.openedAt.IsZero():
 		// A call that started before the breaker opened: the probe
 		// decides, not it.
@@ -117,7 +179,7 @@ func (b *breaker) done(probe, failed bool) {
 	default:
 		if b.streak++; b.streak >= b.rule.Failures {
 			b.openedAt, b.streak = b.now(), 0
-			b.gauge.Set(1)
+			b.gauge.Inc()
 		}
 	}
 }
@@ -145,11 +207,35 @@ func (h *Handler) wouldExecute(ctx context.Context, id string) bool {
 	return false
 }
 
+// errBreakerOpen is a waiting duplicate's claim refused by the route's
+// breaker (see readmit).
+var errBreakerOpen = errors.New("the route's breaker refuses new executions")
+
+// readmit asks the route's breaker again for a request that waited for
+// the first request with its key and may now go on to execute: the
+// breaker may have opened while it waited. It reports whether the breaker
+// refuses it (g.refused says for how long). A request that holds the
+// probe keeps it.
+func (h *Handler) readmit(g *guarded) bool {
+	if g.rt.breaker == nil || g.probe {
+		return false
+	}
+	g.probe, g.refused = g.rt.breaker.admit()
+	return g.refused > 0
+}
+
+// giveBackProbe returns the probe of a request that turned out not to
+// execute yet (it waits on).
+func (h *Handler) giveBackProbe(g *guarded) {
+	g.rt.breaker.cancel(g.probe)
+	g.probe = false
+}
+
 // breakerOpen answers a new execution that the route's open breaker
 // refuses: 503 with the seconds until the breaker lets a probe through.
-func (h *Handler) breakerOpen(g *guarded, w http.ResponseWriter, wait time.Duration) error {
+func (h *Handler) breakerOpen(g *guarded, w http.ResponseWriter) error {
 	g.outcome = outcomeBreakerOpen
 	p := probBreakerOpen.with("the upstream of route "+g.rt.Name+" failed repeatedly; new executions are paused and nothing was forwarded", g.rt.Name)
-	p.retryAfter = retryAfter(wait)
+	p.retryAfter = retryAfter(g.refused)
 	return h.problem(g, w, p)
 }

@@ -1,11 +1,14 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -45,10 +48,7 @@ func TestBreaker(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "open"}, []string{"route"})
 			now := time.Unix(1000, 0)
-			b := breakerFor("t-"+tt.name, &config.BreakerRule{Failures: 3, CoolDown: 30 * time.Second}, gauge)
-			// The registry is the process's: without this, a second run
-			// (go test -count=2) would get this run's breaker, open.
-			t.Cleanup(func() { breakerFor("t-"+tt.name, nil, gauge) })
+			b := newBreaker(config.BreakerRule{Failures: 3, CoolDown: 30 * time.Second}, gauge.WithLabelValues("t"))
 			b.now = func() time.Time { return now }
 			for i, s := range tt.steps {
 				switch s.do {
@@ -78,7 +78,7 @@ func TestBreaker(t *testing.T) {
 					t.Fatalf("step %d (%s): admit = %q, want %q", i, s.do, got, s.want)
 				}
 				var m dto.Metric
-				_ = gauge.WithLabelValues("t-" + tt.name).Write(&m)
+				_ = gauge.WithLabelValues("t").Write(&m)
 				open := m.GetGauge().GetValue()
 				if wantOpen := s.want != ""; (open == 1) != wantOpen {
 					t.Fatalf("step %d (%s): gauge %v with admit %q", i, s.do, open, got)
@@ -88,21 +88,81 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
-func TestBreakerForKeepsStateAcrossReloads(t *testing.T) {
+// TestBreakerOwner: a breaker is one route of one handler, and a reload
+// that keeps the handler in its place and the route's rule keeps its
+// breaker, open or not.
+func TestBreakerOwner(t *testing.T) {
+	o := newBreakerOwner()
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "open"}, []string{"route"})
-	rule := &config.BreakerRule{Failures: 1, CoolDown: time.Minute}
-	a := breakerFor("reloaded", rule, gauge)
-	a.done(false, true)
-	if b := breakerFor("reloaded", &config.BreakerRule{Failures: 1, CoolDown: time.Minute}, gauge); b != a {
-		t.Fatal("the same rule made a new breaker")
+	open := func() float64 {
+		var m dto.Metric
+		_ = gauge.WithLabelValues("create").Write(&m)
+		return m.GetGauge().GetValue()
 	}
-	if _, wait := a.admit(); wait == 0 {
-		t.Fatal("the breaker did not open")
+	rule := config.BreakerRule{Failures: 1, CoolDown: time.Minute}
+	// load provisions one config: a server with handlers, each with a
+	// route named create under its rule; it returns their breakers and
+	// the function that cleans the config up.
+	load := func(rules ...config.BreakerRule) ([]*breaker, func()) {
+		srv := new(caddyhttp.Server)
+		ctx := caddy.Context{Context: context.WithValue(context.Background(), caddyhttp.ServerCtxKey, srv)}
+		var bs []*breaker
+		var keys []string
+		for _, r := range rules {
+			b, key, err := o.load(ctx, "create", r, gauge)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, keys = append(bs, b), append(keys, key)
+		}
+		return bs, func() { o.unload(keys) }
 	}
-	if c := breakerFor("reloaded", &config.BreakerRule{Failures: 2, CoolDown: time.Minute}, gauge); c == a {
-		t.Fatal("a changed rule kept the old breaker")
+
+	first, cleanFirst := load(rule, rule)
+	if first[0] == first[1] {
+		t.Fatal("two handlers in one server with a route named create share a breaker")
 	}
-	if breakerFor("reloaded", nil, gauge) != nil {
-		t.Fatal("no rule, but a breaker")
+	first[0].done(false, true)
+	if _, wait := first[0].admit(); wait == 0 {
+		t.Fatal("the first handler's breaker did not open")
+	}
+	if probe, wait := first[1].admit(); probe || wait != 0 {
+		t.Fatal("the second handler's breaker is not closed")
+	}
+	if open() != 1 {
+		t.Fatalf("gauge %v with one of two breakers open, want 1", open())
+	}
+
+	// A reload: the new config is provisioned before the old one is
+	// cleaned up.
+	second, cleanSecond := load(rule, rule)
+	cleanFirst()
+	if second[0] != first[0] || second[1] != first[1] {
+		t.Fatal("a reload that kept the handlers made new breakers")
+	}
+	if _, wait := second[0].admit(); wait == 0 {
+		t.Fatal("the reload closed the open breaker")
+	}
+
+	// A reload that changes the first handler's rule starts it closed.
+	third, cleanThird := load(config.BreakerRule{Failures: 2, CoolDown: time.Minute}, rule)
+	cleanSecond()
+	if third[0] == first[0] || third[1] != first[1] {
+		t.Fatal("a changed rule kept its breaker, or an unchanged one lost it")
+	}
+	if open() != 0 {
+		t.Fatalf("gauge %v once the open breaker's config is gone, want 0", open())
+	}
+	cleanThird()
+	for range 3 {
+		third[0].done(false, true) // a request of the cleaned-up config ends late
+	}
+	if open() != 0 {
+		t.Fatalf("gauge %v after late outcomes reached a breaker no config has, want 0", open())
+	}
+	left := 0
+	o.pool.Range(func(any, any) bool { left++; return true })
+	if left != 0 {
+		t.Fatalf("%d breakers left once every config is gone", left)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -22,7 +24,8 @@ import (
 // verified result answers the retry, a record found not applied (released)
 // or gone is claimed again, and one still held answers 409. On a route
 // whose duplicates wait, a duplicate of a request in flight waits for it
-// (see wait.go), watching the record from before its claim.
+// (see wait.go), watching the record from before its claim, while a
+// waiting place is free.
 func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
 	var wt *waiter
 	if g.rt.wait {
@@ -33,6 +36,11 @@ func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keyi
 	if err != nil || c != nil || !h.shouldWait(wt, g, method, in, fp) {
 		return c, err
 	}
+	leave, ok := h.enterWait(g)
+	if !ok {
+		return nil, nil // answered as without waiting
+	}
+	defer leave()
 	return h.await(ctx, g, wt, method, in, fp)
 }
 
@@ -74,6 +82,14 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in 
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
 func (h *Handler) claimKey(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+	if kc := h.kept.find(h.store, g.id); kc != nil {
+		// This gateway keeps the key's result, which the store refused
+		// for want of room: written first, so the retry replays the
+		// answer its client got, or fails closed while it cannot be.
+		if _, err := h.writeKept(kc, zap.String("tried_by", "a retry of its key")); err != nil {
+			return nil, fmt.Errorf("%w: %w", errKeptUnwritten, err)
+		}
+	}
 	req := h.claimRequest(g, fp, g.rt.fpRule)
 	res, err := h.claimOnce(ctx, req)
 	if err == nil {
@@ -172,6 +188,11 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 		// wait_strict: the store is up, a replica is not; forwarding
 		// unguarded would defeat the mode on every route.
 		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+	}
+	if errors.Is(err, errKeptUnwritten) && !g.rt.observing() {
+		// Forwarding it, even under fail_open, would execute the
+		// operation a second time.
+		return h.problem(g, w, probStoreDown.with("the store has no room yet for this key's result, which the gateway keeps; the request was not forwarded", g.rt.Name))
 	}
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note

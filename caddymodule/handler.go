@@ -54,6 +54,7 @@ type guarded struct {
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
 	probe   bool            // the request carries its route's breaker probe
+	refused time.Duration   // the route's breaker refuses new executions for this long (0: it does not)
 	sealed  []byte          // the request sealed for a re-drive (keep_request), else nil
 	would   string          // observe mode: what enforce would have done (see observe)
 	waited  time.Duration   // on_in_flight wait: how long it waited for the first request
@@ -143,16 +144,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		rt.remember(next, r)
 	}
 
-	var wait time.Duration
 	if rt.breaker != nil {
-		g.probe, wait = rt.breaker.admit()
-		if wait > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
-			return h.breakerOpen(g, w, wait)
+		g.probe, g.refused = rt.breaker.admit()
+		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
+			return h.breakerOpen(g, w)
 		}
 	}
 	claim, err := h.claim(r.Context(), g, method, in, fp)
 	if (claim == nil || err != nil) && rt.breaker != nil {
 		rt.breaker.cancel(g.probe)
+	}
+	if errors.Is(err, errBreakerOpen) {
+		return h.breakerOpen(g, w)
 	}
 	if err != nil {
 		return h.storeFailed(g, w, r, next, &buf, err)
@@ -163,12 +166,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if claim == nil {
 		return h.answer(g, w, method, in, fp)
 	}
-	if wait > 0 && !rt.observing() {
+	if g.refused > 0 && !rt.observing() {
 		// The breaker opened meanwhile, or the record turned out to be
 		// claimable: give the claim back unused.
 		h.use.enter()
 		go h.releaseLost(claim)
-		return h.breakerOpen(g, w, wait)
+		return h.breakerOpen(g, w)
 	}
 	return h.execute(g, w, r, next, key, &buf, claim)
 }

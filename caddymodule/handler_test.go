@@ -47,23 +47,48 @@ var testStores = []struct {
 // newHandler provisions a handler from YAML rules, with its logs observed.
 func newHandler(t *testing.T, rules string, sc caddy.Module) (*Handler, *observer.ObservedLogs) {
 	t.Helper()
+	h, logs, err := provisionHandler(t, rules, sc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, logs
+}
+
+// provisionHandler provisions and validates a handler from YAML rules
+// and the deployment secret ("" for none), with its logs observed, and
+// returns the config's error.
+func provisionHandler(t *testing.T, rules string, sc caddy.Module, secret string) (*Handler, *observer.ObservedLogs, error) {
+	t.Helper()
 	parsed, err := config.Parse("routes.yaml", []byte(rules), config.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	t.Cleanup(cancel)
-	h := &Handler{Rules: *parsed, Store: storeJSON(sc)}
-	if err := h.Provision(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := &Handler{Rules: *parsed, Store: storeJSON(sc), Secret: secret}
+	err = h.Provision(ctx)
 	t.Cleanup(func() { _ = h.Cleanup() })
-	if err := h.Validate(); err != nil {
-		t.Fatal(err)
+	if err == nil {
+		err = h.Validate()
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	h.logger = zap.New(core)
-	return h, logs
+	return h, logs, nil
+}
+
+// shortOpTimeout gives a test store an op_timeout of 500ms, which a 1s
+// lease (the shortest) must outlast.
+func shortOpTimeout(sc caddy.Module) caddy.Module {
+	switch m := sc.(type) {
+	case *embedded.Module:
+		m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+	case *redis.Module:
+		m.OpTimeout = caddy.Duration(500 * time.Millisecond)
+	}
+	return sc
 }
 
 // serve runs one request through h with next as the rest of the chain.
@@ -107,13 +132,7 @@ func TestLeaseRenewedWhileCallRuns(t *testing.T) {
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
-			sc := st.cfg(t)
-			switch m := sc.(type) { // a 1s lease must outlast op_timeout
-			case *embedded.Module:
-				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
-			case *redis.Module:
-				m.OpTimeout = caddy.Duration(500 * time.Millisecond)
-			}
+			sc := shortOpTimeout(st.cfg(t))
 			h, _ := newHandler(t, `
 routes:
   - name: slow

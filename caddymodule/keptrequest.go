@@ -10,7 +10,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/config"
 )
 
 // keptRequest is a request as a record keeps it for a re-drive
@@ -26,7 +26,7 @@ type keptRequest struct {
 	Key string `json:"k"`
 }
 
-// sealInfo names the key derived from the deployment secret for kept
+// sealInfo names the key derived from the configured secret for kept
 // requests; a new format gets a new name.
 const sealInfo = "idemgate keep_request AES-256-GCM v1"
 
@@ -34,7 +34,8 @@ const sealInfo = "idemgate keep_request AES-256-GCM v1"
 const sealVersion = 1
 
 // sealer encrypts kept requests at rest: AES-256-GCM under a key derived
-// with HKDF-SHA-256 from the deployment secret, a random nonce per
+// with HKDF-SHA-256 from the secret given in the config (never the one a
+// store keeps, which sits beside what it would seal), a random nonce per
 // request, and the record id as additional data, so a sealed request
 // opens only as the request of its own record.
 type sealer struct{ aead cipher.AEAD }
@@ -70,9 +71,14 @@ func (s *sealer) seal(id string, kr *keptRequest) ([]byte, error) {
 	return s.aead.Seal(out, out[1:1+n], plain, []byte(id)), nil
 }
 
-// errUnsealable: the kept request does not open under this deployment's
-// secret (another secret, another record's, damaged).
-var errUnsealable = errors.New("the kept request cannot be opened with this deployment's secret")
+// errUnsealable: the kept request does not open under the key derived
+// from the configured secret: it was sealed under another key (by an
+// earlier version, under the secret the store keeps; or before the
+// configured secret was changed), is another record's, or is damaged.
+// Nothing can run it again; the client's retry can, once released.
+var errUnsealable = errors.New("its kept request does not open under the key derived from the configured secret: " +
+	"it was sealed under another key (by an earlier version, under the secret the store keeps, or before the secret was changed) or is damaged, " +
+	"so it cannot be run again: release the record and let the client retry")
 
 // open decrypts the request kept on record id.
 func (s *sealer) open(id string, sealed []byte) (*keptRequest, error) {
@@ -92,16 +98,46 @@ func (s *sealer) open(id string, sealed []byte) (*keptRequest, error) {
 	return &kr, nil
 }
 
-// keptHeaders are the request's headers a kept request carries: not the
-// caller's credentials (store.IsCredentialHeader), not the headers the
-// route's scope reads (what identifies the caller), not hop-by-hop ones.
-func keptHeaders(rt *route, h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	for name, vv := range h {
-		if store.IsCredentialHeader(name) || unstored[name] || rt.scopeHeaders[name] {
-			continue
+// alwaysKept are the request headers every kept request carries when
+// the request has them: what the upstream needs to read the body and
+// shape its answer.
+var alwaysKept = []string{"Content-Type", "Content-Encoding", "Accept"}
+
+// keptHeaderSet is the allowlist of a route's kept requests: alwaysKept,
+// the headers the route's key templates read (its fingerprint reads
+// none: body, path and query only) and its keep_headers; never one its
+// scope reads (what identifies the caller). Everything else a request
+// brings (the caller's credentials, proofs and signatures bound to the
+// original delivery such as DPoP or a webhook's HMAC) stays out.
+func keptHeaderSet(res *config.Resolved) map[string]bool {
+	set := make(map[string]bool, len(alwaysKept)+len(res.KeepHeaders))
+	for _, name := range alwaysKept {
+		set[name] = true
+	}
+	for _, t := range res.Key {
+		for _, name := range t.Headers() {
+			set[name] = true
 		}
-		out[name] = append([]string(nil), vv...)
+	}
+	for _, name := range res.KeepHeaders {
+		set[name] = true
+	}
+	for _, t := range res.Scope {
+		for _, name := range t.Headers() {
+			delete(set, name)
+		}
+	}
+	return set
+}
+
+// keptHeaders are the request's headers a kept request carries: those on
+// the route's allowlist (see keptHeaderSet).
+func keptHeaders(rt *route, h http.Header) http.Header {
+	out := make(http.Header, len(rt.keepHeaders))
+	for name := range rt.keepHeaders {
+		if vv, ok := h[name]; ok {
+			out[name] = append([]string(nil), vv...)
+		}
 	}
 	return out
 }

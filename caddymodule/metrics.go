@@ -16,7 +16,9 @@ type metrics struct {
 	executions  *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
-	// breakerOpen is 1 while a route's breaker is open (retry.breaker).
+	// breakerOpen counts the open breakers (retry.breaker) of routes
+	// with a name: 1 while the route's breaker is open, more only when
+	// several handlers (sites) have a route of that name.
 	breakerOpen *prometheus.GaugeVec
 	// exhausted counts operations held after using up their retry budget.
 	exhausted *prometheus.CounterVec
@@ -29,6 +31,15 @@ type metrics struct {
 	// the wait ended; waitTime is how long they waited.
 	waits    *prometheus.CounterVec
 	waitTime *prometheus.HistogramVec
+	// waiters is how many duplicates wait now; waitsRefused counts those
+	// that found no waiting place, by which bound was full.
+	waiters      *prometheus.GaugeVec
+	waitsRefused *prometheus.CounterVec
+	// kept and keptBytes are the completions the store refused for want
+	// of room that the gateway keeps to write when it has room again,
+	// and the bytes they take (see keptcompletion.go).
+	kept      prometheus.Gauge
+	keptBytes prometheus.Gauge
 }
 
 var processMetrics = &metrics{
@@ -56,7 +67,7 @@ var processMetrics = &metrics{
 	breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "breaker_open",
-		Help:      "1 while the route's breaker (retry.breaker) refuses new executions on this gateway, else 0; by route.",
+		Help:      "Open breakers (retry.breaker) on this gateway by route name: 1 while the route's breaker refuses new executions, else 0; the number of them open when several sites have a route of that name.",
 	}, []string{"route"}),
 	exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
@@ -76,7 +87,7 @@ var processMetrics = &metrics{
 	waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "in_flight_waits_total",
-		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, timeout, client_gone, store_error).",
+		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, breaker_open, timeout, client_gone, store_error).",
 	}, []string{"route", "result"}),
 	waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "idemgate",
@@ -84,6 +95,26 @@ var processMetrics = &metrics{
 		Help:      "How long duplicates waited for the first request with their key, by route.",
 		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"route"}),
+	waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "waiters",
+		Help:      "Duplicates waiting now for the first request with their key (on_in_flight: wait), by route; at most 32 per key and 256 per process.",
+	}, []string{"route"}),
+	waitsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "waits_refused_total",
+		Help:      "Duplicates answered 409 at once instead of waiting because too many waited already, by route and reason (per_key, per_process).",
+	}, []string{"route", "reason"}),
+	kept: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completions",
+		Help:      "Results the record store refused for want of room (a full disk, a Redis at maxmemory) that this gateway keeps in memory and writes once the store has room again.",
+	}),
+	keptBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "idemgate",
+		Name:      "kept_completion_bytes",
+		Help:      "Memory taken by the kept completions' bodies and headers.",
+	}),
 }
 
 // registerMetrics registers the process's collectors with reg (which may
@@ -98,6 +129,8 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 		verificationsTotal,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
+		processMetrics.waiters, processMetrics.waitsRefused,
+		processMetrics.kept, processMetrics.keptBytes,
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

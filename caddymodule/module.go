@@ -55,19 +55,26 @@ type Handler struct {
 	// replaced when the config is loaded. It is never logged. Default: the
 	// secret kept in the store, created by the first gateway that uses it,
 	// so that every instance sharing the store derives the same ids.
+	// Required when a route keeps requests (keep_request): they are
+	// sealed under a key derived from this secret alone, never from the
+	// one the store keeps beside them.
 	Secret string `json:"secret,omitempty"`
 
-	routes    []*route
-	ids       *keying.IDKey // derives record ids under the deployment secret
-	seal      *sealer       // encrypts kept requests under a key derived from it
-	storeMod  StoreModule   // the loaded Store module
-	store     store.Engine
-	notices   store.Notices // completion notices, when a route waits for them
-	use       *storeUse     // the handler's use of the store (see stores.go)
-	verifier  *Verifier     // settles held records with the upstream (see verifier.go)
-	logger    *zap.Logger
-	metrics   *metrics
-	redriveTo *redriveTo // where re-drives go (see redrive_chain.go)
+	routes   []*route
+	ids      *keying.IDKey // derives record ids under the deployment secret
+	seal     *sealer       // encrypts kept requests under a key derived from the configured secret; nil without one
+	storeMod StoreModule   // the loaded Store module
+	store    store.Engine
+	notices  store.Notices    // completion notices, when a route waits for them
+	use      *storeUse        // the handler's use of the store (see stores.go)
+	verifier *Verifier        // settles held records with the upstream (see verifier.go)
+	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
+	// breakerKeys are the handler's references to its routes' breakers
+	// (see breakerOwner), given back at Cleanup.
+	breakerKeys []string
+	logger      *zap.Logger
+	metrics     *metrics
+	redriveTo   *redriveTo // where re-drives go (see redrive_chain.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -90,6 +97,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.checkKeepSecret(); err != nil {
+		return err
+	}
 
 	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
 
@@ -102,6 +112,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = newVerifier(h)
+	h.kept = kept
 	h.provisionRedrive(ctx)
 	h.provisionNotices()
 	return nil
@@ -115,12 +126,15 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup takes the store off the operator API's list and releases this
-// config's reference to the shared store connection: at once when no
-// request of this config is running, else when the last one is done (a
-// reload replaced the config while calls made under it were running).
+// Cleanup gives back the handler's breakers, takes the store off the
+// operator API's list and releases this config's reference to the shared
+// store connection: at once when no request of this config is running,
+// else when the last one is done (a reload replaced the config while
+// calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
+	breakers.unload(h.breakerKeys)
+	h.breakerKeys = nil
 	if h.use == nil {
 		return nil
 	}

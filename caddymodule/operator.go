@@ -77,12 +77,24 @@ func (t Target) TTL() time.Duration {
 }
 
 // Redactor hides credentials in the record's stored body: the built-in
-// names and its route's redact_fields.
+// names and its route's redact_fields (see routeRedactor).
 func (t Target) Redactor() store.Redactor {
 	if !t.Known {
+		return routeRedactor(nil)
+	}
+	return routeRedactor(&t.Route)
+}
+
+// routeRedactor is the redaction of the stored bodies of route rt's
+// records: the built-in credential names and its redact_fields, and its
+// show_unparsed_bodies. A record whose route is not configured (nil) gets
+// the built-in names, and bodies that cannot be redacted field by field
+// only as size and digest.
+func routeRedactor(rt *config.Resolved) store.Redactor {
+	if rt == nil {
 		return store.NewRedactor(nil)
 	}
-	return store.NewRedactor(t.Route.RedactFields)
+	return store.NewRedactor(rt.RedactFields).WithUnparsed(rt.ShowUnparsedBodies)
 }
 
 // Find looks record id up in every live store; the first that has it

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -104,14 +105,16 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 	if err != nil {
 		h.logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
 			zap.String("route", g.rt.Name), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
+		var size int64
 		if rec.op == "complete" {
 			// The capture's buffer goes back to its pool when the request
 			// ends: the background tries keep a copy of their own.
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
+			size = resultSize(res)
 		}
 		h.use.enter()
-		go h.keepRecording(g.rt.Name, c.ID(), rec, deadline)
+		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
 	} else if !ok {
 		h.claimLost(g.rt.Name, c.ID(), rec.op)
 	}
@@ -137,31 +140,117 @@ const (
 )
 
 // keepRecording tries rec again, with growing pauses, until it lands or
-// deadline passes. It runs in the background and leaves the handler when
-// done.
-func (h *Handler) keepRecording(route, id string, rec recording, deadline time.Time) {
+// deadline passes; err is why the last try failed. It runs in the
+// background and leaves the handler when done.
+//
+// A completion the store refused for want of room (store.ErrNoRoom) is
+// kept past deadline, within the gateway's bound (see keptcompletion.go):
+// it is tried until it lands, its claim renewed every third of its lease
+// meanwhile, so the answer the client got is what a retry replays. A
+// store that had no room for the renewals either lets the lease run out,
+// and a retry meanwhile holds the record as outcome unknown (lease
+// expired): the completion, written later under the same token, still
+// applies to it (see store.CompleteRequest), while a record an operator
+// resolved, a check settled or another claim took over has a new token
+// and is never overwritten.
+func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, size int64, deadline time.Time, err error) {
 	defer h.use.leave()
+	var kc *keptCompletion
+	defer func() {
+		if kc != nil {
+			h.kept.forget(kc)
+		}
+	}()
+	full := false // the bound kept a refused completion out; said once
+	renewed := time.Now()
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
-		if time.Now().Add(pause).After(deadline) {
+		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
+			kc = &keptCompletion{key: keptKey{h.store, c.ID()}, route: route, rec: rec, size: size}
+			if !h.kept.keep(kc) {
+				kc = nil
+				if !full {
+					full = true
+					n, b := h.kept.count()
+					h.logger.Warn("the store has no room for the upstream's result and this gateway keeps no more: it is tried until the lease runs out, then the record is held as outcome unknown",
+						zap.String("route", route), zap.String("record_id", c.ID()),
+						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", h.kept.maxCount), zap.Int64("max_kept_bytes", h.kept.maxBytes))
+				}
+			} else {
+				h.logger.Warn("the store has no room for the upstream's result: the gateway keeps it, renewing its claim, and writes it once the store has room again",
+					zap.String("route", route), zap.String("record_id", c.ID()), zap.Error(err))
+			}
+		}
+		if kc == nil && time.Now().Add(pause).After(deadline) {
 			h.logger.Error("gave up recording the upstream outcome; the record will surface as outcome unknown",
-				zap.String("route", route), zap.String("record_id", id), zap.String("step", rec.op), zap.Int("tries", tries-1))
+				zap.String("route", route), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Int("tries", tries-1))
 			return
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, recordRetryMax)
-		ok, err := h.recordOnce(route, id, rec)
-		switch {
-		case err != nil:
-			h.logger.Debug("recording the upstream outcome failed again", zap.String("record_id", id), zap.Int("try", tries), zap.Error(err))
-			continue
-		case !ok:
-			h.claimLost(route, id, rec.op)
-		default:
-			h.logger.Info("recorded the upstream outcome after retrying",
-				zap.String("route", route), zap.String("record_id", id), zap.String("step", rec.op), zap.Int("tries", tries))
+		if kc == nil {
+			var ok bool
+			ok, err = h.recordOnce(route, c.ID(), rec)
+			if err == nil {
+				h.recorded(route, c.ID(), rec.op, ok, zap.Int("tries", tries))
+				return
+			}
+		} else {
+			pause = min(pause, c.Lease()/3) // a try at each renewal
+			if time.Since(renewed) >= c.Lease()/3 {
+				h.renewKept(c)
+				renewed = time.Now()
+			}
+			var done bool
+			if done, err = h.writeKept(kc, zap.Int("tries", tries)); done {
+				return
+			}
 		}
+		h.logger.Debug("recording the upstream outcome failed again", zap.String("record_id", c.ID()), zap.Int("try", tries), zap.Error(err))
+	}
+}
+
+// recorded logs a later try that reached the store: ok, or the claim was
+// lost. how says which try it was.
+func (h *Handler) recorded(route, id, op string, ok bool, how zap.Field) {
+	if !ok {
+		h.claimLost(route, id, op)
 		return
+	}
+	h.logger.Info("recorded the upstream outcome after retrying",
+		zap.String("route", route), zap.String("record_id", id), zap.String("step", op), how)
+}
+
+// writeKept tries to write a kept completion once; done when it is
+// written (or its claim was lost), by this try or an earlier one. how
+// says who tries, for the log.
+func (h *Handler) writeKept(kc *keptCompletion, how zap.Field) (done bool, err error) {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	if kc.done {
+		return true, nil
+	}
+	ok, err := h.recordOnce(kc.route, kc.key.id, kc.rec)
+	if err != nil {
+		return false, err
+	}
+	kc.done = true
+	h.kept.forget(kc)
+	h.recorded(kc.route, kc.key.id, kc.rec.op, ok, how)
+	return true, nil
+}
+
+// renewKept renews the claim of a kept completion, so the record stays
+// in flight (not outcome unknown) until its result is written. It may
+// fail for want of room, as the completion did.
+func (h *Handler) renewKept(c *store.Claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
+	defer cancel()
+	began := time.Now()
+	ok, err := c.Renew(ctx)
+	h.metrics.observeStore("renew", began, err)
+	if err != nil || !ok {
+		h.logger.Debug("renewing the claim of a kept result", zap.String("record_id", c.ID()), zap.Bool("renewed", ok), zap.Error(err))
 	}
 }
 

@@ -143,6 +143,9 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if ch == nil {
 		return refuse("refused", rec, ErrNoChain)
 	}
+	if h.seal == nil { // keep_request routes need a configured secret: never here
+		return refuse("refused", rec, fmt.Errorf("%w: record %s: no secret is configured to open its kept request", store.ErrConflict, rec.ID))
+	}
 	kr, err := h.seal.open(rec.ID, rec.Request)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))

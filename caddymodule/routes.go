@@ -24,9 +24,9 @@ type route struct {
 	retry     map[int]bool
 	handler   atomic.Pointer[Handler] // the handler the route is in, for re-drives
 	breaker   *breaker                // nil: the route has no retry.breaker
-	// scopeHeaders are the headers the route's scope reads, canonical:
-	// a kept request never carries them.
-	scopeHeaders map[string]bool
+	// keepHeaders are the request headers a kept request carries (see
+	// keptHeaderSet), canonical.
+	keepHeaders map[string]bool
 	// redriveHeader is redrive_headers with {env.*} filled in.
 	redriveHeader http.Header
 	// chain is the rest of the handler chain after the idempotency
@@ -58,8 +58,28 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
-	h.routes, err = compileRoutes(ctx, resolved)
-	return err
+	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
+		return err
+	}
+	return h.provisionBreakers(ctx)
+}
+
+// provisionBreakers gives each route with a retry.breaker its breaker:
+// the one it had before a reload, if the reload kept it (see
+// breakerOwner).
+func (h *Handler) provisionBreakers(ctx caddy.Context) error {
+	for _, rt := range h.routes {
+		if rt.Breaker == nil {
+			continue
+		}
+		b, key, err := breakers.load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
+		if err != nil {
+			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
+		}
+		rt.breaker = b
+		h.breakerKeys = append(h.breakerKeys, key)
+	}
+	return nil
 }
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {
@@ -78,13 +98,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.breaker = breakerFor(res.Name, res.Breaker, processMetrics.breakerOpen)
-		rt.scopeHeaders = map[string]bool{}
-		for _, t := range res.Scope {
-			for _, name := range t.Headers() {
-				rt.scopeHeaders[name] = true
-			}
-		}
+		rt.keepHeaders = keptHeaderSet(&res)
 		if len(res.RedriveHeaders) > 0 {
 			repl := caddy.NewReplacer()
 			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))

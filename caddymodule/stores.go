@@ -199,10 +199,10 @@ func (s liveStore) ttl(routeName string) time.Duration {
 }
 
 // redactor hides credentials in the stored bodies of records of route
-// routeName (its redact_fields, when it is configured).
+// routeName (see routeRedactor).
 func (s liveStore) redactor(routeName string) store.Redactor {
 	if rt := s.routes[routeName]; rt != nil {
-		return store.NewRedactor(rt.RedactFields)
+		return routeRedactor(&rt.Resolved)
 	}
-	return store.NewRedactor(nil)
+	return routeRedactor(nil)
 }

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,8 +20,10 @@ import (
 // for its record arrives (from whichever gateway ran the first request),
 // then reads the record once and answers as if it had just arrived: a
 // replay, the 409 of an outcome held as unknown, or, when the first was
-// released, a claim of its own. Past in_flight_wait it gets the 409 it
-// would have had without waiting. Only where notices are unavailable (an
+// released, a claim of its own if the route's breaker lets it execute
+// (else the breaker's 503). Past in_flight_wait it gets the 409 it would
+// have had without waiting, and so does a duplicate that finds no waiting
+// place (maxWaitersPerKey, maxWaitersPerProcess). Only where notices are unavailable (an
 // engine without them, a Redis subscription being made anew) does it
 // poll the store, no faster than waitPollMin.
 
@@ -39,7 +42,85 @@ const (
 	waitTimeout   = "timeout"     // in_flight_wait passed: 409
 	waitGone      = "client_gone" // the client hung up
 	waitStoreFail = "store_error" // the store could not be read: 409
+	// waitBreakerOpen: the first ended without a result, and the route's
+	// breaker refused this request's execution: 503 breaker-open.
+	waitBreakerOpen = "breaker_open"
 )
+
+// The bounds of waiting duplicates, in each process (docs/capacity.md):
+// a waiter holds its request, body and all, so the bounds bound the
+// memory that waiting can take. Past either, a duplicate gets the 409 it
+// would have had without waiting, at once; idemgate_waits_refused_total
+// counts it by reason.
+const (
+	maxWaitersPerKey     = 32  // waiting duplicates of one record
+	maxWaitersPerProcess = 256 // waiting duplicates in all
+)
+
+// Why a duplicate did not wait, the reason label of
+// idemgate_waits_refused_total.
+const (
+	waitFullKey     = "per_key"
+	waitFullProcess = "per_process"
+)
+
+// waiting counts the process's waiting duplicates, in all and by record.
+var waiting = &waitPlaces{byKey: map[string]int{}}
+
+// waitPlaces are the places for waiting duplicates.
+type waitPlaces struct {
+	mu    sync.Mutex
+	total int
+	byKey map[string]int
+}
+
+// take takes a place for a waiter of record key, or says why there is
+// none: waitFullKey or waitFullProcess.
+func (p *waitPlaces) take(key string) (full string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.byKey[key] >= maxWaitersPerKey:
+		return waitFullKey
+	case p.total >= maxWaitersPerProcess:
+		return waitFullProcess
+	}
+	p.byKey[key]++
+	p.total++
+	return ""
+}
+
+// give gives back a place taken for record key.
+func (p *waitPlaces) give(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.total--
+	if p.byKey[key]--; p.byKey[key] <= 0 {
+		delete(p.byKey, key)
+	}
+}
+
+// waitKey names record id in the handler's store, for the process's
+// waiters: handlers that share a store share its records.
+func (h *Handler) waitKey(id string) string { return fmt.Sprintf("%p/%s", h.store, id) }
+
+// enterWait takes a waiting place for the request (see waitPlaces), and
+// counts it in idemgate_waiters while it waits; leave gives it back. When
+// no place is free it counts the refusal and ok is false.
+func (h *Handler) enterWait(g *guarded) (leave func(), ok bool) {
+	key := h.waitKey(g.id)
+	if full := waiting.take(key); full != "" {
+		h.metrics.waitsRefused.WithLabelValues(g.rt.Name, full).Inc()
+		g.note = "not waiting for the first request: too many duplicates wait already (" + full + ")"
+		return nil, false
+	}
+	gauge := h.metrics.waiters.WithLabelValues(g.rt.Name)
+	gauge.Inc()
+	return func() {
+		gauge.Dec()
+		waiting.give(key)
+	}, true
+}
 
 // wokenReads shares one store read among the waiters of a record that
 // the same notice woke: 50 duplicates of one request cost one GET.
@@ -51,7 +132,7 @@ var wokenReads singleflight.Group
 // Each gets a record of its own (its header map is written into a
 // response).
 func (h *Handler) readWoken(id string) (*store.Record, error) {
-	v, err, _ := wokenReads.Do(fmt.Sprintf("%p/%s", h.store, id), func() (any, error) {
+	v, err, _ := wokenReads.Do(h.waitKey(id), func() (any, error) {
 		return h.store.Get(context.Background(), id)
 	})
 	rec, _ := v.(*store.Record)
@@ -195,11 +276,22 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			return nil, nil
 		case rec != nil && rec.State == store.StateUnknown:
 			g.rec, g.now, result = rec, storeNow(), waitUnknown
-			return h.settleHeld(ctx, g, method, in, fp)
+			claim, err := h.settleHeld(ctx, g, method, in, fp)
+			if claim != nil && h.readmit(g) {
+				// Found not applied, but the breaker refuses it: the
+				// claim goes back unused (ServeHTTP).
+				result = waitBreakerOpen
+			}
+			return claim, err
 		case rec != nil && rec.State == store.StateInFlight && rec.LeaseUntil.After(storeNow()):
 			continue // still running (a notice of another claim, or notices resumed)
 		}
-		// Released, gone, or a lease that ran out: claim as if just arrived.
+		// Released, gone, or a lease that ran out: claim as if just
+		// arrived, if the breaker lets a new execution through.
+		if h.readmit(g) {
+			result = waitBreakerOpen
+			return nil, errBreakerOpen
+		}
 		claim, err := h.claimOrSettle(ctx, g, method, in, fp)
 		switch {
 		case err != nil:
@@ -211,6 +303,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 		case g.rec.State == store.StateInFlight:
 			// Another duplicate took the key over: wait for that one.
 			first, clockAt, clock = g.rec, time.Now(), g.now
+			h.giveBackProbe(g)
 			continue
 		case g.rec.State == store.StateCompleted:
 			result = waitReplayed

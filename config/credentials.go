@@ -27,8 +27,9 @@ var credentialHeaders = map[string]string{
 
 // credentialWords are the fragments of a name (lower case, '-' and '_'
 // removed) that mark it as a credential: access_token, X-Auth-Token,
-// client_secret, X-Api-Key, password, session_id.
-var credentialWords = []string{"token", "secret", "passw", "apikey", "accesskey", "privatekey", "cookie", "session", "credential", "signature", "jwt", "auth"}
+// client_secret, X-Api-Key, password, pwd, accessKeyId, client_assertion,
+// session_id.
+var credentialWords = []string{"token", "secret", "passw", "pwd", "passphrase", "apikey", "accesskey", "privatekey", "assertion", "cookie", "session", "credential", "signature", "jwt", "auth"}
 
 // callerCredentials are the placeholders that copy a caller's credentials
 // on one route.

@@ -26,6 +26,10 @@ func TestCallerCredentials(t *testing.T) {
 		{"body.client.clientSecret", "its name says so"},
 		{"body.session_id", "its name says so"},
 		{"header.X-Hub-Signature", "its name says so"},
+		{"body.pwd", "its name says so"},
+		{"body.creds.accessKeyId", "its name says so"},
+		{"form.client_assertion", "its name says so"},
+		{"body.key_passphrase", "its name says so"},
 		// Not credentials.
 		{"key", ""},
 		{"key_id", ""},

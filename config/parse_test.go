@@ -62,6 +62,8 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml: routes: at least one route is required`}},
 	{"no routes", "defaults:\n  ttl: 1h\nroutes: []\n",
 		[]string{`r.yaml:3: routes: at least one route is required`}},
+	{"show_unparsed_bodies not a bool", "defaults:\n  show_unparsed_bodies: yes\nroutes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n",
+		[]string{`r.yaml:2: defaults.show_unparsed_bodies: must be true or false, not the string "yes"`}},
 	{"empty redact field", "defaults:\n  redact_fields: [card, \"\"]\nroutes:\n  - name: a\n    match: { path: /a }\n    key: [\"{header.K}\"]\n",
 		[]string{`r.yaml:2: defaults.redact_fields[1]: "" is not a field name (1 to 128 characters, no control characters)`}},
 	{"not a mapping", "- name: x\n",

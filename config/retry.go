@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idemgate/idemgate/keying"
 )
 
@@ -87,6 +89,11 @@ func resolveRecovery(res *Resolved, rt, def *Policy) {
 		res.RedriveHeaders = append(res.RedriveHeaders, Header{Name: http.CanonicalHeaderKey(name), Value: value})
 	}
 	slices.SortFunc(res.RedriveHeaders, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
+	for _, name := range slices.Concat(def.KeepHeaders, rt.KeepHeaders) {
+		if canon := http.CanonicalHeaderKey(strings.TrimSpace(name)); !slices.Contains(res.KeepHeaders, canon) {
+			res.KeepHeaders = append(res.KeepHeaders, canon)
+		}
+	}
 }
 
 // recovery checks a policy's recovery fields; f is "defaults." or
@@ -119,4 +126,27 @@ func (c *errorList) recovery(f string, p *Policy) {
 			c.add(field, "%v", err)
 		}
 	})
+	c.keepHeaders(f+"keep_headers", p.KeepHeaders)
+}
+
+// keepHeaders checks keep_headers: each a valid header name, once
+// whatever its case, neither the caller's credentials nor one the
+// gateway sets itself (the caller's credentials are credentialHeaders).
+func (c *errorList) keepHeaders(field string, names []string) {
+	seen := make(map[string]int, len(names))
+	for j, name := range names {
+		canon := http.CanonicalHeaderKey(name)
+		k, dup := seen[canon]
+		seen[canon] = j
+		switch {
+		case !httpguts.ValidHeaderFieldName(name):
+			c.add(at(field, j), "%s is not a valid header name", quote(name))
+		case dup:
+			c.add(at(field, j), "%s is already named at [%d] (header names are case-insensitive)", quote(name), k)
+		case credentialHeaders[canon] != "":
+			c.add(at(field, j), "%s carries the caller's credentials, which are never kept: give a re-drive the gateway's own with redrive_headers", canon)
+		case gatewayHeaders[canon] || strings.HasPrefix(canon, "Proxy-"):
+			c.add(at(field, j), "%s is set by the gateway itself and is never kept", canon)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 const retryRules = `defaults:
   owner: platform-team
+  keep_headers: [x-tenant]
   retry: { max_executions: 4, breaker: { failures: 5, cool_down: 30s } }
 routes:
   - name: create_crm_deal
@@ -17,6 +18,7 @@ routes:
     owner: payments-team
     retry: { max_executions: 3 }
     keep_request: true
+    keep_headers: [X-Request-Source, X-TENANT]
     redrive_headers: { authorization: "Bearer {env.CRM_TOKEN}", X-Source: redrive }
   - name: plain
     match: { path: /plain }
@@ -40,19 +42,20 @@ func TestRecoveryResolve(t *testing.T) {
 		owner   string
 		keep    bool
 		headers []Header
+		kept    []string
 	}{
 		{res[0], 3, &BreakerRule{5, 30 * time.Second}, "payments-team", true,
-			[]Header{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Source", "redrive"}}},
-		{res[1], 4, &BreakerRule{2, time.Minute}, "platform-team", false, nil},
+			[]Header{{"Authorization", "Bearer {env.CRM_TOKEN}"}, {"X-Source", "redrive"}}, []string{"X-Tenant", "X-Request-Source"}},
+		{res[1], 4, &BreakerRule{2, time.Minute}, "platform-team", false, nil, []string{"X-Tenant"}},
 	} {
 		got := tt.route
 		if got.MaxExecutions != tt.max || !reflect.DeepEqual(got.Breaker, tt.breaker) || got.Owner != tt.owner ||
-			got.KeepRequest != tt.keep || !reflect.DeepEqual(got.RedriveHeaders, tt.headers) {
-			t.Errorf("%s: max %d breaker %+v owner %q keep %v headers %+v", got.Name, got.MaxExecutions, got.Breaker, got.Owner, got.KeepRequest, got.RedriveHeaders)
+			got.KeepRequest != tt.keep || !reflect.DeepEqual(got.RedriveHeaders, tt.headers) || !reflect.DeepEqual(got.KeepHeaders, tt.kept) {
+			t.Errorf("%s: max %d breaker %+v owner %q keep %v headers %+v kept %q", got.Name, got.MaxExecutions, got.Breaker, got.Owner, got.KeepRequest, got.RedriveHeaders, got.KeepHeaders)
 		}
 	}
 	plain, _ := (&Rules{Routes: []Route{{Name: "a", Match: Match{Path: "/a"}, Key: []string{"{header.K}"}}}}).Resolve(Limits{})
-	if p := plain[0]; p.MaxExecutions != 5 || p.Breaker != nil || p.Owner != "" || p.KeepRequest || p.RedriveHeaders != nil {
+	if p := plain[0]; p.MaxExecutions != 5 || p.Breaker != nil || p.Owner != "" || p.KeepRequest || p.RedriveHeaders != nil || p.KeepHeaders != nil {
 		t.Errorf("built-in defaults: %+v", p)
 	}
 
@@ -96,6 +99,18 @@ func TestRecoveryErrors(t *testing.T) {
 			`r.yaml:5: routes[0].redrive_headers.Host: Host is set by the gateway itself and may not be configured`,
 			`r.yaml:5: routes[0].redrive_headers.X-A: placeholder {header.Authorization}: headers take static text and {env.NAME} only (they are filled in when the check runs, and never stored)`,
 			`r.yaml:5: routes[0].redrive_headers.x-b: is the same header as "X-B" (header names are case-insensitive)`,
+		}},
+		{"keep headers", head + "    keep_headers: [X-Trace, \"x trace\", x-trace, Cookie, proxy-authorization, Content-Length, Connection, Proxy-Connection]\n", []string{
+			`r.yaml:5: routes[0].keep_headers[1]: "x trace" is not a valid header name`,
+			`r.yaml:5: routes[0].keep_headers[2]: "x-trace" is already named at [0] (header names are case-insensitive)`,
+			`r.yaml:5: routes[0].keep_headers[3]: Cookie carries the caller's credentials, which are never kept: give a re-drive the gateway's own with redrive_headers`,
+			`r.yaml:5: routes[0].keep_headers[4]: Proxy-Authorization carries the caller's credentials, which are never kept: give a re-drive the gateway's own with redrive_headers`,
+			`r.yaml:5: routes[0].keep_headers[5]: Content-Length is set by the gateway itself and is never kept`,
+			`r.yaml:5: routes[0].keep_headers[6]: Connection is set by the gateway itself and is never kept`,
+			`r.yaml:5: routes[0].keep_headers[7]: Proxy-Connection is set by the gateway itself and is never kept`,
+		}},
+		{"keep headers of the wrong kind", head + "    keep_headers: X-Trace\n", []string{
+			`r.yaml:5: routes[0].keep_headers: must be a list of strings, not the string "X-Trace"`,
 		}},
 		{"unknown field", head + "    retry: { max_execution: 3 }\n", []string{
 			`r.yaml:5: routes[0].retry.max_execution: unknown field; did you mean max_executions?`,

@@ -70,6 +70,7 @@ const (
 
 var (
 	defaultConfirm          = false
+	defaultShowUnparsed     = false
 	defaultRequireKey       = true
 	defaultForwardKeyHeader = "Idempotency-Key"
 	defaultRetryStatuses    = []int{429, 503}
@@ -123,19 +124,37 @@ type Policy struct {
 	// credential-like names (password, secret, token, api_key, …). The
 	// route's names add to those under defaults.
 	RedactFields []string `json:"redact_fields,omitempty"`
+	// ShowUnparsedBodies: true makes the admin API and the console show
+	// the stored bodies they cannot redact field by field (XML,
+	// multipart, other text; bytes as base64 in the admin API) as they
+	// are, credentials and all. Default false: such a body is shown only
+	// as its size and SHA-256. JSON, NDJSON and URL-encoded forms are
+	// always shown, redacted.
+	ShowUnparsedBodies *bool `json:"show_unparsed_bodies,omitempty"`
 	// Retry is the retry budget and the circuit breaker (see Retry).
 	Retry *Retry `json:"retry,omitempty"`
 	// Owner names who resolves the route's held operations (a team, a
 	// rota): shown in the console, the record view, log lines and problem
 	// bodies. At most 128 characters.
 	Owner string `json:"owner,omitempty"`
-	// KeepRequest: true keeps each request (method, target, body, and
-	// headers other than credentials and the scope's) with its record,
-	// encrypted under a key derived from the deployment secret, so an
+	// KeepRequest: true keeps each request (method, target, body, and of
+	// its headers only Content-Type, Content-Encoding, Accept, those the
+	// route's key templates read and KeepHeaders) with its record,
+	// encrypted under a key derived from the handler's secret, so an
 	// operator can run the operation again through the guarded path
-	// ("Run now"). Dropped when the record completes or expires. Default
+	// ("Run now"). Dropped when the record completes or expires. A
+	// handler with such a route needs its secret in the config. Default
 	// false.
 	KeepRequest *bool `json:"keep_request,omitempty"`
+	// KeepHeaders names more request headers a kept request carries
+	// (case-insensitive), such as a tracing or tenant header the
+	// upstream needs on a re-drive. Not Authorization, Proxy-Authorization
+	// or Cookie (the caller's credentials are never kept: a re-drive gets
+	// the gateway's own from RedriveHeaders), nor a header the gateway
+	// sets itself (Host, Content-Length, hop-by-hop). Headers the route's
+	// scope reads are never kept. The route's names add to those under
+	// defaults.
+	KeepHeaders []string `json:"keep_headers,omitempty"`
 	// RedriveHeaders are added to a re-drive's request, as the caller's
 	// credentials are never kept: static text and {env.NAME} placeholders,
 	// filled in when the config loads, e.g.
@@ -243,8 +262,11 @@ type Resolved struct {
 	// RedactFields are the route's and the defaults' redact_fields, lower
 	// case, each once; nil when none.
 	RedactFields []string
-	Mode         Mode
-	OnInFlight   OnInFlight
+	// ShowUnparsedBodies: operator views show bodies they cannot redact
+	// field by field as they are, not as size and digest.
+	ShowUnparsedBodies bool
+	Mode               Mode
+	OnInFlight         OnInFlight
 	// InFlightWait is how long a duplicate waits for the first request
 	// to finish; 0 unless OnInFlight is wait.
 	InFlightWait time.Duration
@@ -254,12 +276,16 @@ type Resolved struct {
 	// The recovery path (see Retry): the budget of "not done"
 	// executions, the breaker (nil: none), the owner ("" none), whether
 	// requests are kept for a re-drive, and the headers a re-drive adds
-	// (nil: none), sorted by name.
+	// (nil: none), sorted by name; and the headers a kept request
+	// carries beyond the built-in ones.
 	MaxExecutions  int
 	Breaker        *BreakerRule
 	Owner          string
 	KeepRequest    bool
 	RedriveHeaders []Header
+	// KeepHeaders are the defaults' and the route's keep_headers,
+	// canonical, each once; nil when none.
+	KeepHeaders []string
 }
 
 // Resolve validates the rules against l (see Validate) and returns the
@@ -290,22 +316,23 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 			IgnoreQuery: rt.Fingerprint.Query != nil && !*rt.Fingerprint.Query,
 		},
 
-		TTL:              time.Duration(cmp.Or(rt.TTL, def.TTL, Duration(defaultTTL))),
-		LockLease:        time.Duration(cmp.Or(rt.LockLease, def.LockLease, Duration(defaultLockLease))),
-		HoldTTL:          time.Duration(cmp.Or(rt.HoldTTL, def.HoldTTL, Duration(defaultHoldTTL))),
-		RequireKey:       *cmp.Or(rt.RequireKey, def.RequireKey, &defaultRequireKey),
-		MaxBody:          int64(cmp.Or(rt.MaxBody, def.MaxBody, defaultMaxBody)),
-		MaxResponse:      int64(cmp.Or(rt.MaxResponse, def.MaxResponse, defaultMaxResponse)),
-		ForwardKeyHeader: *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
-		RetryStatuses:    cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
-		OnUnknownOutcome: cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
-		OnRedirect:       cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
-		OnStoreError:     cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
-		Confirm:          *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
-		Verify:           resolveVerify(rt.Verify),
-		RedactFields:     redactFields(def.RedactFields, rt.RedactFields),
-		Mode:             cmp.Or(rt.Mode, def.Mode, ModeEnforce),
-		OnInFlight:       cmp.Or(rt.OnInFlight, def.OnInFlight, OnInFlightReject),
+		TTL:                time.Duration(cmp.Or(rt.TTL, def.TTL, Duration(defaultTTL))),
+		LockLease:          time.Duration(cmp.Or(rt.LockLease, def.LockLease, Duration(defaultLockLease))),
+		HoldTTL:            time.Duration(cmp.Or(rt.HoldTTL, def.HoldTTL, Duration(defaultHoldTTL))),
+		RequireKey:         *cmp.Or(rt.RequireKey, def.RequireKey, &defaultRequireKey),
+		MaxBody:            int64(cmp.Or(rt.MaxBody, def.MaxBody, defaultMaxBody)),
+		MaxResponse:        int64(cmp.Or(rt.MaxResponse, def.MaxResponse, defaultMaxResponse)),
+		ForwardKeyHeader:   *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
+		RetryStatuses:      cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
+		OnUnknownOutcome:   cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
+		OnRedirect:         cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
+		OnStoreError:       cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
+		Confirm:            *cmp.Or(rt.Confirm, def.Confirm, &defaultConfirm),
+		Verify:             resolveVerify(rt.Verify),
+		RedactFields:       redactFields(def.RedactFields, rt.RedactFields),
+		ShowUnparsedBodies: *cmp.Or(rt.ShowUnparsedBodies, def.ShowUnparsedBodies, &defaultShowUnparsed),
+		Mode:               cmp.Or(rt.Mode, def.Mode, ModeEnforce),
+		OnInFlight:         cmp.Or(rt.OnInFlight, def.OnInFlight, OnInFlightReject),
 	}
 	if res.OnInFlight == OnInFlightWait {
 		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))

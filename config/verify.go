@@ -64,8 +64,11 @@ type Verify struct {
 	// derived key), {record_id} (the record id), {header.NAME},
 	// {query.NAME}, {form.NAME} and {body.PATH} of the request, each
 	// URL-escaped, and {env.NAME}, filled in as it is from the
-	// environment of the gateway that runs the check. Placeholders that
-	// copy the caller's credentials are a config error. Required.
+	// environment of the gateway that runs the check. The scheme,
+	// userinfo, host and port are static text or {env.NAME}: a request
+	// placeholder there would send the lookup, with its headers'
+	// credentials, where a caller says. That, and placeholders that copy
+	// the caller's credentials, are config errors. Required.
 	URL string `json:"url,omitempty"`
 	// Method is the lookup's method. Default GET.
 	Method string `json:"method,omitempty"`

@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,51 @@ func TestVerifyErrors(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.yaml, tt.want) })
+	}
+}
+
+// TestVerifyURLHostIsStatic: the scheme, host and port of verify.url are
+// static text or {env.NAME}. A request placeholder there (the key, the
+// record id, a header, a query parameter, a body field), in the userinfo
+// too, would send the lookup and the credentials of its headers where a
+// caller says, and let that host's answer decide "applied": a config
+// error naming file, line and field. Placeholders in the path and query
+// stay allowed (they are escaped; see keying.TestURLTemplateEscapes).
+func TestVerifyURLHostIsStatic(t *testing.T) {
+	head := "routes:\n  - name: r\n    match: { path: /r }\n    key: [\"{header.K}\"]\n    verify:\n      found: { id: id }\n      headers: { Authorization: \"Bearer {env.CRM_TOKEN}\" }\n      url: "
+	const why = `is in the scheme, host or port: those take static text and {env.NAME} only (a request value there would send the lookup, with its credentials, where the caller says, and let that host decide "applied")`
+	for _, tt := range []struct{ url, placeholder string }{
+		{`"http://{body.host}:25009/lookup?source_key={key}"`, "body.host"},
+		{`"http://{header.X-Crm-Host}/lookup?k={key}"`, "header.X-Crm-Host"},
+		{`"http://{query.host}/lookup?k={key}"`, "query.host"},
+		{`"http://{form.host}/lookup"`, "form.host"},
+		{`"http://{key}.crm.example/lookup"`, "key"},
+		{`"http://{key_id}/lookup"`, "key_id"},
+		{`"http://{record_id}.crm.example/lookup"`, "record_id"},
+		{`"http://crm.example:{body.port}/lookup"`, "body.port"},
+		{`"http://{body.user}@crm.example/lookup"`, "body.user"},
+		{`"http://crm.example@{body.host}/lookup"`, "body.host"},
+		{`"https://crm.example{body.suffix}/lookup"`, "body.suffix"},
+		{`"{env.CRM_URL}{body.suffix}/lookup"`, "body.suffix"},
+		{`"{env.CRM_URL}{key}"`, "key"},
+		{`"http://{env.CRM_HOST}:{body.port}/lookup"`, "body.port"},
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			u := strings.Trim(tt.url, `"`)
+			wantParseErrors(t, head+tt.url+"\n", []string{
+				`r.yaml:8: routes[0].verify.url: ` + strconv.Quote(u) + `: placeholder {` + tt.placeholder + `} ` + why,
+			})
+		})
+	}
+	for _, u := range []string{
+		"http://{env.CRM_HOST}:25009/lookup?source_key={key}",
+		"http://{env.CRM_HOST}:{env.CRM_PORT}/lookup/{body.id}?source_key={key}",
+		"{env.CRM_URL}/lookup/{key_id}?h={header.X-Tenant}&q={query.q}#{body.id}",
+		"{env.CRM_URL}?source_key={key}",
+		"https://crm.example/deals/{body.deal.id}?k={key}",
+	} {
+		if _, err := Parse("r.yaml", []byte(head+strconv.Quote(u)+"\n"), Limits{}); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
 	}
 }

@@ -623,11 +623,12 @@ func TestShowBody(t *testing.T) {
 		{"json credentials", "application/problem+json; charset=utf-8", `{"refresh_token":"r-secret","Api-Key":"k-secret","items":[{"session_id":"s-secret"}]}`,
 			[]string{`"refresh_token": "[redacted]"`, `"Api-Key": "[redacted]"`, `"session_id": "[redacted]"`}, []string{"secret"}},
 		{"too deep", "application/json", deep, []string{"nested too deeply"}, []string{"deep-secret"}},
-		{"text as is", "text/plain", "line 1\n<b>2</b>", []string{"line 1\n<b>2</b>"}, nil},
-		{"invalid json as text", "application/json", `{"a":`, []string{`{"a":`}, nil},
+		{"text as is, opted in", "text/plain", "line 1\n<b>2</b>", []string{"line 1\n<b>2</b>"}, nil},
+		{"invalid json as text, opted in", "application/json", `{"a":`, []string{`{"a":`}, nil},
+		{"ndjson", "application/x-ndjson", "{\"pwd\":\"p-secret\"}\n{\"id\":2}\n", []string{"{\"pwd\":\"[redacted]\"}\n{\"id\":2}\n"}, []string{"secret"}},
 	} {
 		rec := &store.Record{Result: store.Result{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}}
-		v := showBody(rec, store.NewRedactor(nil))
+		v := showBody(rec, store.NewRedactor(nil).WithUnparsed(strings.HasSuffix(tc.name, "opted in")))
 		for _, w := range tc.want {
 			if !strings.Contains(v.Text, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, v.Text, w)
@@ -639,10 +640,18 @@ func TestShowBody(t *testing.T) {
 			}
 		}
 	}
-	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil)); !v.Binary || v.Text != "" {
+	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil).WithUnparsed(true)); !v.Binary || v.Text != "" {
 		t.Errorf("binary body: %+v", v)
 	}
-	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil))
+	// Without the route's show_unparsed_bodies, XML, multipart, other text
+	// and bytes show only as size and digest.
+	for _, body := range []string{"<a><password>x-secret</password></a>", "line 1\n<b>2</b>", "\xff\x00\x01"} {
+		v := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(body)}}, store.NewRedactor(nil))
+		if want := fmt.Sprintf("%d bytes, sha256 %x", len(body), sha256.Sum256([]byte(body))); v.Unparsed != want || v.Text != "" || v.Binary {
+			t.Errorf("unparsed body %q: %+v, want only %q", body, v, want)
+		}
+	}
+	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil).WithUnparsed(true))
 	if !big.Truncated || len(big.Text) > maxShownBody {
 		t.Errorf("large body: truncated %v, %d bytes shown", big.Truncated, len(big.Text))
 	}
@@ -746,11 +755,28 @@ func TestRecordPageRedactsEveryBody(t *testing.T) {
 		{"json with a BOM", "application/json", "\ufeff" + `{"id":"D-3","access_token":"t-secret-2"}`, "D-3"},
 		{"url-encoded form", "application/x-www-form-urlencoded", `access_token=t-secret-3&expires_in=3600`, "expires_in=3600"},
 		{"redact_fields", "application/json", `{"id":"D-4","card_number":"4111-secret-4"}`, "D-4"},
+		{"ndjson", "application/x-ndjson", "{\"id\":\"D-5\"}\n{\"pwd\":\"p-secret-5\"}\n", "D-5"},
+		{"xssi prefix", "application/json", ")]}'\n{\"id\":\"D-6\",\"accessKeyId\":\"a-secret-6\"}", "D-6"},
+		{"json in a json string", "application/json", `{"id":"D-7","payload":"{\"client_assertion\":\"c-secret-7\"}"}`, "D-7"},
+		{"; separated form", "application/x-www-form-urlencoded", `id=D-8;password=p-secret-8`, "id=D-8"},
 	} {
 		id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)})
 		page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
 		if strings.Contains(page, "secret-") || !strings.Contains(page, store.Redacted) || !strings.Contains(page, tc.keep) {
 			t.Errorf("%s: the record page shows the credential or lost %q", tc.name, tc.keep)
 		}
+	}
+	// XML is shown only as its size and digest, unless the route sets
+	// show_unparsed_bodies.
+	const xml = "<deal><id>D-9</id><password>x-secret-9</password></deal>"
+	id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(xml)})
+	digest := fmt.Sprintf("%d bytes, sha256 %x", len(xml), sha256.Sum256([]byte(xml)))
+	if page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String(); strings.Contains(page, "secret-") || !strings.Contains(page, digest) {
+		t.Errorf("xml: the record page shows the body, or not %q", digest)
+	}
+	rt.ShowUnparsedBodies = true
+	f.routes["create_crm_deal"] = rt
+	if page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String(); !strings.Contains(page, html.EscapeString(xml)) || strings.Contains(page, digest) {
+		t.Errorf("xml with show_unparsed_bodies: the record page does not show the body as stored")
 	}
 }

@@ -34,6 +34,7 @@ routes:
 ` + dealsAndHeldRoutes + `  - name: files
     match: { path: /binary }
     key: ["{header.Idempotency-Key}"]
+    show_unparsed_bodies: true
   - name: slow
     match: { path: /slow }
     key: ["{header.Idempotency-Key}"]

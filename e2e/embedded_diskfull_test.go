@@ -253,3 +253,153 @@ func TestEmbeddedDiskFull(t *testing.T) {
 		t.Errorf("an answer given while the disk was full was never stored: %s", line)
 	}
 }
+
+// fillUp writes a file at path until its filesystem is full.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte{0xa5}, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !strings.Contains(err.Error(), "no space") {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// TestEmbeddedDiskFullOutlastsLease: the disk fills while 40 calls are
+// at the upstream (their claims on disk, lock_lease 1s), so the store
+// refuses most of their 256 KiB results, and it stays full for three
+// leases. Every client got its 201, and the gateway keeps every refused
+// result (idemgate_kept_completions). Once space returns, without a
+// restart, every acknowledged key replays the answer its client got
+// (a kept result is written by its key's retry, or by the gateway in the
+// background, whichever comes first), nothing is kept any more, and the
+// upstream ran each key once.
+func TestEmbeddedDiskFullOutlastsLease(t *testing.T) {
+	t.Parallel()
+	mnt := tmpfs.Mount(t, "48m")
+	const keys, lease = 40, time.Second
+
+	answer := make([]byte, 256<<10)
+	r := rand.New(rand.NewPCG(11, 13))
+	for i := range answer {
+		answer[i] = byte(r.Uint32())
+	}
+	var calls counter
+	arrived := make(chan struct{}, keys)
+	answerNow := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.add(r.URL.Path)
+		arrived <- struct{}{}
+		<-answerNow
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(r.URL.Path))
+		_, _ = w.Write(answer)
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() {
+		select {
+		case <-answerNow:
+		default:
+			close(answerNow)
+		}
+	})
+	rules := strings.Replace(embeddedRules, "ttl: 1h", "ttl: 1h\n  lock_lease: "+lease.String(), 1)
+	gw := startGateway(t, gatewayConfig{store: "embedded " + filepath.Join(mnt, "store"), extra: "op_timeout 500ms",
+		upstream: strings.TrimPrefix(up.URL, "http://"), rules: rules})
+
+	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: keys}}
+	type first struct {
+		key    string
+		status int
+		body   []byte
+		err    error
+	}
+	firsts := make(chan first, keys)
+	for i := range keys {
+		go func() {
+			key := fmt.Sprintf("l%02d", i)
+			status, _, body, err := attempt(c, gw.url+"/keys/"+key, key)
+			firsts <- first{key, status, body, err}
+		}()
+	}
+	for range keys {
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d calls reached the upstream", calls.sum(), keys)
+		}
+	}
+	// Every claim is on disk; the disk fills before any result is stored.
+	filler := filepath.Join(mnt, "filler")
+	fillUp(t, filler)
+	close(answerNow)
+	acked := map[string][]byte{}
+	for range keys {
+		f := <-firsts
+		if f.err != nil || f.status != http.StatusCreated {
+			t.Fatalf("%s: the upstream answered 201, the client got %d %v %s", f.key, f.status, f.err, f.body)
+		}
+		acked[f.key] = f.body
+	}
+	refused := strings.Count(gw.logs.String(), "recording the upstream outcome failed; retrying")
+	if refused == 0 {
+		t.Fatalf("the disk filled, but the store refused no result:\n%s", lastLine(gw.logs.String(), "embedded store"))
+	}
+	// The disk stays full for three leases.
+	time.Sleep(3 * lease)
+	gaveUp := strings.Count(gw.logs.String(), "gave up recording")
+	refused = strings.Count(gw.logs.String(), "recording the upstream outcome failed; retrying") // every line is in by now
+	keptFull := int(metric(t, gw, "idemgate_kept_completions"))
+	if keptFull != refused {
+		t.Errorf("%d results refused by the store, %d kept by the gateway", refused, keptFull)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+
+	replayed, held, executedTwice := 0, 0, 0
+	for key, body := range acked {
+		res, err := do(c, "POST", gw.url+"/keys/"+key, []byte(`{"n":1}`), "Idempotency-Key", key)
+		// 503 until the store has seen the room come back.
+		for i := 0; i < 100 && err == nil && res.status == http.StatusServiceUnavailable; i++ {
+			time.Sleep(100 * time.Millisecond)
+			res, err = do(c, "POST", gw.url+"/keys/"+key, []byte(`{"n":1}`), "Idempotency-Key", key)
+		}
+		switch {
+		case err != nil:
+			t.Fatalf("retry of %s: %v", key, err)
+		case res.status == http.StatusCreated && res.header.Get("Idempotent-Replayed") == "true" && bytes.Equal(res.body, body):
+			replayed++
+		case res.status == http.StatusConflict && res.kind() == "outcome-unknown":
+			held++
+			t.Errorf("acknowledged %s is held as outcome unknown: %s", key, res.body)
+		default:
+			t.Errorf("acknowledged %s on retry: %d replayed=%q %s", key, res.status, res.header.Get("Idempotent-Replayed"), res.kind())
+		}
+		if n := calls.count("/keys/" + key); n != 1 {
+			executedTwice++
+			t.Errorf("%s: upstream ran %d times", key, n)
+		}
+	}
+	logs := gw.logs.String()
+	keptAfter := int(metric(t, gw, "idemgate_kept_completions"))
+	t.Logf("%d keys answered 201 while the disk filled, %d results refused by the store; the disk stayed full for %v (lock_lease %v): %d kept, %d given up; after space returned: %d of %d acknowledged keys replayed their answer (%d written by their retry, %d in the background), %d held, %d executed twice; %d still kept",
+		keys, refused, 3*lease, lease, keptFull, gaveUp, replayed, len(acked), strings.Count(logs, `"tried_by"`), strings.Count(logs, "recorded the upstream outcome after retrying")-strings.Count(logs, `"tried_by"`),
+		held, executedTwice, keptAfter)
+	if keptAfter != 0 {
+		t.Errorf("%d results still kept after all were replayed", keptAfter)
+	}
+	if line := lastLine(gw.logs.String(), "gave up recording"); line != "" {
+		t.Errorf("an answer a client got was given up: %s", line)
+	}
+}

@@ -890,6 +890,54 @@ func TestFaultRedisFailsAtCompletion(t *testing.T) {
 	}
 }
 
+// TestFaultRedisOutOfMemoryOutlastsLease: the upstream has answered, and
+// Redis has reached its maxmemory (noeviction): it refuses the result,
+// and every renewal, for three times the claim's lease (1s). The gateway
+// keeps the refused result (it has no room: not a failure to give up on
+// when the lease runs out) and writes it once Redis has memory again.
+//
+// Expected: the client gets the upstream's 201; the retry after Redis has
+// memory again replays it; 1 business execution; the record ends
+// completed.
+func TestFaultRedisOutOfMemoryOutlastsLease(t *testing.T) {
+	t.Parallel()
+	const key, lease = "no-memory", time.Second
+	env := faultStart(t, faultSetup{})
+	open := env.up.gate(key)
+	defer open()
+	id := recordID("slow", "", key)
+	url := env.gw.url + "/slow/1"
+	body := `{"amount":1}`
+
+	first := faultSendAsync(url, key, body)
+	waitFor(t, func() bool { return env.up.executions(key) == 1 })
+	ctx := context.Background()
+	admin := env.redis.Client(t)
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	open()
+	f := <-first
+	if f.status != http.StatusCreated || f.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("client while Redis has no memory: %d %s, want the upstream's 201", f.status, f.body)
+	}
+	waitFor(t, func() bool { return strings.Contains(env.gw.logs.String(), "recording the upstream outcome failed") })
+	time.Sleep(3 * lease) // Redis stays at its maxmemory for three leases
+	gaveUp := lastLine(env.gw.logs.String(), "gave up recording")
+	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	r := faultDeliver(t, url, key, body)
+	t.Logf("after Redis was at its maxmemory for %v (lock_lease %v): retry %d replayed=%q; kept: %q; given up: %q", 3*lease, lease,
+		r.status, r.header.Get("Idempotent-Replayed"), lastLine(env.gw.logs.String(), "keeps it"), gaveUp)
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(r.body, f.body) {
+		t.Errorf("retry: %d %s, want the client's 201 replayed", r.status, r.body)
+	}
+	faultCheckExecutions(t, env.up, key, 1)
+	faultCheckRecord(t, env.gw, id, faultWant{state: store.StateCompleted, executions: 1, status: http.StatusCreated})
+}
+
 // adminRecordState is the record's state as the operator API shows it, ""
 // when it cannot be read (absent, or the store is down).
 func adminRecordState(gw *gateway, id string) store.State {

@@ -26,6 +26,7 @@ import (
 //	/slow/...     waits for the key's gate, then 201
 //	/drop/...     acts, then closes the connection without an answer (FIN)
 //	/reset/...    acts, then resets the connection (RST)
+//	/held-reset/... acts, waits for the key's gate, then resets
 //	/partial/...  acts, sends 201 and part of the body, then breaks off
 //	/validate/... 400 unless the JSON body has a positive "amount", else 201
 //	/fail/...     500
@@ -117,12 +118,15 @@ func (u *faultUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "slow":
 		u.gates.wait(key, r.Context().Done(), 10*time.Second)
 		faultCreated(w, key, n)
-	case "drop", "reset":
+	case "drop", "reset", "held-reset":
+		if kind == "held-reset" {
+			u.gates.wait(key, r.Context().Done(), 10*time.Second)
+		}
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			panic(http.ErrAbortHandler)
 		}
-		if tcp, ok := conn.(*net.TCPConn); ok && kind == "reset" {
+		if tcp, ok := conn.(*net.TCPConn); ok && kind != "drop" {
 			_ = tcp.SetLinger(0) // close sends RST instead of FIN
 		}
 		_ = conn.Close()

@@ -639,10 +639,11 @@ func metricsText(t testing.TB, gw *gateway) string {
 
 // metric returns the value of the sample of name whose labels
 // include every one of labels (`route="deals"`), or 0 when there is none.
+// A metric without labels is asked for with none.
 func metric(t testing.TB, gw *gateway, name string, labels ...string) float64 {
 	t.Helper()
 	for _, line := range strings.Split(metricsText(t, gw), "\n") {
-		if !strings.HasPrefix(line, name+"{") {
+		if !strings.HasPrefix(line, name+"{") && (len(labels) > 0 || !strings.HasPrefix(line, name+" ")) {
 			continue
 		}
 		match := true

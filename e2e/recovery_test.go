@@ -21,8 +21,8 @@ import (
 )
 
 // recoveryRules: a CRM route with a retry budget of 3, an owner, kept
-// requests and re-drive credentials, and a route whose failures are held
-// as outcome unknown.
+// requests (with the tracing header) and re-drive credentials, and a
+// route whose failures are held as outcome unknown.
 const recoveryRules = `routes:
   - name: create_crm_deal
     match: { path: /crm/deals }
@@ -31,6 +31,7 @@ const recoveryRules = `routes:
     owner: payments-team
     retry: { max_executions: 3 }
     keep_request: true
+    keep_headers: [X-Trace]
     redrive_headers: { X-Redrive-Token: "{env.CRM_REDRIVE_TOKEN}" }
   - name: unsure
     match: { path: /unsure }
@@ -89,12 +90,13 @@ func (o *outage) lastRequest() (*http.Request, []byte) {
 }
 
 // startRecoveryGateway runs a gateway as cfg says on be's store, with the
-// re-drive credential in its environment, and returns it with the store's
-// Caddyfile arguments.
+// secret that keep_request needs and the re-drive credential in its
+// environment, and returns it with the store's Caddyfile arguments.
 func startRecoveryGateway(t *testing.T, be backend, cfg gatewayConfig) (*gateway, string) {
 	t.Helper()
 	storeArg := be.store(t)
 	cfg.store = storeArg
+	cfg.extra = withSecret(cfg.extra)
 	g := writeGateway(t, cfg)
 	g.env = []string{"CRM_REDRIVE_TOKEN=redrive-credential-42"}
 	g.start()

@@ -34,22 +34,59 @@ var (
 
 // ParseURLTemplate parses a lookup URL template: an absolute http or
 // https URL (or one that starts with an {env.NAME} placeholder holding
-// its base), at most MaxURLTemplate bytes of visible ASCII.
+// its base), at most MaxURLTemplate bytes of visible ASCII. Its scheme,
+// userinfo, host and port are static text or {env.NAME}: a request
+// placeholder there ({key}, {record_id}, {header.NAME}, …) is an error,
+// since it would send the lookup, with the credentials of its headers,
+// where a caller says, and let that host's answer decide "applied".
 func ParseURLTemplate(s string) (URLTemplate, error) {
 	t, err := parseTemplate(s, parseURLPlaceholder, "a URL is visible ASCII; escape it")
 	if err != nil {
 		return t, err
+	}
+	if name := requestPlaceholderInAuthority(s); name != "" {
+		return t, fmt.Errorf("%s: placeholder {%s} is in the scheme, host or port: those take static text and {env.NAME} only "+
+			"(a request value there would send the lookup, with its credentials, where the caller says, and let that host decide \"applied\")", quote(s), name)
 	}
 	if strings.HasPrefix(s, "{env.") {
 		return t, nil // the base comes from the environment
 	}
 	// With every placeholder standing for a plain value, the template
 	// must be an absolute http(s) URL with a host.
-	u, err := url.Parse(placeholderRE.ReplaceAllString(s, "x"))
+	u, err := url.Parse(placeholderRE.ReplaceAllString(s, "0"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return t, fmt.Errorf("%s is not an absolute http or https URL (or one whose base is an {env.NAME} placeholder)", quote(s))
 	}
 	return t, nil
+}
+
+// requestPlaceholderInAuthority returns the name of the first placeholder
+// other than {env.NAME} in the part of a (scanned) URL template s up to
+// the end of its authority: the first '/', '?' or '#' after its "://",
+// or after its start when the scheme comes from {env.NAME}. Placeholder
+// text does not count as a separator. "" when there is none.
+func requestPlaceholderInAuthority(s string) string {
+	matches := placeholderRE.FindAllStringSubmatchIndex(s, -1)
+	masked := []byte(s)
+	for _, m := range matches {
+		for i := m[0]; i < m[1]; i++ {
+			masked[i] = 'x'
+		}
+	}
+	start := 0
+	if i := strings.Index(string(masked), "://"); i >= 0 {
+		start = i + len("://")
+	}
+	end := len(s)
+	if i := strings.IndexAny(string(masked[start:]), "/?#"); i >= 0 {
+		end = start + i
+	}
+	for _, m := range matches {
+		if name := s[m[2]:m[3]]; m[0] < end && !strings.HasPrefix(name, "env.") {
+			return name
+		}
+	}
+	return ""
 }
 
 func parseURLPlaceholder(name string) (part, error) {
@@ -79,11 +116,45 @@ func (t URLTemplate) IsZero() bool { return t.src == "" }
 // Resolve fills in the request's placeholders: {key}, {record_id} and the
 // request values, each URL-escaped (every byte but A-Z a-z 0-9 - . _ ~
 // becomes %XX), so a value can neither end its query parameter nor its
-// path segment. {env.NAME} placeholders stay as written, for ExpandEnv
-// when the check runs. ok is false when a placeholder is empty: a lookup
-// for "" would find the wrong thing.
+// path segment, nor start a fragment. {env.NAME} placeholders stay as
+// written, for ExpandEnv when the check runs. ok is false when a
+// placeholder is empty: a lookup for "" would find the wrong thing. A
+// value that makes a whole path segment "." or ".." (which a server
+// resolves to another path) is an error.
 func (t URLTemplate) Resolve(key, keyID string, in *Input) (resolved string, ok bool, err error) {
-	return t.resolve(key, keyID, in, urlEscape)
+	u, ok, err := t.resolve(key, keyID, in, urlEscape)
+	if err != nil || !ok {
+		return "", ok, err
+	}
+	if seg := dotSegment(u); seg != "" {
+		return "", false, fmt.Errorf("a request value makes the path segment %q, which would name another path", seg)
+	}
+	return u, true, nil
+}
+
+// dotSegment returns the first segment of the path of a resolved lookup
+// URL u that is "." or "..": the path runs from the first '/' after the
+// authority (after "://", or after the {env.NAME} base) to the first '?'
+// or '#'. "" when there is none.
+func dotSegment(u string) string {
+	rest := u
+	if _, after, ok := strings.Cut(u, "://"); ok {
+		rest = after
+	}
+	i := strings.IndexAny(rest, "/?#")
+	if i < 0 || rest[i] != '/' {
+		return ""
+	}
+	path := rest[i:]
+	if j := strings.IndexAny(path, "?#"); j >= 0 {
+		path = path[:j]
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return seg
+		}
+	}
+	return ""
 }
 
 // urlEscape escapes every byte but A-Z a-z 0-9 - . _ ~.

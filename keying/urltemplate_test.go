@@ -2,6 +2,8 @@ package keying
 
 import (
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,7 +83,7 @@ func TestCheckEnvText(t *testing.T) {
 func FuzzParseURLTemplate(f *testing.F) {
 	for _, s := range []string{
 		"https://crm/deals?k={key}", "{env.CRM_URL}/x/{body.id}?h={header.X}&q={query.q}&f={form.f}",
-		"http://crm/{key_id}", "http://crm/{", "http://crm/}", "{env.}", "http://a/{env.A}{key}", "http://crm/a b",
+		"http://crm/{key_id}", "http://crm/{", "http://crm/}", "http://{body.id}/x", "http://crm{key}/x", "http://u@crm:1/{key}", "{env.}", "http://a/{env.A}{key}", "http://crm/a b",
 	} {
 		f.Add(s, "evt {1}/&x", `{"id":"a}b{"}`)
 	}
@@ -98,6 +100,15 @@ func FuzzParseURLTemplate(f *testing.F) {
 		rest := envRE.ReplaceAllString(got, "")
 		if strings.ContainsAny(rest, "{} ") {
 			t.Fatalf("Resolve(%q) = %q: a raw brace or space outside {env.NAME}", s, got)
+		}
+		// The host is the template's: no request value reaches it.
+		if strings.Contains(s, "{env.") {
+			return
+		}
+		want, err1 := url.Parse(placeholderRE.ReplaceAllString(s, "0"))
+		have, err2 := url.Parse(got)
+		if err1 == nil && err2 == nil && (have.Host != want.Host || have.Scheme != want.Scheme || have.User.String() != want.User.String()) {
+			t.Fatalf("Resolve(%q) = %q: scheme, userinfo or host %s %v %s, the template's are %s %v %s", s, got, have.Scheme, have.User, have.Host, want.Scheme, want.User, want.Host)
 		}
 	})
 }
@@ -149,5 +160,53 @@ func TestRecordIDPlaceholder(t *testing.T) {
 		if got, ok, err := m.Resolve("k", "0123abcd", in); err != nil || !ok || got != "0123abcd" {
 			t.Errorf("{%s} in a match value resolves to %q, %v, %v", name, got, ok, err)
 		}
+	}
+}
+
+// TestURLTemplateEscapes: request values in a lookup URL's path and query
+// are escaped, so none can change its host, add a path segment, end its
+// query parameter or start a fragment: '/', '?', '#', '@', '%2F', '\',
+// ':' and white space come through as data. A value that would make a
+// whole path segment "." or ".." (which a server resolves to another
+// path) resolves to nothing: an error, and no URL.
+func TestURLTemplateEscapes(t *testing.T) {
+	u, err := ParseURLTemplate("http://crm.example:9001/deals/{body.id}/notes?k={key}&q={query.q}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{
+		"a/b", "../../admin", "x?y=1", "x#frag", "evil.example@x", "@evil.example", "%2F..%2Fadmin", `a\b`, "x:1",
+		"a&k=other", "a b", "a+b", "//evil.example/x", "...", "..a", "a..", "%2e%2e", ";x=1", "\u00e9",
+	} {
+		in := NewInput("POST", nil, "q="+urlEscape(v), []byte(`{"id":`+strconv.Quote(v)+`}`))
+		got, ok, err := u.Resolve(v, "0123", in)
+		if err != nil || !ok {
+			t.Errorf("%q: Resolve = %q, %v, %v", v, got, ok, err)
+			continue
+		}
+		p, err := url.Parse(got)
+		if err != nil {
+			t.Errorf("%q: %q does not parse: %v", v, got, err)
+			continue
+		}
+		segs := strings.Split(p.EscapedPath(), "/")
+		if p.Scheme != "http" || p.Host != "crm.example:9001" || p.User != nil || p.Fragment != "" || p.RawFragment != "" ||
+			len(segs) != 4 || segs[1] != "deals" || segs[3] != "notes" || p.Path != "/deals/"+v+"/notes" {
+			t.Errorf("%q: %q is %s host %q user %v path %q (segments %q) fragment %q", v, got, p.Scheme, p.Host, p.User, p.Path, segs, p.Fragment)
+		}
+		if q := p.Query(); len(q) != 2 || q.Get("k") != v || q.Get("q") != v {
+			t.Errorf("%q: %q has query %v", v, got, q)
+		}
+	}
+	for _, v := range []string{"..", "."} {
+		in := NewInput("POST", nil, "q=x", []byte(`{"id":`+strconv.Quote(v)+`}`))
+		if got, ok, err := u.Resolve("k", "0123", in); err == nil || ok || got != "" {
+			t.Errorf("a path segment %q: Resolve = %q, %v, %v; want an error", v, got, ok, err)
+		}
+	}
+	// In the query, dots are data like any other.
+	q, _ := ParseURLTemplate("http://crm.example/deals?k={key}")
+	if got, ok, err := q.Resolve("..", "0123", NewInput("GET", nil, "", nil)); err != nil || !ok || got != "http://crm.example/deals?k=.." {
+		t.Errorf("\"..\" in the query: Resolve = %q, %v, %v", got, ok, err)
 	}
 }

@@ -28,6 +28,12 @@ const (
 // used (nothing may be forwarded on it).
 var ErrReplicasShort = errors.New("store: fewer replicas than wait_replicas acknowledged the claim in time (wait_strict); it was released")
 
+// ErrNoRoom is wrapped by an engine's error for a write it refused for
+// want of room: a full disk under the embedded store, a Redis at its
+// maxmemory under noeviction. Nothing was written, and the same write
+// succeeds once the store has room again.
+var ErrNoRoom = errors.New("store: no room for writes")
+
 // ValidID reports whether id is a record id every engine accepts: 1 to 128
 // bytes of [0-9A-Za-z_-].
 func ValidID(id string) bool { return validID(id) }

@@ -100,6 +100,9 @@ type Engine interface {
 	// random one atomically the first time, so every gateway that shares
 	// the store derives the same record ids.
 	Secret(ctx context.Context) ([]byte, error)
+	// KeptSecret returns the deployment secret kept in the store, without
+	// creating one: nil when the store keeps none (yet).
+	KeptSecret(ctx context.Context) ([]byte, error)
 
 	// Close releases the engine's resources.
 	Close() error

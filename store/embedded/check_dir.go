@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,16 +27,25 @@ type Report struct {
 	// Damage says, one line per finding, what is damaged; empty when
 	// DIR is sound.
 	Damage []string
-	// Notes are findings that are not damage (a journal to import).
+	// Dropped says, one line each, what the next start drops as a write a
+	// crash cut short: an unreadable last entry of the newest log (or last
+	// record of the manifest), which a single log cannot tell from damage.
+	// Not damage: a backup would not have it either.
+	Dropped []string
+	// Notes are findings that are not damage (a journal to import, the
+	// leftover of an interrupted flush).
 	Notes []string
 }
 
-// Check reads every file of DIR, which no gateway may hold meanwhile,
-// and reports what is damaged: the secret and the clean marker (their
-// checksums), every record of Pebble's manifest (whose damaged record
-// Pebble would take for a torn end), Pebble's manifest and logs (by
-// opening the database read-only), every table's every block checksum, and every record
-// (that it decodes). It changes nothing in DIR.
+// Check reads every file of DIR the database uses, which no gateway may
+// hold meanwhile, and reports what is damaged: the secret and the clean
+// marker (their checksums), every record of Pebble's manifest (whose
+// damaged record Pebble would take for a torn end) and the newest log's
+// end (as Open does), Pebble's manifest and logs (by opening the database
+// read-only), every block checksum of every table the manifest lists, and
+// every record (that it decodes). Tables the manifest does not list are
+// noted as leftovers of an interrupted flush; an unreadable last entry of
+// the newest log is reported in Dropped. It changes nothing in DIR.
 func Check(dir string) (Report, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -50,7 +60,11 @@ func Check(dir string) (Report, error) {
 		return rep, err
 	}
 	defer lock.unlock()
-	damage := func(format string, args ...any) { rep.Damage = append(rep.Damage, fmt.Sprintf(format, args...)) }
+	damage := func(format string, args ...any) {
+		if line := fmt.Sprintf(format, args...); !slices.Contains(rep.Damage, line) {
+			rep.Damage = append(rep.Damage, line)
+		}
+	}
 
 	var secret []byte
 	if secret, err = readSecret(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -64,19 +78,17 @@ func Check(dir string) (Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d journal and %d snapshot files of an earlier version: imported at the next start", len(j), len(s)))
 	}
 
-	if err := checkManifest(dir); err != nil {
-		damage("%v", err)
-	}
-	if err := checkLogTail(dir); err != nil {
-		damage("%v", err)
-	}
-
-	tables, _ := filepath.Glob(filepath.Join(dir, dbDir, "*.sst"))
-	for _, path := range tables {
-		if err := checkTable(path); err != nil {
-			damage("%s: %v", path, err)
+	for _, check := range []func() (string, error){
+		func() (string, error) { return checkManifest(dir, nonce != nil) },
+		func() (string, error) { return checkLogTail(dir) },
+	} {
+		dropped, err := check()
+		if err != nil {
+			damage("%v", err)
 		}
-		rep.Tables++
+		if dropped != "" {
+			rep.Dropped = append(rep.Dropped, dropped)
+		}
 	}
 
 	if _, err := os.Stat(filepath.Join(dir, dbDir)); errors.Is(err, os.ErrNotExist) {
@@ -93,9 +105,16 @@ func Check(dir string) (Report, error) {
 	db, err := pebble.Open(filepath.Join(dir, dbDir), o)
 	if err != nil {
 		damage("%v", damaged(dir, err))
+		rep.checkTables(nil, damage) // which the database uses is unknown: every one
 		return rep, nil
 	}
 	defer db.Close()
+	live, err := db.SSTables()
+	if err != nil {
+		damage("%v", damaged(dir, err))
+		live = nil
+	}
+	rep.checkTables(live, damage)
 	e.db = db
 	if err := db.CheckLevels(nil); err != nil {
 		damage("%v", damaged(dir, err))
@@ -137,6 +156,33 @@ func Check(dir string) (Report, error) {
 		damage("%v", damaged(dir, err))
 	}
 	return rep, nil
+}
+
+// checkTables verifies the tables of DIR the database uses, live (by
+// level, from DB.SSTables; nil: every table file). A table file it does
+// not use is the leftover of a flush or compaction (half written when a
+// crash interrupted it, or obsolete and not yet removed): noted, not
+// checked; Pebble removes it at the next start.
+func (rep *Report) checkTables(live [][]pebble.SSTableInfo, damage func(string, ...any)) {
+	used := map[string]bool{}
+	for _, level := range live {
+		for _, t := range level {
+			used[t.BackingSSTNum.String()+".sst"] = true
+		}
+	}
+	tables, _ := filepath.Glob(filepath.Join(rep.Dir, dbDir, "*.sst"))
+	for _, path := range tables {
+		if live != nil && !used[filepath.Base(path)] {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s is not used by the database: the leftover of a flush or compaction "+
+				"(half written when a crash interrupted it, or made obsolete and not yet removed); not read, safe to ignore, "+
+				"Pebble removes it at the next start", path))
+			continue
+		}
+		if err := checkTable(path); err != nil {
+			damage("%s: %v", path, err)
+		}
+		rep.Tables++
+	}
 }
 
 // checkTable verifies every block checksum of one table file.

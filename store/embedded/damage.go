@@ -26,7 +26,8 @@ import (
 // damaged last entry of its log for a write a crash cut short and drops
 // it quietly, which after a clean stop would drop acknowledged writes.
 // Open then removes DIR/clean, so after a crash the rule is Pebble's: only
-// a torn last write is dropped.
+// the last write is dropped when it cannot be read (cut short or damaged:
+// the two read alike), and Open says so (see checkLogTail).
 const (
 	cleanFile  = "clean"
 	cleanMagic = "IDGCLN1\n"
@@ -48,16 +49,12 @@ func (e *Engine) markClean() error {
 	return writeFileSync(filepath.Join(e.dir, cleanFile), b)
 }
 
-// checkClean checks the database against the clean marker, if any, and
-// removes it. It opens the database read-only for that, so that a
-// refusal leaves every file as it found it.
-func (e *Engine) checkClean() error {
-	nonce, err := readClean(e.dir)
-	if err != nil || nonce == nil {
-		return err
-	}
-	if err := checkManifest(e.dir); err != nil {
-		return err
+// checkClean checks the database against the clean marker's nonce, if
+// any, and removes the marker. It opens the database read-only for that,
+// so that a refusal leaves every file as it found it.
+func (e *Engine) checkClean(nonce []byte) error {
+	if nonce == nil {
+		return nil
 	}
 	cache := pebble.NewCache(1 << 20)
 	db, err := pebble.Open(filepath.Join(e.dir, dbDir), e.pebbleOptions(cache, true))
@@ -157,12 +154,66 @@ func damagedFiles(dir string, err error) []string {
 }
 
 // checkManifest reads every record of DIR's current Pebble manifest
-// (the one its marker names). Pebble takes a record whose checksum does
-// not match for the end of the manifest, a write a crash cut short, and
-// quietly drops it and every record after it; after a clean stop nothing
-// was cut short, so such a record is damage. The error names the file;
-// nil when there is no manifest yet.
-func checkManifest(dir string) error {
+// (the one its marker names), at every start. Pebble takes a record it
+// cannot read for the end of the manifest, a write a crash cut short, and
+// quietly drops it and every record after it, and with them the tables
+// they list. After a clean stop nothing was cut short, so such a record is
+// damage. After a crash, only a last record that the end of the file cuts
+// off (a write cut short: Pebble writes the manifest by appending and acts
+// on a record only once it is synced) is dropped, and reported (dropped);
+// any other unreadable record is damage. The error names the file and
+// the record's offset; nothing when there is no manifest yet.
+func checkManifest(dir string, clean bool) (dropped string, err error) {
+	for _, path := range manifestPaths(dir) {
+		n, off, err := readManifest(path)
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, io.EOF) {
+			continue
+		}
+		if !errors.Is(err, record.ErrInvalidChunk) && !errors.Is(err, record.ErrZeroedChunk) && !errors.Is(err, record.ErrUnexpectedEOF) {
+			return "", fmt.Errorf("store: embedded store: %w", err)
+		}
+		if !clean {
+			b, rerr := os.ReadFile(path)
+			if rerr != nil {
+				return "", fmt.Errorf("store: embedded store: %w", rerr)
+			}
+			if manifestCut(b, off) {
+				return fmt.Sprintf("%s: the last record of the manifest, at offset %d, runs past the end of the file and is dropped: "+
+					"a write the crash cut short, which Pebble acts on only once it is whole and synced", path, off), nil
+			}
+		}
+		return "", fmt.Errorf("store: embedded store %s is damaged (%s): record %d at offset %d (after %d sound ones) cannot be read "+
+			"(its checksum or header does not match: %v); Pebble would drop it and every record after it, and with them "+
+			"tables of acknowledged records: restore DIR from a backup (`idemgate store check %s` says more)", dir, path, n+1, off, n, err, dir)
+	}
+	return "", nil
+}
+
+// readManifest reads the records of the manifest at path, as Pebble does,
+// streaming. It returns io.EOF when every record reads, else the error of
+// the first that does not, how many read before it and its offset.
+func readManifest(path string) (n, off int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	rr := record.NewReader(f, 0)
+	for ; ; n++ {
+		off = int(rr.Offset())
+		r, err := rr.Next()
+		if err == nil {
+			_, err = io.Copy(io.Discard, r)
+		}
+		if err != nil {
+			return n, off, err
+		}
+	}
+}
+
+// manifestPaths is DIR's current manifest, the one its marker names (all
+// of them when there is no marker).
+func manifestPaths(dir string) []string {
 	db := filepath.Join(dir, dbDir)
 	markers, _ := filepath.Glob(filepath.Join(db, "marker.manifest.*"))
 	var paths []string
@@ -175,32 +226,41 @@ func checkManifest(dir string) error {
 	if len(paths) == 0 {
 		paths, _ = filepath.Glob(filepath.Join(db, "MANIFEST-*"))
 	}
-	for _, path := range paths {
-		f, err := os.Open(path)
-		if errors.Is(err, os.ErrNotExist) {
+	return paths
+}
+
+// manifestCut reports whether the manifest record at off is a write cut
+// short: its chunks are sound up to one that the end of the file cuts off,
+// or only zeros are left.
+func manifestCut(b []byte, off int) bool {
+	for off < len(b) {
+		if rest := walBlock - off%walBlock; rest < walLegacyHeader {
+			off += rest // a block's zeroed end
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("store: embedded store: %w", err)
+		if allZero(b[off:]) {
+			return true
 		}
-		rr := record.NewReader(f, 0)
-		n := 0
-		for {
-			r, err := rr.Next()
-			if err == nil {
-				_, err = io.Copy(io.Discard, r)
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				_ = f.Close()
-				return fmt.Errorf("store: embedded store %s is damaged (%s): record %d after %d sound ones: %w: restore DIR from a backup "+
-					"(`idemgate store check %s` says more)", dir, path, n+1, n, err, dir)
-			}
-			n++
+		n, ok := chunkAt(b, off, walLegacyHeader)
+		if !ok {
+			cut := off+walLegacyHeader > len(b) || off+walLegacyHeader+int(binary.LittleEndian.Uint16(b[off+4:])) > len(b)
+			return cut && !recordAfter(b, off)
 		}
-		_ = f.Close()
+		off += n
 	}
-	return nil
+	return true
+}
+
+// recordAfter reports whether a sound chunk that starts a manifest record
+// (a whole one, or its first part) begins after off: the chunk at off,
+// then, is not the end of what was written (its length is damaged).
+func recordAfter(b []byte, off int) bool {
+	for next := off + 1; next+walLegacyHeader <= len(b); next++ {
+		if t := b[next+6]; t == 1 || t == 2 {
+			if n, ok := chunkAt(b, next, walLegacyHeader); ok && n > walLegacyHeader {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -148,15 +148,27 @@ func TestCheckSoundDir(t *testing.T) {
 
 // TestManifestDamageIsLoud: Pebble takes a manifest record whose checksum
 // does not match for a write a crash cut short and drops it and what
-// follows, quietly. After a clean stop nothing was cut short: one flipped
-// byte anywhere in the manifest makes Open refuse and Check report it,
-// both naming the file.
+// follows, quietly. A write cut short is cut off by the end of the file:
+// one flipped byte anywhere in the manifest, after a clean stop or after
+// a crash, makes Open refuse and Check report it, both naming the file.
 func TestManifestDamageIsLoud(t *testing.T) {
 	t.Parallel()
-	for _, frac := range []float64{0.1, 0.5, 0.9} {
-		t.Run(fmt.Sprintf("at %.0f%%", frac*100), func(t *testing.T) {
-			t.Parallel()
-			dir := damagedDir(t, false)
+	for _, crashed := range []bool{false, true} {
+		for _, frac := range []float64{0.1, 0.5, 0.9} {
+			t.Run(fmt.Sprintf("crashed %v at %.0f%%", crashed, frac*100), func(t *testing.T) {
+				t.Parallel()
+				manifestDamageIsLoud(t, crashed, frac)
+			})
+		}
+	}
+}
+
+// manifestDamageIsLoud is TestManifestDamageIsLoud with one byte flipped
+// at frac of the manifest.
+func manifestDamageIsLoud(t *testing.T, crashed bool, frac float64) {
+	{
+		{
+			dir := damagedDir(t, crashed)
 			path := flip(t, dir, "db/MANIFEST-*", frac)
 			name := filepath.Base(path)
 			rep, err := embedded.Check(dir)
@@ -175,7 +187,78 @@ func TestManifestDamageIsLoud(t *testing.T) {
 				t.Fatalf("Open refused without naming %s: %v", name, err)
 			}
 			t.Logf("refused: %v", err)
-		})
+		}
+	}
+}
+
+// TestManifestCutShort: after a crash, a manifest whose last record the
+// end of the file cuts off (a write the crash cut short, which Pebble had
+// not acted on: the start of a record of 100 bytes, 20 of them written)
+// opens, and Open and Check say that record is dropped, naming the
+// manifest; Check finds no damage.
+func TestManifestCutShort(t *testing.T) {
+	t.Parallel()
+	dir := damagedDir(t, true)
+	manifests, _ := filepath.Glob(filepath.Join(dir, "db", "MANIFEST-*"))
+	path := manifests[len(manifests)-1]
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := append([]byte{0x12, 0x34, 0x56, 0x78, 100, 0, 1}, []byte(strings.Repeat("e", 20))...)
+	if _, err := f.Write(cut); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := embedded.Check(dir)
+	if err != nil || len(rep.Damage) > 0 || len(rep.Dropped) != 1 || !strings.Contains(rep.Dropped[0], filepath.Base(path)) {
+		t.Fatalf("Check of a manifest cut short: %v; damage %q, dropped %q", err, rep.Damage, rep.Dropped)
+	}
+	e, err := embedded.Open(embedded.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open of a manifest cut short: %v", err)
+	}
+	defer e.Close()
+	if d := e.Recovered().Dropped; len(d) != 1 || !strings.Contains(d[0], filepath.Base(path)) {
+		t.Fatalf("Open does not say the manifest's last record is dropped: %q", d)
+	}
+	t.Logf("dropped: %s", e.Recovered().Dropped[0])
+}
+
+// TestCheckLeftoverTable: a table the manifest does not list (a flush a
+// crash interrupted, half written) is noted as a leftover, not damage,
+// and not read: Check of such a DIR finds no damage however it is broken.
+func TestCheckLeftoverTable(t *testing.T) {
+	t.Parallel()
+	dir := damagedDir(t, false)
+	tables, _ := filepath.Glob(filepath.Join(dir, "db", "*.sst"))
+	if len(tables) == 0 {
+		t.Fatal("no table after a clean stop")
+	}
+	b, err := os.ReadFile(tables[len(tables)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"half written", b[:len(b)/2]},
+		{"empty", nil},
+		{"whole", b},
+	} {
+		leftover := filepath.Join(dir, "db", "000900.sst")
+		if err := os.WriteFile(leftover, tc.body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := embedded.Check(dir)
+		notes := strings.Join(rep.Notes, "\n")
+		if err != nil || len(rep.Damage) > 0 || !strings.Contains(notes, "000900.sst") || !strings.Contains(notes, "interrupted") ||
+			rep.Records["completed"] != damageRecords {
+			t.Errorf("%s leftover: Check: %v; damage %q; notes %q; records %v", tc.name, err, rep.Damage, rep.Notes, rep.Records)
+		}
 	}
 }
 
@@ -264,6 +347,9 @@ func TestDamagedLastLogBlockIsLoud(t *testing.T) {
 		}
 		if kept < before+after-1 {
 			t.Fatalf("%d of %d records kept after cutting 50 bytes off the log's end", kept, before+after)
+		}
+		if d := e.Recovered().Dropped; len(d) != 1 || !strings.Contains(d[0], filepath.Base(path)) {
+			t.Fatalf("Open does not say the log's last entry is dropped: %q", d)
 		}
 		t.Logf("cut short: %d of %d records kept", kept, before+after)
 	})

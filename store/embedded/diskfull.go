@@ -1,19 +1,25 @@
 package embedded
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // ErrDiskFull is returned (wrapped, naming DIR) by every write while
 // DIR's filesystem is full: the call fails closed (a claim lets nothing
 // through) and the store writes again once there is room, without a
-// restart.
-var ErrDiskFull = errors.New("the disk is full")
+// restart. It is a store.ErrNoRoom.
+var ErrDiskFull error = diskFullError{}
+
+type diskFullError struct{}
+
+func (diskFullError) Error() string { return "the disk is full" }
+func (diskFullError) Unwrap() error { return store.ErrNoRoom }
 
 // diskFullPoll is how often a full disk is looked at for room.
 const diskFullPoll = 100 * time.Millisecond

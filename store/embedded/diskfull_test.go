@@ -98,8 +98,8 @@ func TestDiskFullFailsClosedAndRecovers(t *testing.T) {
 			full = err
 		}
 	}
-	if !errors.Is(full, ErrDiskFull) {
-		t.Fatalf("on a full disk: %v, want ErrDiskFull", full)
+	if !errors.Is(full, ErrDiskFull) || !errors.Is(full, store.ErrNoRoom) {
+		t.Fatalf("on a full disk: %v, want ErrDiskFull, a store.ErrNoRoom", full)
 	}
 	// While full: claims fail at once, replays still answer.
 	for i := 0; i < 20; i++ {

@@ -30,10 +30,13 @@
 // compactions give their space back.
 //
 // Damage is loud: Pebble checksums its log, tables and manifest and
-// refuses to open on damage that is not a torn last write; a clean Close
-// leaves a marker naming its last write, and Open refuses when that write
-// is missing (a damaged log tail that Pebble would take for a torn
-// write). See Check.
+// refuses to open on damage that is not a torn last write; Open reads the
+// manifest whole and the newest log's end at every start and refuses
+// damage Pebble would take for a torn write; a clean Close leaves a
+// marker naming its last write, and Open refuses when that write is
+// missing. The one case a single log cannot tell from a torn write, an
+// unreadable last entry of the newest log after a crash, is dropped and
+// reported (Recovery.Dropped). See Check.
 //
 // Disk full: a write that meets ENOSPC fails the calls waiting for it
 // (nothing is forwarded on a failed claim) and every later write fails at
@@ -104,6 +107,12 @@ type Recovery struct {
 	// written by an earlier version (once: see migrate.go).
 	Imported int
 	Took     time.Duration
+	// Dropped says, one line each, what Pebble drops as a write a crash
+	// cut short: the last entry of the newest log or the last record of
+	// the manifest, when it cannot be read (see checkLogTail,
+	// checkManifest). Open logs
+	// each as a warning.
+	Dropped []string
 }
 
 // Engine is an open embedded store. It is safe for concurrent use.
@@ -253,13 +262,26 @@ func Open(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// open checks the secret, opens Pebble, checks the clean marker and
-// imports an old journal.
+// open checks the manifest, the newest log's end and the clean marker,
+// opens Pebble, imports an old journal and checks the secret.
 func (e *Engine) open() error {
-	if err := e.checkClean(); err != nil {
+	nonce, err := readClean(e.dir)
+	if err != nil {
 		return err
 	}
-	if err := checkLogTail(e.dir); err != nil {
+	for _, check := range []func() (string, error){
+		func() (string, error) { return checkManifest(e.dir, nonce != nil) },
+		func() (string, error) { return checkLogTail(e.dir) },
+	} {
+		dropped, err := check()
+		if err != nil {
+			return err
+		}
+		if dropped != "" {
+			e.recovered.Dropped = append(e.recovered.Dropped, dropped)
+		}
+	}
+	if err := e.checkClean(nonce); err != nil {
 		return err
 	}
 	cache := pebble.NewCache(e.opts.CacheSize)

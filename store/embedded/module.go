@@ -98,6 +98,9 @@ func (m *Module) OpenEngine() (store.Engine, error) {
 		return nil, err
 	}
 	rec := e.Recovered()
+	for _, d := range rec.Dropped {
+		log.Warn("embedded store: the last write before the crash is dropped", zap.String("dir", e.Dir()), zap.String("detail", d))
+	}
 	log.Info("embedded store opened: durable, for this one gateway (several gateways need Redis)",
 		zap.String("dir", e.Dir()), zap.Int("imported_records", rec.Imported), zap.Duration("took", rec.Took))
 	return e, nil

@@ -154,6 +154,14 @@ func (e *Engine) Secret(ctx context.Context) ([]byte, error) {
 	return slices.Clone(b), nil
 }
 
+// KeptSecret returns the deployment secret kept in DIR/secret, or nil
+// when DIR keeps none; it never creates one.
+func (e *Engine) KeptSecret(context.Context) ([]byte, error) {
+	e.secretMu.Lock()
+	defer e.secretMu.Unlock()
+	return slices.Clone(e.secret), nil
+}
+
 // secretSum is the digest of secret kept in the database.
 func secretSum(secret []byte) []byte {
 	sum := sha256.Sum256(secret)

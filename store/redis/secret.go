@@ -29,6 +29,27 @@ type secretCache struct {
 // and index key space (no hash tag), so ScanIDs and List never see it.
 func (s *Store) SecretKey() string { return s.prefix + "secret" }
 
+// KeptSecret returns the deployment secret kept in Redis under
+// SecretKey, or nil when none is kept; it never creates one. It is never
+// logged; errors never contain it.
+func (s *Store) KeptSecret(ctx context.Context) ([]byte, error) {
+	s.secret.mu.Lock()
+	defer s.secret.mu.Unlock()
+	if s.secret.val != nil {
+		return bytes.Clone(s.secret.val), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	val, err := s.client.Get(ctx, s.SecretKey()).Bytes()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("store: deployment secret %s: %w", s.SecretKey(), err)
+	}
+	return val, nil
+}
+
 // Secret returns the deployment secret kept in Redis under SecretKey,
 // creating it the first time: 32 random bytes, hex-encoded, written with
 // SET NX, then read back in the same round trip (one key, so

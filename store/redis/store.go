@@ -575,9 +575,19 @@ func (s *Store) fencedKeys(ctx context.Context, op string, sc *goredis.Script, i
 	defer cancel()
 	n, err := s.run(ctx, op, id, sc, keys, append([]any{id}, args...)...).Int64()
 	if err != nil {
-		return false, fmt.Errorf("store: %s %s: %w", op, id, err)
+		return false, fmt.Errorf("store: %s %s: %w", op, id, noRoom(err))
 	}
 	return n == 1, nil
+}
+
+// noRoom marks a write a Redis at its maxmemory refused (an OOM error,
+// under noeviction) as a store.ErrNoRoom: nothing was written, and the
+// write succeeds once Redis has memory again.
+func noRoom(err error) error {
+	if goredis.HasErrorPrefix(err, "OOM") {
+		return fmt.Errorf("%w (%w)", err, store.ErrNoRoom)
+	}
+	return err
 }
 
 // Renew extends a live claim's lease to now+lease (Redis clock). It returns

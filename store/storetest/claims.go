@@ -589,9 +589,15 @@ func testRecordsExpire(t *testing.T, h Harness, e store.Engine) {
 
 func testSecret(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
+	if kept, err := e.KeptSecret(ctx); kept != nil || err != nil {
+		t.Fatalf("KeptSecret of a new store: %d bytes, %v; want none", len(kept), err)
+	}
 	a, err := e.Secret(ctx)
 	if err != nil {
 		t.Fatalf("Secret: %v", err)
+	}
+	if kept, err := e.KeptSecret(ctx); !bytes.Equal(kept, a) || err != nil {
+		t.Fatalf("KeptSecret after Secret: %d bytes, %v; want the kept secret", len(kept), err)
 	}
 	// 32 random bytes, or their hex text (the Redis engine keeps text, so
 	// the value can be copied into the `secret` option as it is).
