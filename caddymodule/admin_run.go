@@ -10,10 +10,12 @@ import (
 )
 
 // retriesView is what the record view shows of the retry budget: how many
-// executions ended "not done", what each answered, and whether the record
-// kept its request for a re-drive.
+// executions ended "not done" (Unknowns of them with an unknown outcome
+// that on_unknown_outcome: release let go), what each answered, and
+// whether the record kept its request for a re-drive.
 type retriesView struct {
 	NotDone     int64        `json:"not_done"`
+	Unknowns    int64        `json:"unknowns,omitempty"`
 	Answers     []answerView `json:"answers,omitempty"`
 	KeptRequest bool         `json:"kept_request,omitempty"`
 }
@@ -29,7 +31,7 @@ func retries(rec *store.Record) *retriesView {
 	if rec.NotDone == 0 && len(rec.Answers) == 0 && len(rec.Request) == 0 {
 		return nil
 	}
-	v := &retriesView{NotDone: rec.NotDone, KeptRequest: len(rec.Request) > 0}
+	v := &retriesView{NotDone: rec.NotDone, Unknowns: rec.Unknowns, KeptRequest: len(rec.Request) > 0}
 	for _, a := range rec.Answers {
 		v.Answers = append(v.Answers, answerView{At: a.At.UTC(), Status: a.Status})
 	}

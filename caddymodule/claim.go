@@ -119,6 +119,7 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		HoldTTL:         g.rt.HoldTTL,
 		TTL:             g.rt.TTL,
 		OnExpired:       expiredPolicy(g.rt.OnUnknownOutcome),
+		MaxExecutions:   int64(g.rt.MaxExecutions),
 		Check:           g.check,
 		Request:         g.sealed,
 	}

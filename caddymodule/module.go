@@ -74,6 +74,7 @@ type Handler struct {
 	breakerKeys []string
 	logger      *zap.Logger
 	metrics     *metrics
+	redriveTo   *redriveTo // where re-drives go (see redrive_chain.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -112,7 +113,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.verifier = newVerifier(h)
 	h.kept = kept
-	h.provisionRedrive()
+	h.provisionRedrive(ctx)
 	h.provisionNotices()
 	return nil
 }

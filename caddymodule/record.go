@@ -27,9 +27,10 @@ func completing(c *store.Claim, res store.Result) recording {
 }
 
 // recordingFor decides what the outcome leaves on the record, by the
-// route's policy for unknown outcomes. An upstream's "not done" counts
-// against the route's retry budget; exhausted is told when it used the
-// budget up and the record is held.
+// route's policy for unknown outcomes. An upstream's "not done", and an
+// unknown outcome that on_unknown_outcome: release lets go, count against
+// the route's retry budget; exhausted is told when one used the budget up
+// and the record is held.
 func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, exhausted func()) recording {
 	v := out.verdict
 	if v == verdictUnknown {
@@ -50,11 +51,14 @@ func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, e
 		if out.reason == "not_sent" {
 			result = "not_sent"
 		}
+		// "Not done", or unknown and let go by the route's policy: either
+		// counts against the budget, and the record says which.
+		notDone := c.NotDone
 		if out.verdict != verdictRelease {
-			return recording{"release", result, c.Release} // unknown, released by the route's policy
+			notDone = c.LetGo
 		}
 		return recording{"not_done", result, func(ctx context.Context) (bool, error) {
-			o, err := c.NotDone(ctx, out.status, int64(rt.MaxExecutions))
+			o, err := notDone(ctx, out.status, int64(rt.MaxExecutions))
 			if o == store.NotDoneExhausted {
 				exhausted()
 			}

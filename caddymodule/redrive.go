@@ -26,16 +26,14 @@ import (
 // is recorded as any execution's, so the client's later retries replay
 // it.
 //
-// The rest of the chain (reverse_proxy, and whatever the site puts after
-// the idempotency handler) is only handed to the handler with a request:
-// Caddy compiles it into the route and passes it to ServeHTTP. So each
-// route remembers the chain, and the server it runs in, from the first
-// guarded request it serves under the current config; a re-drive before
-// any request reached the route on this gateway is refused (503) and
-// says so. The handlers before the idempotency handler (authentication,
-// request_body) are not run again: the operator is authenticated by the
-// admin endpoint or the console, and the caller's credentials were never
-// kept; redrive_headers give the upstream the gateway's own.
+// The rest of the chain is reverse_proxy and whatever the site puts
+// after the idempotency handler: the handler finds it in its config (see
+// redrive_chain.go), so a re-drive works right after a start or a reload.
+// The handlers before the idempotency handler (authentication,
+// request_body, request_header) are not run again: the operator is
+// authenticated by the admin endpoint or the console, and the caller's
+// credentials were never kept; redrive_headers give the upstream the
+// gateway's own.
 
 // chain is the rest of a route's handler chain and its server.
 type chain struct {
@@ -44,15 +42,18 @@ type chain struct {
 }
 
 // provisionRedrive lets the operator API reach this handler through its
-// routes, to run a re-drive on an operator's word.
-func (h *Handler) provisionRedrive() {
+// routes, to run a re-drive on an operator's word, and keeps the HTTP app
+// whose routes hold the chain the re-drive goes through.
+func (h *Handler) provisionRedrive(ctx caddy.Context) {
+	h.redriveTo = newRedriveTo(ctx)
 	for _, rt := range h.routes {
 		rt.handler.Store(h)
 	}
 }
 
 // remember keeps the chain after this handler for the route's re-drives
-// (keep_request routes), from the first request that brings it.
+// (keep_request routes), from the first request that brings it: for a
+// handler where the config lookup does not find it.
 func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
 	if !rt.KeepRequest || rt.chain.Load() != nil {
 		return
@@ -65,9 +66,10 @@ func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
 // tagged tag (see RunNow).
 type RunFunc func(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error)
 
-// ErrNoChain: the gateway cannot re-drive yet: no request has reached the
-// record's route since its config was loaded.
-var ErrNoChain = errors.New("no request has reached the route on this gateway since its config was loaded, so the handler chain a re-drive goes through is not known yet; try again after the route has served a request, or release the record and let the client retry")
+// ErrNoChain: the gateway cannot re-drive yet: the handler is not in its
+// config's HTTP routes or subroutes (handle_errors, a named route), and
+// no request has reached the record's route since its config was loaded.
+var ErrNoChain = errors.New("the idempotency handler is not in a site's routes or subroutes, and no request has reached the route on this gateway since its config was loaded, so the handler chain a re-drive goes through is not known yet; try again after the route has served a request, or release the record and let the client retry")
 
 // RunNow re-drives record id in the live store tagged tag on act's word
 // and returns the record after the run and the upstream's status.
@@ -137,7 +139,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if err := store.RedriveRefusal(rec, time.Now()); err != nil {
 		return refuse("refused", rec, err)
 	}
-	ch := rt.chain.Load()
+	ch := h.redriveChain(rt)
 	if ch == nil {
 		return refuse("refused", rec, ErrNoChain)
 	}

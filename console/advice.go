@@ -48,8 +48,12 @@ func reasonText(rec *store.Record) string {
 		return "the client went away before the upstream answered"
 	case "lease_expired":
 		return "the call's lease ran out without a result (the gateway stopped or the call hung)"
-	case "operator":
+	case store.ReasonOperator:
 		return "resolved by an operator"
+	case store.ReasonNotDone:
+		return "the upstream said \"not done\" (a retry status or a redirect), or the request never left"
+	case store.ReasonUnknownReleased:
+		return "the outcome was not known, and the route's policy (on_unknown_outcome: release) let it go: the upstream may have acted"
 	case store.ReasonRetriesExhausted:
 		return "the upstream answered \"not done\" to every execution the route allows (retry.max_executions)"
 	case "verified":
@@ -126,15 +130,7 @@ func stateAdvice(rec *store.Record, now time.Time) advice {
 			Act:     true,
 		}
 	case store.StateReleased:
-		known := "The last attempt is known not to have taken effect (the upstream said \"not done\", or the request never left)."
-		if rec.Reason == "operator" {
-			known = "Released by an operator."
-		}
-		next := "Nothing to do: the next retry with the same payload runs it, once."
-		if len(rec.Request) > 0 {
-			next += " If the sender has given up, Run now sends the kept request once."
-		}
-		return advice{Known: known, Next: next}
+		return releasedAdvice(rec)
 	case store.StateCompleted:
 		a := advice{
 			Known: "Completed with status " + strconv.Itoa(rec.Status) + "; retries replay the stored answer.",
@@ -164,6 +160,40 @@ func stateAdvice(rec *store.Record, now time.Time) advice {
 		return a
 	}
 	return advice{Known: "State " + string(rec.State) + ".", Next: "No advice for this state."}
+}
+
+// releasedAdvice explains a released record by why it was released:
+// only an operation known not done is offered Run now.
+func releasedAdvice(rec *store.Record) advice {
+	next := "Nothing to do: the next retry with the same payload runs it, once."
+	switch {
+	case store.KnownNotDone(rec):
+		known := "The last attempt is known not to have taken effect (the upstream said \"not done\", or the request never left)."
+		switch rec.Reason {
+		case store.ReasonOperator:
+			known = "Released by an operator."
+		case store.ReasonVerifiedNotApplied:
+			known = "Released: verification checks found nothing upstream."
+		}
+		if len(rec.Request) > 0 {
+			next += " If the sender has given up, Run now sends the kept request once."
+		}
+		return advice{Known: known, Next: next}
+	case rec.Reason == store.ReasonUnknownReleased:
+		return advice{
+			Known:   "Released by the route's policy (on_unknown_outcome: release) after an outcome nobody knows: the upstream may have acted.",
+			Unknown: "Whether " + rec.Route + " took effect upstream.",
+			Next: "The next retry with the same payload runs it again (the policy trusts the upstream to honour the forwarded key). " +
+				"Run now is not offered: look it up upstream first, then Complete with its answer if it took effect, or Release if it did not.",
+		}
+	}
+	return advice{
+		Known: "Released, but " + plural(rec.Unknowns, "earlier execution") + " had an outcome nobody knows, let go by the route's policy " +
+			"(on_unknown_outcome: release), or the release predates the reasons: the upstream may have acted.",
+		Unknown: "Whether " + rec.Route + " took effect upstream.",
+		Next: "The next retry with the same payload runs it again. Run now is not offered: look it up upstream first, " +
+			"then Complete with its answer if it took effect, or Release if it did not.",
+	}
 }
 
 // sentence starts s with a capital letter.

@@ -699,6 +699,45 @@ func TestAdviceOnExecutions(t *testing.T) {
 	}
 }
 
+// TestAdviceOnReleases: Run now is offered, and "known not to have taken
+// effect" said, only where the operation is known not done; a record
+// that on_unknown_outcome: release let go, or whose budget unknown
+// outcomes used in part, says the upstream may have acted.
+func TestAdviceOnReleases(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	rt := config.Resolved{KeepRequest: true}
+	released := func(reason string, unknowns int64) *store.Record {
+		return &store.Record{ID: "r1", Route: "crm", State: store.StateReleased, Reason: reason, Unknowns: unknowns, NotDone: 1, Request: []byte("sealed")}
+	}
+	exhausted := &store.Record{ID: "r2", Route: "crm", State: store.StateUnknown, Reason: store.ReasonRetriesExhausted,
+		NotDone: 3, Unknowns: 2, Request: []byte("sealed")}
+	for _, tc := range []struct {
+		name   string
+		rec    *store.Record
+		canRun bool
+		says   string
+	}{
+		{"not done", released(store.ReasonNotDone, 0), true, "known not to have taken effect"},
+		{"operator", released(store.ReasonOperator, 0), true, "Released by an operator"},
+		{"verification", released(store.ReasonVerifiedNotApplied, 0), true, "verification checks found nothing"},
+		{"let go by on_unknown_outcome", released(store.ReasonUnknownReleased, 1), false, "the upstream may have acted"},
+		{"not done after an unknown let go", released(store.ReasonNotDone, 1), false, "the upstream may have acted"},
+		{"released before reasons", released("", 0), false, "the upstream may have acted"},
+		{"budget used partly by unknowns", exhausted, false, "the upstream may have acted"},
+	} {
+		a := adviceFor(tc.rec, now)
+		if got := canRun(tc.rec, rt, true, now); got != tc.canRun {
+			t.Errorf("%s: canRun %v, want %v", tc.name, got, tc.canRun)
+		}
+		all := a.Known + " " + a.Next + " " + a.Attempt
+		if !strings.Contains(all, tc.says) || !tc.canRun && (strings.Contains(all, "known not to have taken effect") || strings.Contains(all, "or Run now") ||
+			strings.Contains(all, "Run now sends") || strings.Contains(all, "Run now (")) {
+			t.Errorf("%s: advice %q; want %q, and Run now offered only when it may run", tc.name, all, tc.says)
+		}
+	}
+}
+
 // TestRecordPageRedactsEveryBody: the record page hides credential-like
 // values in JSON bodies whatever their Content-Type (a UTF-8 BOM
 // allowed) and in URL-encoded forms, as the admin API does (one

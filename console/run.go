@@ -38,8 +38,21 @@ func answersOf(rec *store.Record) []answerRow {
 
 // exhaustedAdvice explains a record held because its retries were used
 // up: what is known (the upstream said "not done" every time), that
-// nothing is unknown, and the safe next step.
+// nothing is unknown, and the safe next step; or, when unknown outcomes
+// used part of the budget, that the upstream may have acted.
 func exhaustedAdvice(rec *store.Record) advice {
+	if rec.Unknowns > 0 {
+		return advice{
+			Known: fmt.Sprintf("%s used up the route's retry budget; %s had an outcome nobody knows that the route's policy "+
+				"(on_unknown_outcome: release) let go, so the upstream may have acted. It is held: retries are answered 409 and "+
+				"nothing is sent upstream until someone acts.", sentence(plural(rec.NotDone, "execution")), fmt.Sprintf("%d of them", rec.Unknowns)),
+			Unknown: "Whether " + rec.Route + " took effect upstream.",
+			Next: "Look it up upstream: Complete with its answer if it took effect (retries replay it); Release if it did not: " +
+				"then the client's next retry runs it once, and Run now is offered. Until then Run now is not offered.",
+			Act:     true,
+			Attempt: "None: held until an operator acts.",
+		}
+	}
 	known := fmt.Sprintf("The upstream answered \"not done\" to %s", plural(rec.NotDone, "execution"))
 	if n := len(rec.Answers); n > 0 {
 		last := rec.Answers[n-1]
@@ -72,6 +85,9 @@ func nextAttempt(rec *store.Record, now time.Time) string {
 		}
 		return "None: held until an operator acts."
 	case store.StateReleased:
+		if !store.KnownNotDone(rec) {
+			return "At the client's next retry."
+		}
 		return "At the client's next retry" + runNowHint(rec) + "."
 	case store.StateInFlight:
 		if rec.LeaseUntil.After(now) {
@@ -96,6 +112,9 @@ func runNotice(rec *store.Record) string {
 	case store.StateExhausted:
 		return "Ran once more: the upstream said \"not done\" again, so the record is held again. Your reason is on the timeline."
 	case store.StateReleased:
+		if rec.Reason == store.ReasonUnknownReleased {
+			return "Ran once more: the outcome is not known, and the route's policy (on_unknown_outcome: release) let it go; the next retry runs it again. Your reason is on the timeline."
+		}
 		return "Ran once more: the upstream said \"not done\"; the next retry runs it again. Your reason is on the timeline."
 	}
 	return "Ran once more: the outcome is not known (see the record). Your reason is on the timeline."

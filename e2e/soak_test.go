@@ -32,9 +32,10 @@ import (
 //     500 or a dropped connection under hold or store) the upstream is never
 //     called again for that key; calls after a 429, or after a 500 or a drop
 //     under release, are allowed, until the retry budget is used up: the
-//     soakMaxExecutions-th 429 holds the record as retries exhausted (on a
-//     key with store trouble, up to that many 429s later as failed
-//     recordings hid). Under release, a completion the gateway logged it
+//     soakMaxExecutions-th 429 (under release, 429, 500 or drop: the
+//     unknown outcomes release lets go count too) holds the record as
+//     retries exhausted (on a key with store trouble, up to that many
+//     later as failed recordings hid). Under release, a completion the gateway logged it
 //     could not record (Redis down) may be followed by one more.
 //     A changed payload never reaches the upstream. The record never counts
 //     fewer executions than the upstream saw; for keys without store trouble
@@ -453,13 +454,18 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 		v = append(v, fmt.Sprintf("%s key %s (record %s): ", k.policy.onUnknown, k.name, k.id)+fmt.Sprintf(format, args...))
 	}
 	policy := k.policy.onUnknown
-	acted, n429, dropped := 0, 0, false
+	// What counts against the retry budget: a 429 ("not done"), and under
+	// release the unknown outcomes the policy lets go (a 500, a drop).
+	counted := func(a soakAction) bool {
+		return a == soak429 || policy == "release" && (a == soak500 || a == soakDrop)
+	}
+	acted, nCounted, dropped := 0, 0, false
 	for _, c := range calls {
 		if c.action.acted() {
 			acted++
 		}
-		if c.action == soak429 {
-			n429++
+		if counted(c.action) {
+			nCounted++
 		}
 		dropped = dropped || c.action == soakDrop
 		if c.changed {
@@ -478,14 +484,15 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 	if policy == "release" {
 		explained = tr.settleErrors
 	}
-	// The retry budget: the soakMaxExecutions-th 429 holds the record as
-	// retries exhausted, whatever the policy. A "not done" whose recording
-	// failed, or whose claim was lost, was not counted, so on a key with
-	// store trouble the budget may run out that many 429s later.
+	// The retry budget: the soakMaxExecutions-th counted execution (a 429;
+	// under release also a 500 or a drop) holds the record as retries
+	// exhausted. One whose recording failed, or whose claim was lost, was
+	// not counted, so on a key with store trouble the budget may run out
+	// that many executions later.
 	slack := tr.settleErrors + tr.lostClaims
 	notDone := 0
 	for i, c := range calls[:max(len(calls)-1, 0)] {
-		if c.action == soak429 {
+		if counted(c.action) {
 			if notDone++; notDone < soakMaxExecutions+slack {
 				continue
 			}
@@ -541,14 +548,21 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 	case rec != nil:
 		last := calls[len(calls)-1]
 		want, status := soakExpect(policy, last.action)
-		// What the budget allows besides: exhausted at the budget-th 429;
-		// on a key with store trouble, also up to slack 429s later.
+		// What the budget allows besides: exhausted at the budget-th
+		// counted execution; on a key with store trouble, also up to slack
+		// of them later.
 		orExhausted := false
-		if last.action == soak429 && n429 >= soakMaxExecutions {
-			orExhausted = n429 < soakMaxExecutions+slack
+		if counted(last.action) && nCounted >= soakMaxExecutions {
+			orExhausted = nCounted < soakMaxExecutions+slack
 			if !orExhausted {
 				want = store.StateExhausted
 			}
+		}
+		// Under release, a completion the gateway could not record ends in
+		// an expired lease, and the retry that takes it over counts it:
+		// the budget may run out that many executions sooner.
+		if policy == "release" && tr.settleErrors > 0 && nCounted+tr.settleErrors >= soakMaxExecutions {
+			orExhausted = true
 		}
 		heldAfterTrouble := tr.seen() && policy != "release" && rec.State == store.StateUnknown
 		switch {
@@ -566,8 +580,8 @@ func soakCheck(k *soakKey, rec *store.Record, calls []soakCall, deliveries []soa
 		switch {
 		case rec.Class() == store.StateExhausted && rec.NotDone != soakMaxExecutions:
 			bad("held as retries exhausted, the record counts %d not-done executions, the budget is %d", rec.NotDone, soakMaxExecutions)
-		case last.action == soak429 && !tr.seen() && rec.NotDone != int64(n429):
-			bad("the record counts %d not-done executions, the upstream answered 429 %d times", rec.NotDone, n429)
+		case counted(last.action) && !tr.seen() && rec.NotDone != int64(nCounted):
+			bad("the record counts %d not-done executions, the upstream answered %d times in a way that counts", rec.NotDone, nCounted)
 		}
 	}
 

@@ -83,6 +83,12 @@ type ClaimRequest struct {
 	// ran out (its gateway died mid-call): ExpiredHold (the default, also
 	// for "") or ExpiredRelease.
 	OnExpired Expired
+	// MaxExecutions is the route's retry budget (0: none). Under
+	// ExpiredRelease the call whose lease ran out is an unknown outcome
+	// let go: a claim that takes such a record over counts it (NotDone and
+	// Unknowns grow by one), and when that uses the budget up the record
+	// is held with ReasonRetriesExhausted instead (not claimed).
+	MaxExecutions int64
 	// Check is the lookup that verifies the outcome if it turns out
 	// unknown (see BeginCheck), kept on the record by a claim that creates
 	// or takes it over; zero for a route without verification.

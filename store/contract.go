@@ -73,8 +73,8 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 		return ClaimArgs{}, err
 	}
 	a := ClaimArgs{Lease: orDefault(req.Lease, DefaultLease), HoldTTL: orDefault(req.HoldTTL, DefaultHoldTTL)}
-	if a.Lease < 0 || a.HoldTTL < 0 {
-		return ClaimArgs{}, errors.New("store: negative lease or hold TTL")
+	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
+		return ClaimArgs{}, errors.New("store: negative lease, hold TTL or budget")
 	}
 	switch req.OnExpired {
 	case "", ExpiredHold:

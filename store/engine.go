@@ -27,7 +27,10 @@ type Engine interface {
 	//   - released, or in flight with the lease run out under OnExpired
 	//     release, AND the same Fingerprint and FingerprintRule: taken over
 	//     with req.Token (executions+1, new lease, result fields cleared);
-	//     Claimed and TakeOver.
+	//     Claimed and TakeOver. A lease run out counts first as an unknown
+	//     outcome let go (NotDone+1, Unknowns+1); when that makes
+	//     req.MaxExecutions, the record is held with ReasonRetriesExhausted
+	//     (record lifetime = HoldTTL) instead; not claimed.
 	//   - anything else (live claim, completed, unknown, different
 	//     fingerprint): returned as it is; not claimed.
 	//

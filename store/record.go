@@ -46,8 +46,11 @@ type Record struct {
 	// Result is the upstream's answer of a completed record (zero while
 	// none is stored).
 	Result
-	// Reason says why the outcome is unknown (e.g. "lease_expired"), or is
-	// "operator" when an operator released or completed the record.
+	// Reason says why the outcome is unknown (e.g. "lease_expired"), who
+	// resolved the record ("operator", "verified"), or why it was
+	// released: ReasonOperator, ReasonVerifiedNotApplied, ReasonNotDone
+	// or ReasonUnknownReleased (see RedriveRefusal). A record released
+	// before releases said why has "".
 	Reason string
 	// Audit lists the operator actions taken on the record, oldest first.
 	Audit []AuditEntry
@@ -67,12 +70,16 @@ type Record struct {
 
 	// The recovery path (see NotDone and Redrive): NotDone counts the
 	// executions that ended "not done" (an operator's release starts
-	// the count again); Answers are what the last MaxAnswers of them
-	// answered, oldest first; Request is the kept request, sealed by the
-	// gateway (nil when its route keeps none, and once completed).
-	NotDone int64
-	Answers []Answer
-	Request []byte
+	// the count again); Unknowns counts those of them whose outcome was
+	// unknown, let go by on_unknown_outcome: release (the upstream may
+	// have acted; an operator's release or a verification's "not
+	// applied" starts it again); Answers are what the last MaxAnswers of
+	// them answered, oldest first; Request is the kept request, sealed by
+	// the gateway (nil when its route keeps none, and once completed).
+	NotDone  int64
+	Unknowns int64
+	Answers  []Answer
+	Request  []byte
 }
 
 // indexStates are the states a listing walks, in listing order.

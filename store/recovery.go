@@ -8,12 +8,14 @@ import (
 
 // The recovery path: a record counts the executions of its operation that
 // ended "not done" (the upstream said so with a retry status or a
-// redirect, or the request never left) and keeps what each answered; the
-// execution that uses up the route's budget holds the record for an
-// operator (reason ReasonRetriesExhausted) instead of releasing it. An
-// operator may then run the operation once more through the same fenced
-// path (Redrive), from the request the record kept (encrypted by the
-// gateway; the store keeps it as opaque bytes).
+// redirect, or the request never left), and those whose outcome was
+// unknown but on_unknown_outcome: release let go (Unknowns), and keeps
+// what each answered; the execution that uses up the route's budget holds
+// the record for an operator (reason ReasonRetriesExhausted) instead of
+// releasing it. An operator may then run the operation once more through
+// the same fenced path (Redrive), from the request the record kept
+// (encrypted by the gateway; the store keeps it as opaque bytes), where
+// the operation is known not to have taken effect.
 
 // ReasonRetriesExhausted is the reason of a record held because its
 // operation used up its retry budget: known not done, waiting for an
@@ -25,6 +27,19 @@ const ReasonRetriesExhausted = "retries exhausted"
 // StateUnknown with that reason, so it lives as long as a held record
 // (hold_ttl) and is listed with the held records.
 const StateExhausted State = "retries_exhausted"
+
+// Why a record was released (Record.Reason of a released record).
+const (
+	// ReasonOperator: an operator released (or completed) it.
+	ReasonOperator = "operator"
+	// ReasonNotDone: the execution ended "not done" (a retry status, a
+	// redirect, a request that never left): known not to have taken
+	// effect.
+	ReasonNotDone = "not_done"
+	// ReasonUnknownReleased: the execution's outcome was unknown and
+	// on_unknown_outcome: release let it go: the upstream may have acted.
+	ReasonUnknownReleased = "unknown_released"
+)
 
 // MaxAnswers is how many execution answers a record keeps, the newest.
 const MaxAnswers = 10
@@ -47,11 +62,18 @@ func (r *Record) Class() State {
 	return r.State
 }
 
-// NotDoneRequest records that a claim's execution ended "not done".
+// NotDoneRequest records that a claim's execution ended "not done", or
+// that its outcome was unknown and the route's policy lets it go
+// (Unknown). Either counts against the budget.
 type NotDoneRequest struct {
 	ID, Token string
 	// Status is what the client got, kept in the record's Answers.
 	Status int
+	// Unknown: the outcome is not known (the upstream may have acted);
+	// on_unknown_outcome: release lets it go. It counts in Unknowns too,
+	// and a record it releases has ReasonUnknownReleased (else
+	// ReasonNotDone).
+	Unknown bool
 	// MaxExecutions is the route's budget: when this execution makes
 	// that many "not done" executions, the record is held with
 	// ReasonRetriesExhausted (key lifetime HoldTTL) instead of released
@@ -89,10 +111,30 @@ func CheckNotDone(req NotDoneRequest) (NotDoneRequest, error) {
 // status: released, or held when it used up max "not done" executions
 // (0: no budget).
 func (c *Claim) NotDone(ctx context.Context, status int, max int64) (NotDoneOutcome, error) {
+	return c.notDone(ctx, status, max, false)
+}
+
+// LetGo records that the claim's execution had an unknown outcome that
+// the route's policy (on_unknown_outcome: release) lets go: released
+// (ReasonUnknownReleased), or held once it uses up max executions, like
+// NotDone.
+func (c *Claim) LetGo(ctx context.Context, status int, max int64) (NotDoneOutcome, error) {
+	return c.notDone(ctx, status, max, true)
+}
+
+func (c *Claim) notDone(ctx context.Context, status int, max int64, unknown bool) (NotDoneOutcome, error) {
 	return c.engine.NotDone(ctx, NotDoneRequest{
-		ID: c.req.ID, Token: c.req.Token, Status: status, MaxExecutions: max,
+		ID: c.req.ID, Token: c.req.Token, Status: status, Unknown: unknown, MaxExecutions: max,
 		TTL: c.TTL, HoldTTL: c.req.HoldTTL,
 	})
+}
+
+// ReleasedReason is the reason NotDone gives a record it releases.
+func (req NotDoneRequest) ReleasedReason() string {
+	if req.Unknown {
+		return ReasonUnknownReleased
+	}
+	return ReasonNotDone
 }
 
 // RedriveRequest claims a record for an operator's re-drive.
@@ -106,26 +148,67 @@ type RedriveRequest struct {
 	Act Action
 }
 
+// KnownNotDone reports whether rec's operation is known not to have
+// taken effect, the condition of a re-drive: released by an operator
+// (ReasonOperator) or by verification (ReasonVerifiedNotApplied), or
+// released or held as retries exhausted after "not done" answers only
+// (ReasonNotDone, ReasonRetriesExhausted, with no unknown outcome among
+// the executions counted). A record that on_unknown_outcome: release let
+// go, a budget used up partly by such outcomes, a record held as outcome
+// unknown, and a record released before releases said why are not.
+func KnownNotDone(rec *Record) bool {
+	switch {
+	case rec.State == StateReleased:
+		switch rec.Reason {
+		case ReasonOperator, ReasonVerifiedNotApplied:
+			return true
+		case ReasonNotDone:
+			return rec.Unknowns == 0
+		}
+	case rec.State == StateUnknown && rec.Reason == ReasonRetriesExhausted:
+		return rec.Unknowns == 0
+	}
+	return false
+}
+
 // RedriveRefusal is why a record may not be re-driven at now, as every
 // engine words it (nil: it may). A re-drive needs a kept request and an
-// operation known not to have taken effect: a released record, or one
-// held because its retries were used up. A record held as outcome
-// unknown is refused until someone verifies or releases it.
+// operation known not to have taken effect (KnownNotDone). Anything else
+// is refused until someone verifies it, or releases it on knowing the
+// operation did not take effect.
 func RedriveRefusal(rec *Record, now time.Time) error {
 	switch {
 	case rec.CheckRunning(now):
 		return ConflictOf(rec)
 	case rec.State == StateInFlight && rec.LeaseUntil.After(now):
 		return ConflictOf(rec)
-	case rec.State == StateInFlight, rec.State == StateUnknown && rec.Reason != ReasonRetriesExhausted:
-		return fmt.Errorf("%w: %s is held as outcome unknown: the upstream may have acted; verify it, or release it once you know the operation did not take effect, then run it",
-			ErrConflict, rec.ID)
 	case rec.State == StateCompleted:
 		return fmt.Errorf("%w: %s is already completed; retries replay its result", ErrConflict, rec.ID)
+	case !KnownNotDone(rec):
+		return fmt.Errorf("%w: %s: the upstream may have acted (%s); running it again could do it twice: verify it upstream, "+
+			"then complete it with the upstream's answer, or release it once you know the operation did not take effect, then run it",
+			ErrConflict, rec.ID, mayHaveActed(rec))
 	case len(rec.Request) == 0:
 		return fmt.Errorf("%w: %s kept no request to run (its route does not set keep_request)", ErrConflict, rec.ID)
 	}
 	return nil
+}
+
+// mayHaveActed says why rec's operation is not known not done.
+func mayHaveActed(rec *Record) string {
+	switch {
+	case rec.State == StateInFlight:
+		return "its call's lease ran out without a result"
+	case rec.Class() == StateExhausted:
+		return fmt.Sprintf("its retries were used up, %d of them by unknown outcomes that on_unknown_outcome: release let go", rec.Unknowns)
+	case rec.State == StateUnknown:
+		return "it is held as outcome unknown"
+	case rec.Reason == ReasonUnknownReleased:
+		return "it was released by on_unknown_outcome: release after an unknown outcome"
+	case rec.Reason == ReasonNotDone:
+		return fmt.Sprintf("%d earlier executions had unknown outcomes that on_unknown_outcome: release let go", rec.Unknowns)
+	}
+	return "it was released without a recorded reason"
 }
 
 // CheckRedrive validates a RedriveRequest as every engine does and applies

@@ -113,6 +113,7 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 		case entry.Verdict == store.VerdictNotApplied && r.NotFoundStreak >= int64(o.NotFoundChecks):
 			r.clearResult()
 			r.State, r.Token, r.Reason = store.StateReleased, o.CheckToken, store.ReasonVerifiedNotApplied
+			r.Unknowns = 0 // found not applied: no earlier execution took effect
 			r.NextCheck = time.Time{}
 			r.expireAt = now + ttl
 		case o.Next > 0:

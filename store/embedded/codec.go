@@ -143,7 +143,8 @@ func appendChecks(b []byte, r *rec) []byte {
 }
 
 // appendRecovery encodes a record's recovery fields, a trailing section
-// that records made before the retry budget lack.
+// that records made before the retry budget lack (and Unknowns, last,
+// those made before unknown outcomes counted against it).
 func appendRecovery(b []byte, r *rec) []byte {
 	b = binary.AppendVarint(b, r.NotDone)
 	b = binary.AppendUvarint(b, uint64(len(r.Answers)))
@@ -151,7 +152,8 @@ func appendRecovery(b []byte, r *rec) []byte {
 		b = appendTime(b, a.At)
 		b = binary.AppendVarint(b, int64(a.Status))
 	}
-	return appendBytes(b, r.Request)
+	b = appendBytes(b, r.Request)
+	return binary.AppendVarint(b, r.Unknowns)
 }
 
 // decodeRecovery is the inverse of appendRecovery; nothing when the
@@ -170,6 +172,9 @@ func decodeRecovery(d *reader, r *rec) {
 	}
 	if req := d.bytes(); len(req) > 0 {
 		r.Request = append([]byte(nil), req...)
+	}
+	if len(d.b) > 0 { // records made before unknown outcomes counted lack it
+		r.Unknowns = d.varint()
 	}
 }
 

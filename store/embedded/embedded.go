@@ -583,6 +583,15 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.scheduleFirstCheck(now)
 			return mutation{next: out, sync: true}
 		case same && (expired || cur.State == store.StateReleased):
+			if expired { // an unknown outcome let go: it counts against the budget
+				out.NotDone++
+				out.Unknowns++
+				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
+					out.State, out.Reason, out.expireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
+					out.NextCheck = time.Time{}
+					return mutation{next: out, sync: true}
+				}
+			}
 			out.clearResult()
 			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
 			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)
@@ -685,7 +694,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 		}
 		r := cur.clone()
 		r.clearResult()
-		r.State = store.StateReleased
+		r.State, r.Reason = store.StateReleased, store.ReasonNotDone
 		r.expireAt = now + store.Millis(ttl)
 		return r
 	}))
@@ -769,8 +778,8 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 		}
 		r := cur.clone()
 		r.clearResult()
-		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), "operator"
-		r.NotDone = 0 // a fresh retry budget
+		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), store.ReasonOperator
+		r.NotDone, r.Unknowns = 0, 0 // a fresh retry budget
 		r.expireAt = now + store.Millis(ttl)
 		return r, nil
 	})
@@ -789,7 +798,7 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 			return nil, conflict(cur)
 		}
 		r := cur.clone()
-		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), "operator"
+		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), store.ReasonOperator
 		r.CompletedAt = time.UnixMilli(now)
 		r.setResult(result)
 		r.Request = nil

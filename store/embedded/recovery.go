@@ -32,6 +32,9 @@ func (e *Engine) NotDone(ctx context.Context, req store.NotDoneRequest) (store.N
 		r := cur.clone()
 		r.clearResult()
 		r.NotDone++
+		if req.Unknown {
+			r.Unknowns++
+		}
 		r.Answers = append(r.Answers, store.Answer{At: time.UnixMilli(now), Status: req.Status})
 		if n := len(r.Answers) - store.MaxAnswers; n > 0 {
 			r.Answers = r.Answers[n:]
@@ -43,7 +46,7 @@ func (e *Engine) NotDone(ctx context.Context, req store.NotDoneRequest) (store.N
 			outcome = store.NotDoneExhausted
 			return r
 		}
-		r.State = store.StateReleased
+		r.State, r.Reason = store.StateReleased, req.ReleasedReason()
 		r.expireAt = now + store.Millis(req.TTL)
 		outcome = store.NotDoneReleased
 		return r

@@ -73,6 +73,7 @@ var claimFields = [...]string{
 	"ndc",   // executions that ended "not done" (the retry budget used)
 	"ans",   // what they answered: "at status" lines, oldest first
 	"req",   // the kept request, sealed by the gateway (opaque bytes)
+	"ndu",   // of ndc, the unknown outcomes that on_unknown_outcome: release let go
 }
 
 // The fields of the result part, in order; a release or a takeover clears
@@ -108,6 +109,7 @@ const (
 	cNotDone
 	cAnswers
 	cRequest
+	cUnknowns
 	numClaimFields
 )
 
@@ -239,7 +241,7 @@ func decodeBlob(id, s string, prefix bool) (rec *store.Record, wanted int, err e
 	r.Fingerprint, r.FingerprintRule = c[cFingerprint], c[cFingerprintRule]
 	r.Audit = decodeAudit(c[cAudit])
 	decodeChecks(r, &c)
-	r.NotDone, r.Answers = intOf(c[cNotDone]), decodeAnswers(c[cAnswers])
+	r.NotDone, r.Unknowns, r.Answers = intOf(c[cNotDone]), intOf(c[cUnknowns]), decodeAnswers(c[cAnswers])
 	if c[cRequest] != "" {
 		r.Request = []byte(c[cRequest])
 	}

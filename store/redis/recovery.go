@@ -20,7 +20,7 @@ func (s *Store) NotDone(ctx context.Context, req store.NotDoneRequest) (store.No
 	defer cancel()
 	n, err := s.run(ctx, "not done", req.ID, notDoneScript, s.keys(req.ID),
 		req.ID, req.Token, strconv.Itoa(req.Status), ms(req.TTL), ms(req.HoldTTL),
-		strconv.FormatInt(req.MaxExecutions, 10), s.NoticeChannel()).Int64()
+		strconv.FormatInt(req.MaxExecutions, 10), flag(req.Unknown), s.NoticeChannel()).Int64()
 	if err != nil {
 		return store.NotDoneLost, fmt.Errorf("store: not done %s: %w", req.ID, err)
 	}
@@ -61,6 +61,14 @@ func (s *Store) Redrive(ctx context.Context, req store.RedriveRequest) (*store.R
 		return nil, fmt.Errorf("store: redrive %s: unexpected reply code %d", req.ID, code)
 	}
 	return rec, nil
+}
+
+// flag is b as a script argument: "1" or "0".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // decodeAnswers reads the answers as the claim part keeps them: "at

@@ -57,6 +57,9 @@ var luaConstants = strings.NewReplacer(
 	"$MaxCheckEntries", strconv.Itoa(store.MaxCheckEntries),
 	"$MaxAnswers", strconv.Itoa(store.MaxAnswers),
 	"$ReasonRetriesExhausted", store.ReasonRetriesExhausted,
+	"$ReasonUnknownReleased", store.ReasonUnknownReleased,
+	"$ReasonNotDone", store.ReasonNotDone,
+	"$ReasonOperator", store.ReasonOperator,
 	"$ReasonVerifiedNotApplied", store.ReasonVerifiedNotApplied,
 	"$ReasonVerified", store.ReasonVerified,
 	"$claimFields", "'"+strings.Join(claimFields[:], "', '")+"'",
@@ -87,7 +90,8 @@ func script(files ...string) *goredis.Script {
 
 // claimScript: ARGV 2 token, 3 the new record in flight as the caller
 // built it (the script stamps its times), 4 not after (Redis clock ms; 0:
-// no limit), 5 hold ttl ms, 6 on expired ("hold" | "release"), 7 lease ms.
+// no limit), 5 hold ttl ms, 6 on expired ("hold" | "release"), 7 lease ms,
+// 8 the retry budget (0 or absent: none).
 // Reply: {created code, now ms}; {late code, now ms} when the claim ran
 // after ARGV[4]: its caller has given up on it, and a claim nobody waits
 // for would hold the key until its lease ran out; else {code, now ms or 0
@@ -137,8 +141,8 @@ var beginCheckScript = script("now", "record", "begin_check")
 var endCheckScript = script("now", "record", "audit", "end_check")
 
 // notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
-// budget (0: none), 7 the notice channel. Reply: 0 fenced out, 1
-// released, 2 held as retries exhausted.
+// budget (0: none), 7 "1" for an unknown outcome let go, 8 the notice
+// channel. Reply: 0 fenced out, 1 released, 2 held as retries exhausted.
 var notDoneScript = script("now", "record", "notice", "not_done")
 
 // redriveScript: ARGV 2 new token, 3 lease ms, 4 hold ttl ms, 5 audit

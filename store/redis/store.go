@@ -452,7 +452,8 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 		sent := time.Now()
 		var err error
 		v, short, err = s.runClaim(ctx, req.ID, s.keys(req.ID),
-			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease))
+			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease),
+			strconv.FormatInt(req.MaxExecutions, 10))
 		if err != nil {
 			return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}

@@ -50,6 +50,18 @@ if expired and ARGV[6] ~= 'release' then
   settle(st, 'u', r.exp)
   return {$codeExisting, now, s, att}
 elseif same and (expired or st == 'r') then
+  if expired then
+    -- an unknown outcome that the release policy lets go: it counts
+    -- against the budget (ARGV[8], 0: none)
+    r.ndc, r.ndu = (tonumber(r.ndc) or 0) + 1, (tonumber(r.ndu) or 0) + 1
+    local max = tonumber(ARGV[8]) or 0
+    if max > 0 and r.ndc >= max then
+      r.st, r.rsn, r.chn, r.exp = 'u', '$ReasonRetriesExhausted', '', now + hold
+      local s = save(r)
+      settle(st, 'u', r.exp)
+      return {$codeExisting, now, s, att}
+    end
+  end
   clearResult(r)
   for _, f in ipairs({'chc', 'chn', 'chs', 'chf', 'clt', 'clu'}) do r[f] = '' end
   r.st, r.tok, r.route, r.sa, r.lu = 'f', tok, new.route, now, now + tonumber(ARGV[7])

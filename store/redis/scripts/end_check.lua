@@ -32,7 +32,7 @@ if verdict == 'applied' then
   code = $codeCheckApplied
 elseif verdict == 'not_applied' and streak >= tonumber(ARGV[6]) then
   clearResult(r)
-  r.chn = ''
+  r.chn, r.ndu = '', '' -- found not applied: no earlier execution took effect
   r.st, r.tok, r.rsn, r.exp = 'r', ARGV[3], '$ReasonVerifiedNotApplied', now + ttl
   code = $codeCheckReleased
 elseif tonumber(ARGV[8]) > 0 then

@@ -13,6 +13,9 @@ while k >= $MaxAnswers do
   k = k - 1
 end
 r.ndc, r.ans = n, a
+-- an unknown outcome that on_unknown_outcome: release lets go counts too
+local unknown = ARGV[7] == '1'
+if unknown then r.ndu = (tonumber(r.ndu) or 0) + 1 end
 local max = tonumber(ARGV[6])
 if max > 0 and n >= max then
   -- the budget is used up: held for an operator, never checked (the
@@ -24,6 +27,7 @@ if max > 0 and n >= max then
   return 2
 end
 r.st, r.exp = 'r', now + tonumber(ARGV[4])
+if unknown then r.rsn = '$ReasonUnknownReleased' else r.rsn = '$ReasonNotDone' end
 save(r)
 settle(was, 'r', r.exp)
 notice()

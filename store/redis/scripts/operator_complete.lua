@@ -11,7 +11,7 @@ elseif r.st == 'u' and (tonumber(r.clu) or 0) > now then
 else
   local was = r.st
   r.st, r.tok, r.ca, r.sc, r.hd, r.bd = 'c', ARGV[2], now, ARGV[3], ARGV[4], ARGV[5]
-  r.bo, r.dg, r.eid, r.rsn, r.exp = ARGV[6], ARGV[7], ARGV[8], 'operator', now + tonumber(ARGV[9])
+  r.bo, r.dg, r.eid, r.rsn, r.exp = ARGV[6], ARGV[7], ARGV[8], '$ReasonOperator', now + tonumber(ARGV[9])
   r.req = '' -- a completed record keeps no request
   audit(r, ARGV[10])
   s = save(r)

@@ -11,8 +11,8 @@ elseif r.st == 'u' and (tonumber(r.clu) or 0) > now then
 else
   local was = r.st
   clearResult(r)
-  r.st, r.tok, r.rsn, r.exp = 'r', ARGV[2], 'operator', now + tonumber(ARGV[3])
-  r.ndc = '' -- an operator's release gives the operation a fresh retry budget
+  r.st, r.tok, r.rsn, r.exp = 'r', ARGV[2], '$ReasonOperator', now + tonumber(ARGV[3])
+  r.ndc, r.ndu = '', '' -- an operator's release gives the operation a fresh retry budget
   audit(r, ARGV[4])
   s = save(r)
   settle(was, 'r', r.exp)

@@ -1,10 +1,14 @@
 local cur = redis.call('GET', KEYS[1])
 local r = decode(cur)
 if not r then return {$codeNotFound, now, false} end
--- allowed: released, or held because the retries were used up (and no
--- check holds it), with a kept request (RedriveRefusal says why not)
-local ok = r.req ~= '' and (r.st == 'r' or (r.st == 'u' and r.rsn == '$ReasonRetriesExhausted'
-  and (tonumber(r.clu) or 0) <= now))
+-- allowed where the operation is known not done (store.KnownNotDone):
+-- released by an operator or by verification, or released or held as
+-- retries exhausted after "not done" answers only (and no check holds
+-- it), with a kept request (RedriveRefusal says why not)
+local clean = (tonumber(r.ndu) or 0) == 0
+local ok = r.req ~= '' and (
+  (r.st == 'r' and (r.rsn == '$ReasonOperator' or r.rsn == '$ReasonVerifiedNotApplied' or (r.rsn == '$ReasonNotDone' and clean)))
+  or (r.st == 'u' and r.rsn == '$ReasonRetriesExhausted' and clean and (tonumber(r.clu) or 0) <= now))
 if not ok then return {$codeConflict, now, cur} end
 local was = r.st
 clearResult(r)
