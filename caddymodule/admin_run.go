@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,6 +55,9 @@ func (a *AdminAPI) run(w http.ResponseWriter, r *http.Request, id string) error 
 		return err
 	}
 	rec, status, err := op.Run(r.Context(), t, act)
+	if open := (*BreakerOpenError)(nil); errors.As(err, &open) {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(open.Wait)))
+	}
 	if err != nil {
 		return storeError(err)
 	}

@@ -2,8 +2,12 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/store"
 )
 
 func TestBreaker(t *testing.T) {
@@ -164,5 +169,66 @@ func TestBreakerOwner(t *testing.T) {
 	o.pool.Range(func(any, any) bool { left++; return true })
 	if left != 0 {
 		t.Fatalf("%d breakers left once every config is gone", left)
+	}
+}
+
+// TestRunNowAsksTheBreaker: the breaker applies to every execution,
+// whoever starts it. While a route's breaker is open an operator's Run
+// now is refused with the breaker's wait, claims nothing and forwards
+// nothing; once the cool-down is over the run is the breaker's probe,
+// and its success closes the breaker.
+func TestRunNowAsksTheBreaker(t *testing.T) {
+	const rules = `
+routes:
+  - name: payments
+    match: { path: /payments }
+    key: ["{header.Idempotency-Key}"]
+    keep_request: true
+    retry: { max_executions: 1, breaker: { failures: 1, cool_down: 60s } }
+`
+	h, _, err := provisionHandler(t, rules, testStores[0].cfg(t), "configured-keep-secret-breaker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := keepOne(t, h, "pay-breaker") // its 503 opens the breaker
+	act := store.Action{Actor: "admin-api", Reason: "the upstream is back"}
+
+	_, status, err := h.redrive(context.Background(), h.routes[0], rec, act)
+	var open *BreakerOpenError
+	if !errors.As(err, &open) || status != 0 || open.Wait <= 0 || open.Wait > time.Minute {
+		t.Fatalf("Run now with the breaker open = %d, %v; want the breaker's refusal with its wait", status, err)
+	}
+	if got := OperatorStatus(err); got != http.StatusServiceUnavailable {
+		t.Fatalf("OperatorStatus(%v) = %d, want 503", err, got)
+	}
+	// The admin API answers 503 with the breaker's Retry-After.
+	a := newAdmin(h)
+	req := httptest.NewRequest("POST", "/idempotency/records/"+rec.ID+"/run", strings.NewReader(`{"reason":"the upstream is back"}`))
+	req.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	var ae caddy.APIError
+	if err := a.Routes()[0].Handler.ServeHTTP(w, req); !errors.As(err, &ae) || ae.HTTPStatus != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("POST .../run with the breaker open: %v, Retry-After %q; want 503 with Retry-After", err, w.Header().Get("Retry-After"))
+	}
+	now, err := h.store.Get(context.Background(), rec.ID)
+	if err != nil || now.Executions != rec.Executions || now.State != rec.State || len(now.Audit) != 0 {
+		t.Fatalf("a refused Run now changed the record: %+v, %v (was %+v)", now, err, rec)
+	}
+
+	// The cool-down is over: the run goes through as the probe.
+	b := h.routes[0].breaker
+	b.mu.Lock()
+	b.openedAt = b.openedAt.Add(-2 * time.Minute)
+	b.mu.Unlock()
+	ok := func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusCreated)
+		return nil
+	}
+	h.routes[0].chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
+	if _, status, err = h.redrive(context.Background(), h.routes[0], rec, act); err != nil || status != http.StatusCreated {
+		t.Fatalf("Run now after the cool-down = %d, %v; want the upstream's 201", status, err)
+	}
+	if probe, wait := b.admit(); probe || wait != 0 {
+		t.Fatalf("the run's success left the breaker open (probe %v, wait %v)", probe, wait)
 	}
 }

@@ -154,10 +154,21 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: the kept request target does not parse", store.ErrConflict, rec.ID))
 	}
+	// The breaker applies to every execution, whoever starts it: while
+	// it is open the run waits like a client's new key; after the
+	// cool-down it may be the probe.
+	g := &guarded{rt: rt, id: rec.ID}
+	if g.probe, g.refused = rt.breaker.admit(); g.refused > 0 {
+		return refuse("refused", rec, &BreakerOpenError{Route: rt.Name, Wait: g.refused})
+	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
 	began := time.Now()
+	g.start = began
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
 	h.metrics.observeStore("redrive", began, err)
+	if err != nil {
+		rt.breaker.cancel(g.probe)
+	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
 		return refuse("refused", claimed, err)
@@ -186,11 +197,11 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	defer body.release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
+		rt.breaker.cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
 	prepareUpstream(r, rt, kr.Key, &body)
 
-	g := &guarded{rt: rt, start: began, id: rec.ID}
 	cw := newCapture(sink, rt.MaxResponse)
 	defer cw.release()
 	renewing := h.renewWhileRunning(c)

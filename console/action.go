@@ -175,7 +175,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		done, res, err = op.Complete(r.Context(), t, comp, act)
 	}
 	switch status := caddymodule.OperatorStatus(err); {
-	case errors.Is(err, caddymodule.ErrNoChain):
+	case errors.As(err, new(*caddymodule.BreakerOpenError)), errors.Is(err, caddymodule.ErrNoChain):
 		refuse(http.StatusServiceUnavailable, "Not done: "+sentence(err.Error())+".", done)
 		return
 	case status == http.StatusOK:
