@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -173,7 +174,12 @@ func main() {
 	mux.HandleFunc("/crm/deals", c.deals)
 	mux.HandleFunc("GET /stats", c.stats)
 
-	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /crm/deals?source_key=K, GET /stats)", *listen)
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Fatal(srv.ListenAndServe())
+	// Port 0 takes a free port; the line below names it.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /crm/deals?source_key=K, GET /stats)", ln.Addr())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Fatal(srv.Serve(ln))
 }
