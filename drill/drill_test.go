@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +21,14 @@ import (
 )
 
 // The drill tests run the real binary: $IDEMGATE_BIN (make build), or a
-// build of ./cmd/idemgate made once for the run, and the example CRM.
-var gatewayBin, crmBin string
+// build of ./cmd/idemgate made once for the run, and the example CRM,
+// built once for the run when a test first needs them.
+var (
+	binDir             string
+	buildOnce          sync.Once
+	gatewayBin, crmBin string
+	buildErr           error
+)
 
 func TestMain(m *testing.M) {
 	code := func() int {
@@ -31,30 +38,41 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		gatewayBin = os.Getenv("IDEMGATE_BIN")
-		builds := [][]string{{"-o", filepath.Join(dir, "crm"), "github.com/idemgate/idemgate/examples/crm"}}
-		if gatewayBin == "" {
-			gatewayBin = filepath.Join(dir, "idemgate")
-			builds = append(builds, []string{"-tags", "nobadger,nomysql,nopgx", "-o", gatewayBin, "github.com/idemgate/idemgate/cmd/idemgate"})
-		}
-		crmBin = filepath.Join(dir, "crm")
-		for _, args := range builds {
-			build := exec.Command("go", append([]string{"build"}, args...)...)
-			build.Stdout, build.Stderr = os.Stdout, os.Stderr
-			if err := build.Run(); err != nil {
-				fmt.Fprintln(os.Stderr, "building for the drill tests:", err)
-				return 1
-			}
-		}
+		binDir = dir
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// binaries builds what the drill tests run, once.
+func binaries(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		crmBin = filepath.Join(binDir, "crm")
+		gatewayBin = os.Getenv("IDEMGATE_BIN")
+		builds := [][]string{{"-o", crmBin, "github.com/idemgate/idemgate/examples/crm"}}
+		if gatewayBin == "" {
+			gatewayBin = filepath.Join(binDir, "idemgate")
+			builds = append(builds, []string{"-tags", "nobadger,nomysql,nopgx", "-o", gatewayBin, "github.com/idemgate/idemgate/cmd/idemgate"})
+		}
+		for _, args := range builds {
+			out, err := exec.Command("go", append([]string{"build"}, args...)...).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("building for the drill tests: %v\n%s", err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
 }
 
 // startCRM starts the example CRM on a free loopback port and returns its
 // base URL.
 func startCRM(t *testing.T) string {
 	t.Helper()
+	binaries(t)
 	cmd := exec.Command(crmBin, "-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -95,6 +113,7 @@ func exampleDir(t *testing.T) string {
 // with CRM_URL set, and returns its exit status, its output and report.
 func drillRun(t *testing.T, crm, text string) (int, string, *Report) {
 	t.Helper()
+	binaries(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "drill.yaml")
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
@@ -200,7 +219,7 @@ func TestDrillCatchesBrokenSetups(t *testing.T) {
 		{
 			name: "count endpoint that lies", scenario: "double_delivery", records: 0,
 			extra: "count: { url: \"" + liar.URL + "/?k={key}\", path: \"#\" }\n",
-			why:   "the count request says 0 records, but the upstream answered 2xx 1 times",
+			why:   "the count request says 0 records, but the upstream answered 2xx once",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

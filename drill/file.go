@@ -139,7 +139,7 @@ func Parse(name string, data []byte) (*File, error) {
 }
 
 // placeholderRE finds the placeholders of a template.
-var placeholderRE = regexp.MustCompile(`\{([^{}]*)\}`)
+var placeholderRE = regexp.MustCompile(`\{([A-Za-z][A-Za-z0-9_.-]*)\}`)
 
 // check validates what decoded; problems go to doc.
 func (f *File) check(doc *config.Document) {

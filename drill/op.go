@@ -205,7 +205,7 @@ func (d *drill) records(r *Result, op *operation) (int, error) {
 	n := int(v.Num)
 	d.note(r, fmt.Sprintf("#%d records: %d (count request)", op.n, n))
 	if n < seen {
-		r.fail("#%d: the count request says %d records, but the upstream answered 2xx %d times to this operation through the proxy: the count cannot be trusted", op.n, n, seen)
+		r.fail("#%d: the count request says %d records, but the upstream answered 2xx %s to this operation through the proxy: the count cannot be trusted", op.n, n, times(seen))
 	}
 	return n, nil
 }
@@ -245,4 +245,15 @@ func (d *drill) waitState(op *operation, limit time.Duration, want func(*record)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// times is "once", "twice" or "n times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return strconv.Itoa(n) + " times"
 }
