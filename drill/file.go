@@ -43,8 +43,8 @@ type File struct {
 	// rediss://; {env.NAME} for a password) instead of an embedded store
 	// in a temporary directory.
 	Redis string `json:"redis,omitempty"`
-	// Scenarios are the scenarios to run, in the drill's order; default
-	// all.
+	// Scenarios are the scenarios to run; default all. They run in the
+	// drill's order (scenarioNames), whatever the list's.
 	Scenarios []string `json:"scenarios,omitempty"`
 	// Parallel is how many identical requests the parallel scenario sends
 	// at once, 2 to 100; default 10.
@@ -135,6 +135,12 @@ func Parse(name string, data []byte) (*File, error) {
 	if f.Scenarios == nil {
 		f.Scenarios = scenarioNames
 	}
+	// They run in the drill's order, whatever the list's: the breaker
+	// counts consecutive failures across them, and gateway_restart
+	// restarts the gateway the others use.
+	slices.SortFunc(f.Scenarios, func(a, b string) int {
+		return slices.Index(scenarioNames, a) - slices.Index(scenarioNames, b)
+	})
 	return &f, nil
 }
 

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -33,6 +34,51 @@ func TestParse(t *testing.T) {
 	}
 	if f.Rules != "dir/routes.yaml" || f.Request.Method != "POST" || f.Parallel != defaultParallel || len(f.Scenarios) != len(scenarioNames) {
 		t.Errorf("defaults not filled in: %+v", f)
+	}
+}
+
+func TestParseOrdersScenarios(t *testing.T) {
+	f, err := Parse("d.yaml", []byte(goodFile+"scenarios: [gateway_restart, parallel, double_delivery]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.Scenarios, ","); got != "double_delivery,parallel,gateway_restart" {
+		t.Errorf("scenarios run as %s", got)
+	}
+}
+
+// TestRunNeedsConsent: without -yes and without a terminal the drill
+// prints its plan and runs nothing; on a terminal, only "yes" runs it.
+func TestRunNeedsConsent(t *testing.T) {
+	t.Setenv("CRM_TOKEN", "s3cr3t-drill-token")
+	dir := t.TempDir()
+	file := dir + "/d.yaml"
+	text := strings.Replace(goodFile, "rules: routes.yaml", "rules: "+exampleDir(t)+"/routes.yaml", 1)
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tty   bool
+		input string
+		want  string
+	}{
+		{false, "yes\n", "not run: pass -yes, or run it on a terminal to confirm"},
+		{true, "y\n", "Run the drill? Type yes: idemgate drill: not run"},
+	} {
+		var out, errs strings.Builder
+		code := Run(Options{File: file, Gateway: "/nonexistent", Stdin: strings.NewReader(tc.input), IsTTY: tc.tty, Out: &out, Err: &errs})
+		if code != ExitCannot || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("tty %v: exit %d, stderr %q", tc.tty, code, errs.String())
+		}
+		plan := out.String()
+		for _, want := range []string{"target:   127.0.0.1:9001", "This creates real records in 127.0.0.1:9001: 9 operations", "lost_answer"} {
+			if !strings.Contains(plan, want) {
+				t.Errorf("the plan lacks %q:\n%s", want, plan)
+			}
+		}
+		if strings.Contains(plan+errs.String(), "s3cr3t") || strings.Contains(plan, "Bearer") {
+			t.Errorf("the plan shows a credential header:\n%s", plan)
+		}
 	}
 }
 
