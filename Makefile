@@ -4,7 +4,7 @@ GO      ?= go
 TAGS    := nobadger,nomysql,nopgx
 BIN     := bin/idemgate
 
-.PHONY: all build run demo test vet lint clean soak bench bench-micro
+.PHONY: all build run demo drill test vet lint clean soak bench bench-micro
 
 all: build
 
@@ -34,6 +34,20 @@ run: build
 # gateway and a CRM of its own on free ports.
 demo: build
 	@bin/demo
+
+# `idemgate drill` (docs/drill.md) against the example CRM, started on a
+# free loopback port: examples/drill/drill.yaml's nine scenarios through
+# a gateway and a fault proxy of the drill's own. Prints the report;
+# bin/drill-report.html and .json keep it. About 15 seconds.
+drill: build
+	@dir=$$(mktemp -d); trap 'kill $$crm 2>/dev/null; rm -rf $$dir' EXIT INT TERM; \
+	bin/crm -listen 127.0.0.1:0 2>$$dir/crm.log & crm=$$!; \
+	for i in $$(seq 50); do \
+		url=$$(sed -n 's|.*listening on \(http://[0-9.:]*\).*|\1|p' $$dir/crm.log); \
+		[ -n "$$url" ] && break; sleep 0.1; \
+	done; \
+	[ -n "$$url" ] || { echo "make drill: the example CRM did not start:"; cat $$dir/crm.log; exit 2; }; \
+	CRM_URL=$$url $(BIN) drill -yes -json bin/drill-report.json -html bin/drill-report.html examples/drill/drill.yaml
 
 vet:
 	$(GO) vet ./...

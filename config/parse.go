@@ -2,18 +2,12 @@ package config
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"os"
 	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Load reads a YAML rules file and returns its rules, validated and
@@ -36,16 +30,7 @@ func Parse(name string, data []byte, l Limits) (*Rules, error) {
 	if len(errs) == 0 {
 		return r, nil
 	}
-	for _, e := range errs {
-		e.File = name
-	}
-	slices.SortStableFunc(errs, func(a, b *Error) int { return a.Line - b.Line })
-	if len(errs) > maxErrors {
-		more := &Error{File: name, Line: max(errs[maxErrors].Line, 1),
-			Msg: fmt.Sprintf("and %d more problems", len(errs)-maxErrors)}
-		errs = append(errs[:maxErrors:maxErrors], more)
-	}
-	return nil, errs
+	return nil, located(name, errs)
 }
 
 // maxErrors is how many problems Parse reports at most; the rest are
@@ -54,32 +39,10 @@ const maxErrors = 100
 
 // parse does the work of Parse; its errors have lines but no file name.
 func parse(data []byte, l Limits) (*Rules, ErrorList) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc, next yaml.Node
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(err, data)
-	}
-	switch err := dec.Decode(&next); {
-	case err != nil && !errors.Is(err, io.EOF):
-		return nil, yamlError(err, data)
-	case err == nil:
-		if len(next.Content) > 0 {
-			next = *next.Content[0]
-		}
-		return nil, ErrorList{{Line: next.Line, Msg: "a second YAML document; the rules must be one document"}}
-	}
 	var r Rules
-	// A document has fewer values than bytes, but aliases can multiply them.
-	d := decoder{errorList{lines: map[string]int{}, failed: map[string]bool{}}, 1<<14 + len(data)}
-	if len(doc.Content) > 0 {
-		switch root := doc.Content[0]; {
-		case root.Kind == yaml.MappingNode:
-			d.lines[""] = root.Line
-			d.mapping(root, reflect.ValueOf(&r).Elem(), "")
-		case root.ShortTag() != "!!null":
-			return nil, ErrorList{{Line: root.Line,
-				Msg: "the rules must be a mapping with defaults and routes, not " + describeNode(root)}}
-		}
+	d, errs, ok := decodeDocument(data, reflect.ValueOf(&r).Elem(), "the rules", "a mapping with defaults and routes")
+	if !ok {
+		return nil, errs
 	}
 	// Validate what did decode, so that one run reports every problem.
 	if errs := r.check(l, &d.errorList); len(errs) > 0 {

@@ -7,6 +7,9 @@
 //	GET  /crm/deals?source_key=K  200 [{"id": "D-9021", ...}]: the deals created
 //	                              with Idempotency-Key K ([] when none)
 //
+// A deal whose "amount" is there but not a number is refused with 422
+// {"error": "amount must be a number"}, and nothing is created.
+//
 // A request header X-Demo-Delay (a Go duration, at most 10s) makes the
 // creation take that long, to show what a concurrent duplicate sees.
 // X-Demo-Drop: 1 makes it create the deal and then drop the connection
@@ -23,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -71,6 +75,14 @@ func (c *crm) createDeal(w http.ResponseWriter, r *http.Request) {
 	if len(body) > 0 && json.Unmarshal(body, &payload) != nil {
 		http.Error(w, "body is not JSON", http.StatusBadRequest)
 		return
+	}
+	if a, ok := payload["amount"]; ok {
+		if _, isNum := a.(float64); !isNum {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "amount must be a number"})
+			return
+		}
 	}
 	if d, err := time.ParseDuration(r.Header.Get("X-Demo-Delay")); err == nil && d > 0 && d <= 10*time.Second {
 		time.Sleep(d)
@@ -162,7 +174,12 @@ func main() {
 	mux.HandleFunc("/crm/deals", c.deals)
 	mux.HandleFunc("GET /stats", c.stats)
 
-	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /crm/deals?source_key=K, GET /stats)", *listen)
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Fatal(srv.ListenAndServe())
+	// Port 0 takes a free port; the line below names it.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("crm upstream listening on http://%s (POST /crm/deals, GET /crm/deals?source_key=K, GET /stats)", ln.Addr())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Fatal(srv.Serve(ln))
 }

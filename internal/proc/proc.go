@@ -88,6 +88,16 @@ func (p *Process) Stop() {
 	}
 }
 
+// Kill sends SIGKILL, as a crash would end the process, and waits for
+// it to exit.
+func (p *Process) Kill() {
+	if !p.Running() {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // Tail returns the last n lines of the child's log, for error messages.
 func (p *Process) Tail(n int) string {
 	b, err := os.ReadFile(p.log)
