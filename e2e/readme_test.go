@@ -10,13 +10,15 @@ import (
 	"testing"
 )
 
-// TestReadmeOperatorExample runs the README's admin API example as
-// written, with bash, curl and jq, against the real binary on
-// Caddyfile.example and the example CRM, on both stores: only the
+// TestReadmeWalkthrough runs the console blocks of the README's
+// walkthrough (a create and its replay, a 422, a webhook keyed by its
+// event id, and an outcome unknown released through the admin API) as
+// written, in order, with bash, curl and jq, against the real binary on
+// Caddyfile.example and a fresh example CRM, on both stores: only the
 // addresses change. Every output line the README shows without an
-// ellipsis must appear as it is, and every "field":value pair it shows
-// must be in the answer.
-func TestReadmeOperatorExample(t *testing.T) {
+// ellipsis must appear as it is (curl's CRLF read as LF), and every
+// "field":value pair it shows must be in the answer.
+func TestReadmeWalkthrough(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -26,7 +28,7 @@ func TestReadmeOperatorExample(t *testing.T) {
 			t.Skipf("%s is not installed (set IDEMGATE_REQUIRE_TOOLS=1 to fail instead)", tool)
 		}
 	}
-	steps := readmeOperatorSteps(t)
+	steps := readmeWalkthroughSteps(t)
 	crmBin := filepath.Join(t.TempDir(), "crm")
 	if out, err := exec.Command("go", "build", "-o", crmBin, "github.com/idemgate/idemgate/examples/crm").CombinedOutput(); err != nil {
 		t.Fatalf("building the example CRM: %v\n%s", err, out)
@@ -51,6 +53,7 @@ func TestReadmeOperatorExample(t *testing.T) {
 			cmd := strings.NewReplacer(
 				"localhost:8080", strings.TrimPrefix(gw.url, "http://"),
 				"localhost:2019", strings.TrimPrefix(gw.admin, "http://"),
+				"localhost:9001", crmAddr,
 			).Replace(s.command)
 			fmt.Fprintf(&script, "echo '@@step %d'\n%s\n", i, cmd)
 		}
@@ -63,7 +66,10 @@ func TestReadmeOperatorExample(t *testing.T) {
 			t.Fatalf("%d of %d commands ran:\n%s", len(outputs), len(steps), out)
 		}
 		for i, s := range steps {
-			got := strings.TrimPrefix(outputs[i], fmt.Sprintf("%d\n", i))
+			got := strings.ReplaceAll(strings.TrimPrefix(outputs[i], fmt.Sprintf("%d\n", i)), "\r", "")
+			if !strings.HasSuffix(got, "\n") {
+				got += "\n" // a body without a final newline, as curl prints it
+			}
 			for _, want := range s.output {
 				if !strings.ContainsAny(want, "…") && !strings.Contains(want, "...") {
 					if !strings.Contains("\n"+got, "\n"+want+"\n") {
@@ -88,25 +94,25 @@ type readmeStep struct {
 	output  []string
 }
 
-// readmeOperatorSteps reads the console block of the README's "Admin API"
-// section that releases a record.
-func readmeOperatorSteps(t *testing.T) []readmeStep {
+// readmeWalkthroughSteps reads the console blocks of the README's
+// "Walkthrough" section (its subsections included), in order. The
+// section must show at least one command whose output it shows, and the
+// operator's release through the admin API.
+func readmeWalkthroughSteps(t *testing.T) []readmeStep {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n### Admin API\n")
+	_, section, ok := strings.Cut(string(b), "\n## Walkthrough\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Admin API" section`)
+		t.Fatal(`README.md has no "## Walkthrough" section`)
 	}
-	section, _, _ = strings.Cut(section, "\n### ")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var steps []readmeStep
+	shown, release := false, false
 	for _, block := range strings.Split(section, "```console\n")[1:] {
 		block, _, _ = strings.Cut(block, "```")
-		if !strings.Contains(block, "/release") {
-			continue
-		}
-		var steps []readmeStep
 		cont := false
 		for _, line := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
 			switch {
@@ -114,15 +120,18 @@ func readmeOperatorSteps(t *testing.T) []readmeStep {
 				steps[len(steps)-1].command += "\n" + line
 			case strings.HasPrefix(line, "$ "):
 				steps = append(steps, readmeStep{command: strings.TrimPrefix(line, "$ ")})
+				release = release || strings.Contains(line, "/release")
 			case len(steps) > 0:
 				steps[len(steps)-1].output = append(steps[len(steps)-1].output, line)
+				shown = shown || line != ""
 			}
 			cont = strings.HasSuffix(line, "\\")
 		}
-		return steps
 	}
-	t.Fatal("the README's Admin API section has no console example that releases a record")
-	return nil
+	if !shown || !release {
+		t.Fatalf("the README's walkthrough has %d commands; want some with their output and a release through the admin API", len(steps))
+	}
+	return steps
 }
 
 // readmePairs returns the "field":"text" and "field":number pairs of a
