@@ -4,14 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig"
-	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-	_ "github.com/caddyserver/caddy/v2/modules/standard"
-
-	_ "github.com/idemgate/idemgate"
 )
 
 // docPages are the user documents whose links TestDocsLinks checks.
@@ -102,24 +97,13 @@ func headingAnchors(text string) map[string]bool {
 		}
 		a := b.String()
 		if k := seen[a]; k > 0 {
-			out[a+"-"+itoa(k)] = true
+			out[a+"-"+strconv.Itoa(k)] = true
 		} else {
 			out[a] = true
 		}
 		seen[a]++
 	}
 	return out
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var d []byte
-	for ; n > 0; n /= 10 {
-		d = append([]byte{byte('0' + n%10)}, d...)
-	}
-	return string(d)
 }
 
 func TestHeadingAnchors(t *testing.T) {
@@ -155,56 +139,6 @@ func TestDocsSizes(t *testing.T) {
 		}
 		if fi.Size() > c.max {
 			t.Errorf("%s is %d bytes, more than %d", c.page, fi.Size(), c.max)
-		}
-	}
-}
-
-// TestReadmeMinimalSetup adapts the README's minimal Caddyfile with its
-// routes.yaml, as `idemgate run` would: the rules must validate (an error
-// names file, line and field) and every route must reach the config.
-func TestReadmeMinimalSetup(t *testing.T) {
-	b, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n## A minimal setup\n")
-	if !ok {
-		t.Fatal(`README.md has no "## A minimal setup" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	block := func(lang string) string {
-		_, rest, ok := strings.Cut(section, "```"+lang+"\n")
-		if !ok {
-			t.Fatalf("the minimal setup has no %s block", lang)
-		}
-		body, _, _ := strings.Cut(rest, "```")
-		return body
-	}
-	caddyfile, rules := block("caddyfile"), block("yaml")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "routes.yaml"), []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "Caddyfile")
-	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": path})
-	if err != nil {
-		t.Fatalf("adapting the README's Caddyfile: %v", err)
-	}
-	for _, w := range warnings {
-		t.Errorf("adapting the README's Caddyfile: warning %s:%d: %s", w.File, w.Line, w.Message)
-	}
-	names := regexp.MustCompile(`(?m)^  - name: (\S+)`).FindAllStringSubmatch(rules, -1)
-	if len(names) < 2 {
-		t.Fatalf("the minimal routes.yaml has %d routes, want the header-key and the webhook one", len(names))
-	}
-	for _, n := range names {
-		if !strings.Contains(string(out), `"name":"`+n[1]+`"`) {
-			t.Errorf("route %s is not in the adapted config:\n%s", n[1], out)
-		}
-	}
-	for _, want := range []string{`"handler":"idempotency"`, `"handler":"reverse_proxy"`, `{body.id}`, `"verify"`} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("the adapted config has no %s:\n%s", want, out)
 		}
 	}
 }

@@ -100,15 +100,7 @@ type readmeStep struct {
 // operator's release through the admin API.
 func readmeWalkthroughSteps(t *testing.T) []readmeStep {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n## Walkthrough\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Walkthrough" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "Walkthrough")
 	var steps []readmeStep
 	shown, release := false, false
 	for _, block := range strings.Split(section, "```console\n")[1:] {
@@ -134,6 +126,22 @@ func readmeWalkthroughSteps(t *testing.T) []readmeStep {
 	return steps
 }
 
+// readmeSection returns the README's "## heading" section, its
+// subsections included.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## "+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q section", "## "+heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	return section
+}
+
 // readmePairs returns the "field":"text" and "field":number pairs of a
 // line the README abbreviates, leaving out values it cut short.
 func readmePairs(line string) []string {
@@ -144,4 +152,71 @@ func readmePairs(line string) []string {
 		}
 	}
 	return out
+}
+
+// TestReadmeMinimalSetup runs the gateway on the README's minimal
+// Caddyfile and routes.yaml as written, on both stores, with only the
+// addresses (and the store's) replaced: the header-key route refuses a
+// create without a key and replays one with it, and the webhook route
+// keys a delivery by its event id, whatever its delivery_attempt.
+func TestReadmeMinimalSetup(t *testing.T) {
+	t.Parallel()
+	section := readmeSection(t, "A minimal setup")
+	block := func(lang string) string {
+		_, rest, ok := strings.Cut(section, "```"+lang+"\n")
+		if !ok {
+			t.Fatalf("the README's minimal setup has no %s block", lang)
+		}
+		body, _, _ := strings.Cut(rest, "```")
+		return body
+	}
+	caddyfile, rules := block("caddyfile"), block("yaml")
+	forEachBackend(t, func(t *testing.T, be backend) {
+		up := newUpstream(t)
+		g := newGateway(t)
+		g.env = []string{"CRM_URL=http://" + up.addr(), "CRM_TOKEN=readme-token"}
+		store := be.store(t)
+		if store == "embedded" {
+			store = "embedded " + filepath.Join(g.dir, "store")
+		}
+		cf := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tpersist_config off\n\tdefault_bind 127.0.0.1\n}\n\n", g.adminPort) + caddyfile
+		for _, r := range [][2]string{
+			{":8080 {", fmt.Sprintf(":%d {", g.port)},
+			{"store embedded #", "store " + store + " #"},
+			{"reverse_proxy 127.0.0.1:9001", "reverse_proxy " + up.addr()},
+		} {
+			if n := strings.Count(cf, r[0]); n != 1 {
+				t.Fatalf("the README's minimal Caddyfile has %q %d times, want once", r[0], n)
+			}
+			cf = strings.Replace(cf, r[0], r[1], 1)
+		}
+		for name, text := range map[string]string{"Caddyfile": cf, "routes.yaml": rules} {
+			if err := os.WriteFile(filepath.Join(g.dir, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g.start()
+		t.Cleanup(g.stop)
+
+		order := []byte(`{"sku":"A-1","qty":2}`)
+		if r := send(t, "POST", g.url+"/orders", order, "Content-Type", "application/json"); !isProblem(t, r, 400, "key-missing", "") {
+			t.Errorf("POST /orders without a key: %d %s, want 400 key-missing", r.status, r.body)
+		}
+		for i := range 2 {
+			r := send(t, "POST", g.url+"/orders", order, "Content-Type", "application/json", "Idempotency-Key", "order-7")
+			if r.status != 201 || (i == 1) != (r.header.Get("Idempotent-Replayed") == "true") {
+				t.Errorf("POST /orders with a key, delivery %d: %d, Idempotent-Replayed %q", i+1, r.status, r.header.Get("Idempotent-Replayed"))
+			}
+		}
+		for i := range 3 {
+			body := fmt.Sprintf(`{"id":"evt_184","type":"deal.create","delivery_attempt":%d}`, i+1)
+			r := send(t, "POST", g.url+"/crm/deals", []byte(body), "Content-Type", "application/json")
+			if r.status != 201 || (i > 0) != (r.header.Get("Idempotent-Replayed") == "true") {
+				t.Errorf("webhook delivery %d: %d, Idempotent-Replayed %q", i+1, r.status, r.header.Get("Idempotent-Replayed"))
+			}
+		}
+		if n, m := up.count("/orders"), up.count("/crm/deals"); n != 1 || m != 1 {
+			t.Errorf("the upstream got %d orders and %d deals, want 1 and 1", n, m)
+		}
+	})
 }
