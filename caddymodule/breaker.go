@@ -239,14 +239,3 @@ func (h *Handler) breakerOpen(g *guarded, w http.ResponseWriter) error {
 	p.retryAfter = retryAfter(g.refused)
 	return h.problem(g, w, p)
 }
-
-// BreakerOpenError: the route's breaker refuses new executions, an
-// operator's re-drive among them, for Wait more.
-type BreakerOpenError struct {
-	Route string
-	Wait  time.Duration
-}
-
-func (e *BreakerOpenError) Error() string {
-	return fmt.Sprintf("route %s: the upstream is failing and its breaker pauses new executions, an operator's run among them, for %ds more; try again then", e.Route, retryAfter(e.Wait))
-}

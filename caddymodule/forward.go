@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -246,7 +245,7 @@ func (c *capture) WriteHeader(status int) {
 	}
 	c.status = status
 	hdr := c.ResponseWriter.Header()
-	c.header = storableHeader(hdr)
+	c.header = store.StorableHeader(hdr)
 	if strings.HasPrefix(hdr.Get("Content-Type"), "text/event-stream") {
 		c.streaming = true
 	}
@@ -521,55 +520,4 @@ func storedResult(rt *route, cw *capture, out callResult) store.Result {
 		}
 	}
 	return res
-}
-
-// unstoredHeaders are never replayed: hop-by-hop headers, and those the
-// replaying server sets for itself.
-var unstoredHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Server", "Alt-Svc", "Via", "Date", "Content-Length", "Idempotent-Replayed",
-}
-
-var unstored = func() map[string]bool {
-	m := make(map[string]bool, len(unstoredHeaders))
-	for _, name := range unstoredHeaders {
-		m[name] = true
-	}
-	return m
-}()
-
-// storableHeader copies h without hop-by-hop and per-server headers (and
-// those the Connection header lists), in one pass: the values of all kept
-// names share one backing array, as in http.Header.Clone.
-func storableHeader(h http.Header) http.Header {
-	var hop []string // names listed in Connection
-	for _, v := range h["Connection"] {
-		for _, name := range strings.Split(v, ",") {
-			hop = append(hop, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name)))
-		}
-	}
-	keep := func(name string) bool { return !unstored[name] && !slices.Contains(hop, name) }
-	n, names := 0, 0
-	for name, vv := range h {
-		if keep(name) {
-			n += len(vv)
-			names++
-		}
-	}
-	out := make(http.Header, names)
-	block := make([]string, n)
-	for name, vv := range h {
-		if !keep(name) {
-			continue
-		}
-		if vv == nil {
-			out[name] = nil
-			continue
-		}
-		k := copy(block, vv)
-		out[name] = block[:k:k]
-		block = block[k:]
-	}
-	return out
 }

@@ -288,32 +288,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestStorableHeader(t *testing.T) {
-	t.Parallel()
-	h := http.Header{
-		"Content-Type":      {"application/json"},
-		"Set-Cookie":        {"a=1", "b=2"},
-		"Location":          {"/x"},
-		"Connection":        {"keep-alive, X-Hop"},
-		"X-Hop":             {"1"},
-		"Keep-Alive":        {"timeout=5"},
-		"Transfer-Encoding": {"chunked"},
-		"Server":            {"Caddy"},
-		"Alt-Svc":           {"h3"},
-		"Via":               {"1.1 Caddy"},
-		"Date":              {"now"},
-		"Content-Length":    {"12"},
-	}
-	got := storableHeader(h)
-	want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Location": {"/x"}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("storableHeader = %v, want %v", got, want)
-	}
-	if h.Get("Server") == "" {
-		t.Error("storableHeader changed its argument")
-	}
-}
-
 type failingWriter struct {
 	*httptest.ResponseRecorder
 	writes int

@@ -2,45 +2,32 @@ package caddymodule
 
 import (
 	"context"
-	"time"
+	"fmt"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
-// RecordStore is what the operator pages need of a record store: the
-// operator part of store.Engine.
-type RecordStore interface {
-	Get(ctx context.Context, id string) (*store.Record, error)
-	List(ctx context.Context, f store.ListFilter) (store.ListPage, error)
-	OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error)
-	OperatorComplete(ctx context.Context, id string, res store.Result, act store.Action, ttl time.Duration) (*store.Record, error)
-}
-
-// LiveStore is one record store that the idempotency handlers of the
-// running config (or, during a reload, of the old and the new one) use.
-type LiveStore struct {
-	// Tag names the store while it is in use: a salted hash of its
-	// configuration, never its address or credentials.
-	Tag string
-	// Store is the store itself.
-	Store RecordStore
-	// Routes are the routes whose records it keeps, by name; the newest
-	// config's route wins.
-	Routes map[string]config.Resolved
-}
-
 // LiveStores returns the record stores of every idempotency handler in
-// the running config, in a stable order: what the admin API sees, for the
-// operator console (http.handlers.idempotency_console).
-func LiveStores() []LiveStore { return stores.exported() }
+// the running config, in a stable order, for the operator service
+// (package operator) behind the admin API and the operator console.
+func LiveStores() []operator.LiveStore { return stores.exported() }
 
-// exported is o's live stores as LiveStores.
-func (o *storeOwner) exported() []LiveStore {
+// LiveStore returns h's own record store as the operator service sees it,
+// with only h's routes: for an operator view of one handler.
+func (h *Handler) LiveStore() operator.LiveStore {
+	o := &storeOwner{uses: map[uint64]*storeUse{}}
+	o.track(&storeUse{key: h.use.key, engine: h.store, routes: h.routes})
+	return o.exported()[0]
+}
+
+// exported is o's live stores as the operator service's LiveStores.
+func (o *storeOwner) exported() []operator.LiveStore {
 	snap := o.live()
-	out := make([]LiveStore, len(snap))
+	out := make([]operator.LiveStore, len(snap))
 	for i, s := range snap {
-		out[i] = LiveStore{Tag: s.tag, Store: s.store, Routes: make(map[string]config.Resolved, len(s.routes))}
+		out[i] = operator.LiveStore{Tag: s.tag, Store: s.store, Routes: make(map[string]config.Resolved, len(s.routes)), Actions: liveActions(s.routes)}
 		for name, rt := range s.routes {
 			out[i].Routes[name] = rt.Resolved
 		}
@@ -48,24 +35,38 @@ func (o *storeOwner) exported() []LiveStore {
 	return out
 }
 
-// FirstHolding asks the stores 0..n-1 (at(i)) in turn for record id:
-// the first that has it wins, and its index is returned. A store error is
-// returned only when no store has the record; -1 and no error when none
-// does. The admin API and the operator console look records up with it.
-func FirstHolding(ctx context.Context, id string, n int, at func(i int) RecordStore) (*store.Record, int, error) {
-	var firstErr error
-	for i := range n {
-		rec, err := at(i).Get(ctx, id)
-		switch {
-		case err != nil:
-			// Another store may hold it: report the failure only when
-			// none does.
-			if firstErr == nil {
-				firstErr = err
-			}
-		case rec != nil:
-			return rec, i, nil
-		}
+// liveActions runs the operator service's checks and re-drives with the
+// live verifiers and handlers of a store's routes, by name.
+type liveActions map[string]*route
+
+// Verify runs an operator's check of rec with the live verifier of the
+// record's route (see Verifier.Verify); operator.ErrNoVerify when the
+// route has no verify rule in the running config.
+func (routes liveActions) Verify(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	if err := verifiable(rec); err != nil {
+		return rec, "", err
 	}
-	return nil, -1, firstErr
+	rt := routes[rec.Route]
+	var v *Verifier
+	if rt != nil && rt.Verify != nil {
+		v = rt.verifier.Load()
+	}
+	if v == nil {
+		return rec, "", fmt.Errorf("%w: route %s", operator.ErrNoVerify, rec.Route)
+	}
+	return v.Verify(rt, rec, act)
+}
+
+// Run re-drives rec through its route's handler (see Handler.redrive).
+func (routes liveActions) Run(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, int, error) {
+	rt := routes[rec.Route]
+	var h *Handler
+	if rt != nil {
+		h = rt.handler.Load()
+	}
+	if h == nil || !rt.KeepRequest {
+		processMetrics.redrives.WithLabelValues(rec.Route, "refused").Inc()
+		return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
+	}
+	return h.redrive(ctx, rt, rec, act)
 }

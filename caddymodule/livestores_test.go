@@ -1,12 +1,10 @@
 package caddymodule
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/operator"
 )
 
 // TestLiveStores: the console's view of the registry is the admin API's:
@@ -20,7 +18,7 @@ routes:
     ttl: 2h
     confirm: true
 `, testStores[0].cfg(t))
-	var found []LiveStore
+	var found []operator.LiveStore
 	for _, ls := range LiveStores() {
 		if ls.Store == h.store {
 			found = append(found, ls)
@@ -40,39 +38,6 @@ routes:
 	for _, ls := range LiveStores() {
 		if ls.Store == h.store {
 			t.Fatal("a cleaned-up handler's store is still listed")
-		}
-	}
-}
-
-// getter is a RecordStore whose Get answers rec, err.
-type getter struct {
-	RecordStore
-	rec *store.Record
-	err error
-}
-
-func (g getter) Get(context.Context, string) (*store.Record, error) { return g.rec, g.err }
-
-// TestFirstHolding: the first store that has the record wins; a store
-// error counts only when no store has it.
-func TestFirstHolding(t *testing.T) {
-	t.Parallel()
-	rec, down := &store.Record{ID: "r"}, errors.New("down")
-	for _, tc := range []struct {
-		name    string
-		stores  []getter
-		wantIdx int
-		wantErr error
-	}{
-		{"none", nil, -1, nil},
-		{"absent everywhere", []getter{{}, {}}, -1, nil},
-		{"second has it", []getter{{}, {rec: rec}}, 1, nil},
-		{"an error, then found", []getter{{err: down}, {rec: rec}}, 1, nil},
-		{"an error, not found", []getter{{}, {err: down}}, -1, down},
-	} {
-		got, i, err := FirstHolding(context.Background(), "r", len(tc.stores), func(i int) RecordStore { return tc.stores[i] })
-		if i != tc.wantIdx || !errors.Is(err, tc.wantErr) || (i >= 0) != (got == rec) {
-			t.Errorf("%s: %v, %d, %v; want index %d, error %v", tc.name, got, i, err, tc.wantIdx, tc.wantErr)
 		}
 	}
 }

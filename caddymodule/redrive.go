@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -62,63 +63,6 @@ func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
 	rt.chain.Store(&chain{next: next, server: srv})
 }
 
-// RunFunc runs an operator's re-drive of record id in the live store
-// tagged tag (see RunNow).
-type RunFunc func(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error)
-
-// ErrNoChain: the gateway cannot re-drive yet: the handler is not in its
-// config's HTTP routes or subroutes (handle_errors, a named route), and
-// no request has reached the record's route since its config was loaded.
-var ErrNoChain = errors.New("the idempotency handler is not in a site's routes or subroutes, and no request has reached the route on this gateway since its config was loaded, so the handler chain a re-drive goes through is not known yet; try again after the route has served a request, or release the record and let the client retry")
-
-// RunNow re-drives record id in the live store tagged tag on act's word
-// and returns the record after the run and the upstream's status.
-// Errors: store.ErrNotFound, store.ErrConflict (see
-// store.RedriveRefusal; also a route no longer configured or without a
-// kept request that opens), ErrNoChain, store.ErrInvalidArgument (act), or
-// the store's failure.
-func RunNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
-	return stores.runNow(ctx, tag, id, act)
-}
-
-// SetRun makes o run re-drives with run (tests, other front ends).
-func (o *Operator) SetRun(run RunFunc) { o.run = run }
-
-// Run re-drives the record on act's word (see RunNow).
-func (o *Operator) Run(ctx context.Context, t Target, act store.Action) (*store.Record, int, error) {
-	if act.Reason == "" {
-		return nil, 0, invalid("a reason is required to run an operation again")
-	}
-	return o.run(ctx, t.Store.Tag, t.Rec.ID, act)
-}
-
-// runNow is RunNow over o's stores.
-func (o *storeOwner) runNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
-	for _, s := range o.live() {
-		if s.tag != tag {
-			continue
-		}
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rec == nil {
-			return nil, 0, fmt.Errorf("%w: %s", store.ErrNotFound, id)
-		}
-		rt := s.routes[rec.Route]
-		var h *Handler
-		if rt != nil {
-			h = rt.handler.Load()
-		}
-		if h == nil || !rt.KeepRequest {
-			processMetrics.redrives.WithLabelValues(rec.Route, "refused").Inc()
-			return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
-		}
-		return h.redrive(ctx, rt, rec, act)
-	}
-	return nil, 0, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
-}
-
 // discard is where a re-drive's response goes once recorded: nobody
 // waits for it but the operator, who gets the record.
 type discard struct{ h http.Header }
@@ -141,7 +85,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	}
 	ch := h.redriveChain(rt)
 	if ch == nil {
-		return refuse("refused", rec, ErrNoChain)
+		return refuse("refused", rec, operator.ErrNoChain)
 	}
 	if h.seal == nil { // keep_request routes need a configured secret: never here
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: no secret is configured to open its kept request", store.ErrConflict, rec.ID))
@@ -159,7 +103,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// cool-down it may be the probe.
 	g := &guarded{rt: rt, id: rec.ID}
 	if g.probe, g.refused = rt.breaker.admit(); g.refused > 0 {
-		return refuse("refused", rec, &BreakerOpenError{Route: rt.Name, Wait: g.refused})
+		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
 	began := time.Now()

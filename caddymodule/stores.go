@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -186,23 +185,4 @@ func (o *storeOwner) live() []liveStore {
 	}
 	slices.SortFunc(out, func(a, b liveStore) int { return strings.Compare(a.tag, b.tag) })
 	return out
-}
-
-// ttl is how long a record of route lives after an operator resolved it:
-// the route's ttl, or the default when the route is not configured any
-// more.
-func (s liveStore) ttl(routeName string) time.Duration {
-	if rt := s.routes[routeName]; rt != nil && rt.TTL > 0 {
-		return rt.TTL
-	}
-	return store.DefaultTTL
-}
-
-// redactor hides credentials in the stored bodies of records of route
-// routeName (see routeRedactor).
-func (s liveStore) redactor(routeName string) store.Redactor {
-	if rt := s.routes[routeName]; rt != nil {
-		return routeRedactor(&rt.Resolved)
-	}
-	return routeRedactor(nil)
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 )
@@ -67,4 +68,88 @@ func findIDIn(t *testing.T, e store.Engine) string {
 		t.Fatalf("records %+v, %v", page.Records, err)
 	}
 	return page.Records[0].ID
+}
+
+// TestStoreRegistry: provisioned handlers register their store and routes;
+// handlers sharing a store show it once with the newest routes; cleaned up
+// handlers leave.
+func TestStoreRegistry(t *testing.T) {
+	sc := testStores[0].cfg(t)
+	count := func(key string) int {
+		stores.mu.Lock()
+		defer stores.mu.Unlock()
+		n := 0
+		for _, u := range stores.uses {
+			if u.key == key {
+				n++
+			}
+		}
+		return n
+	}
+	old, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+    ttl: 1h
+`, sc)
+	reloaded, _ := newHandler(t, `
+routes:
+  - name: deals
+    match: { path: /deals }
+    key: ["{header.Idempotency-Key}"]
+    ttl: 2h
+  - name: refunds
+    match: { path: /refunds }
+    key: ["{header.Idempotency-Key}"]
+    ttl: 3h
+`, sc)
+	if n := count(old.use.key); n != 2 {
+		t.Fatalf("%d registrations of the store, want 2", n)
+	}
+	var mine []operator.LiveStore
+	for _, s := range stores.exported() {
+		if s.Store == old.store {
+			mine = append(mine, s)
+		}
+	}
+	if len(mine) != 1 {
+		t.Fatalf("the shared store is listed %d times, want once", len(mine))
+	}
+	s := mine[0]
+	if got := s.Routes["deals"].TTL; got.String() != "2h0m0s" {
+		t.Errorf("deals ttl = %v, want the newest config's 2h", got)
+	}
+	if got := s.Routes["refunds"].TTL; got.String() != "3h0m0s" {
+		t.Errorf("refunds ttl = %v, want 3h", got)
+	}
+
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if s := findLive(reloaded.store); s == nil || s.Routes["deals"].TTL.String() != "2h0m0s" {
+		t.Errorf("after the old config's clean-up: %+v", s)
+	}
+	if err := reloaded.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if s := findLive(reloaded.store); s != nil {
+		t.Errorf("a cleaned-up handler's store is still listed")
+	}
+
+	// A failed Provision (no store) and its Cleanup leave no entry.
+	before := len(stores.live())
+	h := &Handler{}
+	if err := h.Cleanup(); err != nil || len(stores.live()) != before {
+		t.Errorf("Cleanup without Provision: %v", err)
+	}
+}
+
+func findLive(s store.Engine) *operator.LiveStore {
+	for _, l := range stores.exported() {
+		if l.Store == s {
+			return &l
+		}
+	}
+	return nil
 }

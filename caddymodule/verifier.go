@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -143,10 +142,6 @@ func (v *Verifier) routeNamed(name string) *route {
 	}
 	return nil
 }
-
-// ErrNoVerify is returned by VerifyNow when the record's route has no
-// verify rule in the running config.
-var ErrNoVerify = errors.New("the record's route has no verify rule in the running config")
 
 // verifiable refuses, as a store.ErrConflict, a record an operator's
 // check cannot run on: one not held as outcome unknown, or one that
