@@ -197,7 +197,7 @@ func retryAfter(wait time.Duration) int {
 func (h *Handler) wouldExecute(ctx context.Context, id string) bool {
 	began := time.Now()
 	rec, err := h.store.Get(context.WithoutCancel(ctx), id)
-	h.metrics.observeStore("get", began, err)
+	h.metrics.ObserveStore("get", began, err)
 	switch {
 	case err != nil:
 		return false

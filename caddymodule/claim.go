@@ -63,7 +63,7 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in 
 	if rec == nil || rec.Class() != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
 		return nil, nil
 	}
-	after, note := h.verifier.Settle(ctx, g.rt, rec, g.check)
+	after, note := h.verifier.Settle(ctx, &g.rt.Resolved, rec, g.check)
 	if note != "" {
 		g.note = note
 	}
@@ -132,11 +132,11 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	began := time.Now()
 	res, err := h.store.Claim(context.WithoutCancel(ctx), req)
-	h.metrics.observeStore("claim", began, err)
+	h.metrics.ObserveStore("claim", began, err)
 	if err != nil {
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
-		h.use.enter()
+		h.use.Enter()
 		go h.releaseLost(store.NewClaim(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
@@ -146,7 +146,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 // releaseLost gives back a claim whose answer may have been lost.
 // It runs in the background and leaves the handler when done.
 func (h *Handler) releaseLost(c *store.Claim) {
-	defer h.use.leave()
+	defer h.use.Leave()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	defer cancel()
 	_, _ = c.Release(ctx)

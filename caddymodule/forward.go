@@ -142,7 +142,7 @@ func (rn *renewal) renew() {
 	began := time.Now()
 	ok, err := rn.claim.Renew(ctx)
 	cancel()
-	h.metrics.observeStore("renew", began, err)
+	h.metrics.ObserveStore("renew", began, err)
 	switch {
 	case err != nil:
 		h.logger.Warn("renewing a claim failed", zap.String("record_id", rn.claim.ID()), zap.Error(err))

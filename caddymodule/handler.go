@@ -75,8 +75,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The config may be replaced while this request runs: its store stays
 	// open until the request is done with it.
-	h.use.enter()
-	defer h.use.leave()
+	h.use.Enter()
+	defer h.use.Leave()
 	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
@@ -169,7 +169,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if g.refused > 0 && !rt.observing() {
 		// The breaker opened meanwhile, or the record turned out to be
 		// claimable: give the claim back unused.
-		h.use.enter()
+		h.use.Enter()
 		go h.releaseLost(claim)
 		return h.breakerOpen(g, w)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/verify"
 )
 
 // LiveStores returns the record stores of every idempotency handler in
@@ -40,21 +41,21 @@ func (o *storeOwner) exported() []operator.LiveStore {
 type liveActions map[string]*route
 
 // Verify runs an operator's check of rec with the live verifier of the
-// record's route (see Verifier.Verify); operator.ErrNoVerify when the
+// record's route (see verify.Verifier.Verify); operator.ErrNoVerify when the
 // route has no verify rule in the running config.
 func (routes liveActions) Verify(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
-	if err := verifiable(rec); err != nil {
+	if err := verify.Verifiable(rec); err != nil {
 		return rec, "", err
 	}
 	rt := routes[rec.Route]
-	var v *Verifier
+	var v *verify.Verifier
 	if rt != nil && rt.Verify != nil {
 		v = rt.verifier.Load()
 	}
 	if v == nil {
 		return rec, "", fmt.Errorf("%w: route %s", operator.ErrNoVerify, rec.Route)
 	}
-	return v.Verify(rt, rec, act)
+	return v.Verify(&rt.Resolved, rec, act)
 }
 
 // Run re-drives rec through its route's handler (see Handler.redrive).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/idemgate/idemgate/verify"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -126,7 +127,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime,
-		verificationsTotal,
+		verify.Verifications,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 		processMetrics.waiters, processMetrics.waitsRefused,
@@ -142,7 +143,13 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	return processMetrics
 }
 
-func (m *metrics) observeStore(op string, began time.Time, err error) {
+// StoreError counts a failed store call op of route.
+func (m *metrics) StoreError(route, op string) {
+	m.storeErrors.WithLabelValues(route, op).Inc()
+}
+
+// ObserveStore observes the duration of store call op.
+func (m *metrics) ObserveStore(op string, began time.Time, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/verify"
 )
 
 func init() {
@@ -67,7 +68,7 @@ type Handler struct {
 	store    store.Engine
 	notices  store.Notices    // completion notices, when a route waits for them
 	use      *storeUse        // the handler's use of the store (see stores.go)
-	verifier *Verifier        // settles held records with the upstream (see verifier.go)
+	verifier *verify.Verifier // settles held records with the upstream (package verify)
 	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
@@ -111,7 +112,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.verifier = newVerifier(h)
+	h.verifier = verify.New(verify.Config{
+		Store: h.store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
+		Logger: h.logger, Metrics: h.metrics,
+	})
+	for _, rt := range h.routes {
+		rt.verifier.Store(h.verifier)
+	}
 	h.kept = kept
 	h.provisionRedrive(ctx)
 	h.provisionNotices()

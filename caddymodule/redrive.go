@@ -78,8 +78,8 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
-	h.use.enter()
-	defer h.use.leave()
+	h.use.Enter()
+	defer h.use.Leave()
 	if err := store.RedriveRefusal(rec, time.Now()); err != nil {
 		return refuse("refused", rec, err)
 	}
@@ -109,7 +109,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	began := time.Now()
 	g.start = began
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
-	h.metrics.observeStore("redrive", began, err)
+	h.metrics.ObserveStore("redrive", began, err)
 	if err != nil {
 		rt.breaker.cancel(g.probe)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/verify"
 )
 
 // route is one resolved rule, ready for the request path.
@@ -33,8 +34,8 @@ type route struct {
 	// handler (reverse_proxy and whatever the site puts before it), as
 	// the route's last guarded request saw it: where a re-drive goes.
 	chain    atomic.Pointer[chain]
-	verifier atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
-	wait     bool                     // duplicates wait for the first request (waits)
+	verifier atomic.Pointer[verify.Verifier] // of the handler the route is in, for operator checks
+	wait     bool                            // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -123,4 +124,13 @@ func (rt *route) templateList() []string {
 		names[i] = t.String()
 	}
 	return names
+}
+
+// resolvedRoutes is the config of h's routes, in order.
+func (h *Handler) resolvedRoutes() []*config.Resolved {
+	out := make([]*config.Resolved, len(h.routes))
+	for i, rt := range h.routes {
+		out[i] = &rt.Resolved
+	}
+	return out
 }

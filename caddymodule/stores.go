@@ -110,7 +110,7 @@ func (o *storeOwner) untrack(u *storeUse) {
 // enter marks the start of work that uses the store: a request, or a
 // background call or check made for one. A nil use (a handler built in a
 // test, without Provision) counts nothing.
-func (u *storeUse) enter() {
+func (u *storeUse) Enter() {
 	if u != nil {
 		u.active.Add(1)
 	}
@@ -118,7 +118,7 @@ func (u *storeUse) enter() {
 
 // leave marks the end of work that entered; the last one out after
 // retire gives the store back.
-func (u *storeUse) leave() {
+func (u *storeUse) Leave() {
 	if u != nil && u.active.Add(-1) == 0 && u.retired.Load() {
 		if err := u.release(); err != nil {
 			u.logger.Error("closing the record store of a replaced config", zap.Error(err))

@@ -34,7 +34,7 @@ func TestEmbeddedStoreAcrossReloads(t *testing.T) {
 	if reloaded.store != old.store {
 		t.Fatal("the reloaded config opened a second engine on the same DIR")
 	}
-	old.use.enter() // a request of the old config still running
+	old.use.Enter() // a request of the old config still running
 	if err := old.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestEmbeddedStoreAcrossReloads(t *testing.T) {
 	if _, err := old.store.Claim(context.Background(), store.ClaimRequest{ID: "abc", Token: "t"}); err != nil {
 		t.Fatalf("the store closed under a running request: %v", err)
 	}
-	old.use.leave()
+	old.use.Leave()
 	// Closed now, and DIR is free for the next owner.
 	if _, err := old.store.Get(context.Background(), "abc"); err == nil {
 		t.Fatal("the store is still open after its last user left")
