@@ -216,7 +216,7 @@ routes:
 	}
 
 	// The cool-down is over: the run goes through as the probe.
-	b := h.routes[0].breaker
+	b := h.runtime(h.routes[0]).breaker
 	b.mu.Lock()
 	b.openedAt = b.openedAt.Add(-2 * time.Minute)
 	b.mu.Unlock()
@@ -224,7 +224,7 @@ routes:
 		w.WriteHeader(http.StatusCreated)
 		return nil
 	}
-	h.routes[0].chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
+	h.runtime(h.routes[0]).chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
 	if _, status, err = h.redrive(context.Background(), h.routes[0], rec, act); err != nil || status != http.StatusCreated {
 		t.Fatalf("Run now after the cool-down = %d, %v; want the upstream's 201", status, err)
 	}

@@ -45,6 +45,7 @@ const (
 // metrics say about it.
 type guarded struct {
 	rt      *route
+	brk     *breaker // the route's breaker; nil: none
 	start   time.Time
 	id      string // key id; the key itself is never logged
 	outcome string
@@ -77,7 +78,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// open until the request is done with it.
 	h.use.Enter()
 	defer h.use.Leave()
-	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
+	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
@@ -141,18 +142,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.check = h.resolveCheck(rt, key, g.id, in)
 	if rt.KeepRequest {
 		g.sealed = h.keep(g, r, key, body)
-		rt.remember(next, r)
+		h.remember(rt, next, r)
 	}
 
-	if rt.breaker != nil {
-		g.probe, g.refused = rt.breaker.admit()
+	if g.brk != nil {
+		g.probe, g.refused = g.brk.admit()
 		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
 			return h.breakerOpen(g, w)
 		}
 	}
 	claim, err := h.claim(r.Context(), g, method, in, fp)
-	if (claim == nil || err != nil) && rt.breaker != nil {
-		rt.breaker.cancel(g.probe)
+	if (claim == nil || err != nil) && g.brk != nil {
+		g.brk.cancel(g.probe)
 	}
 	if errors.Is(err, errBreakerOpen) {
 		return h.breakerOpen(g, w)

@@ -43,6 +43,11 @@ type metrics struct {
 	keptBytes prometheus.Gauge
 }
 
+// processMetrics are the process's collectors. Process-wide on purpose:
+// Caddy's metrics registry is one per process, and a series must go on
+// counting across config reloads (a counter that restarted at each reload
+// would read as a reset), so every handler registers and uses the same
+// collectors (registerMetrics tolerates the earlier registration).
 var processMetrics = &metrics{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",

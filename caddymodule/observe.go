@@ -83,6 +83,8 @@ type observedRow [6]atomic.Int64 // in the order of wouldLabels
 
 var wouldLabels = [...]string{wouldReplay, wouldConflict, wouldMismatch, wouldUnknown, wouldMissingKey, wouldInvalid}
 
+// observedCounts are the process's observe-mode counts by route name,
+// kept across reloads like the metrics they mirror, for the console.
 var observedCounts = &observedTable{}
 
 func (t *observedTable) add(route, would string) {

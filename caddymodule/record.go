@@ -92,8 +92,8 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
-	if g.rt.breaker != nil {
-		g.rt.breaker.done(g.probe, out.verdict != verdictComplete)
+	if g.brk != nil {
+		g.brk.done(g.probe, out.verdict != verdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
 	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)

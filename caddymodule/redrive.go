@@ -47,20 +47,18 @@ type chain struct {
 // whose routes hold the chain the re-drive goes through.
 func (h *Handler) provisionRedrive(ctx caddy.Context) {
 	h.redriveTo = newRedriveTo(ctx)
-	for _, rt := range h.routes {
-		rt.handler.Store(h)
-	}
 }
 
 // remember keeps the chain after this handler for the route's re-drives
 // (keep_request routes), from the first request that brings it: for a
 // handler where the config lookup does not find it.
-func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
-	if !rt.KeepRequest || rt.chain.Load() != nil {
+func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
+	live := h.runtime(rt)
+	if !rt.KeepRequest || live.chain.Load() != nil {
 		return
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	rt.chain.Store(&chain{next: next, server: srv})
+	live.chain.Store(&chain{next: next, server: srv})
 }
 
 // discard is where a re-drive's response goes once recorded: nobody
@@ -101,8 +99,8 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// The breaker applies to every execution, whoever starts it: while
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
-	g := &guarded{rt: rt, id: rec.ID}
-	if g.probe, g.refused = rt.breaker.admit(); g.refused > 0 {
+	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID}
+	if g.probe, g.refused = g.brk.admit(); g.refused > 0 {
 		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
@@ -111,7 +109,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
 	h.metrics.ObserveStore("redrive", began, err)
 	if err != nil {
-		rt.breaker.cancel(g.probe)
+		g.brk.cancel(g.probe)
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
@@ -141,7 +139,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	defer body.release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
-		rt.breaker.cancel(g.probe)
+		g.brk.cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
 	prepareUpstream(r, rt, kr.Key, &body)

@@ -75,17 +75,6 @@ func findIDIn(t *testing.T, e store.Engine) string {
 // handlers leave.
 func TestStoreRegistry(t *testing.T) {
 	sc := testStores[0].cfg(t)
-	count := func(key string) int {
-		stores.mu.Lock()
-		defer stores.mu.Unlock()
-		n := 0
-		for _, u := range stores.uses {
-			if u.key == key {
-				n++
-			}
-		}
-		return n
-	}
 	old, _ := newHandler(t, `
 routes:
   - name: deals
@@ -104,11 +93,11 @@ routes:
     key: ["{header.Idempotency-Key}"]
     ttl: 3h
 `, sc)
-	if n := count(old.use.key); n != 2 {
+	if n := stores.Uses(old.use); n != 2 {
 		t.Fatalf("%d registrations of the store, want 2", n)
 	}
 	var mine []operator.LiveStore
-	for _, s := range stores.exported() {
+	for _, s := range stores.Live() {
 		if s.Store == old.store {
 			mine = append(mine, s)
 		}
@@ -138,15 +127,15 @@ routes:
 	}
 
 	// A failed Provision (no store) and its Cleanup leave no entry.
-	before := len(stores.live())
+	before := len(stores.Live())
 	h := &Handler{}
-	if err := h.Cleanup(); err != nil || len(stores.live()) != before {
+	if err := h.Cleanup(); err != nil || len(stores.Live()) != before {
 		t.Errorf("Cleanup without Provision: %v", err)
 	}
 }
 
 func findLive(s store.Engine) *operator.LiveStore {
-	for _, l := range stores.exported() {
+	for _, l := range stores.Live() {
 		if l.Store == s {
 			return &l
 		}
