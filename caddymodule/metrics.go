@@ -4,9 +4,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemgate/idemgate/verify"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/verify"
 )
 
 // metrics are created once per process and registered with every new

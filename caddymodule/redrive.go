@@ -69,8 +69,8 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
 
-// redrive claims rec for the run, forwards its kept request once through
-// the route's chain and records the outcome.
+// redrive claims rec for the run and forwards its kept request once
+// through the route's chain (forwardOnce, as a client's execute).
 func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
 		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
@@ -99,7 +99,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// The breaker applies to every execution, whoever starts it: while
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
-	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID}
+	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID, key: kr.Key}
 	if g.probe, g.refused = g.brk.admit(); g.refused > 0 {
 		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
@@ -142,16 +142,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		g.brk.cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
-	prepareUpstream(r, rt, kr.Key, &body)
-
-	cw := newCapture(sink, rt.MaxResponse)
-	defer cw.release()
-	renewing := h.renewWhileRunning(c)
-	panicked, callErr := callNext(ch.next, cw, r)
-	renewing.stop()
-	out := classify(rt, cw, callErr, panicked)
-	result := h.record(g, c, out, storedResult(rt, cw, out))
-	cw.deliver()
+	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)
 	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -29,11 +28,7 @@ type route struct {
 	keepHeaders map[string]bool
 	// redriveHeader is redrive_headers with {env.*} filled in.
 	redriveHeader http.Header
-	// chain is the rest of the handler chain after the idempotency
-	// handler (reverse_proxy and whatever the site puts before it), as
-	// the route's last guarded request saw it: where a re-drive goes.
-	chain atomic.Pointer[chain]
-	wait  bool // duplicates wait for the first request (waits)
+	wait          bool // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -142,23 +137,4 @@ func (h *Handler) resolved() []config.Resolved {
 		out[i] = rt.Resolved
 	}
 	return out
-}
-
-// routeRuntime is what a provisioned handler keeps at run time for one of
-// its routes.
-type routeRuntime struct {
-	breaker *breaker // nil: the route has no retry.breaker
-	// chain is the rest of the handler chain after the idempotency
-	// handler (reverse_proxy and whatever the site puts before it), as
-	// the route's last guarded request saw it: where a re-drive goes
-	// when the config lookup does not find it.
-	chain atomic.Pointer[chain]
-}
-
-// runtime is what h keeps at run time for its route rt.
-func (h *Handler) runtime(rt *route) *routeRuntime {
-	if rt.idx < len(h.live) && h.routes[rt.idx] == rt {
-		return &h.live[rt.idx]
-	}
-	return &routeRuntime{} // a route built in a test, outside the handler
 }

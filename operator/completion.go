@@ -7,9 +7,10 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/idemgate/idemgate/store"
 	"github.com/tidwall/gjson"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // Limits of operator actions, the same through every front end (an
