@@ -67,6 +67,11 @@ func (s *Service) Complete(ctx context.Context, t Target, c Completion, act stor
 // check, a check running, resolved meanwhile), ErrNoVerify,
 // store.ErrInvalidArgument (act), or the store's failure.
 func (s *Service) Verify(ctx context.Context, t Target, act store.Action) (*store.Record, string, error) {
+	// Refused before the lookup: the check would ask the upstream first
+	// and keep act only at its end.
+	if err := act.Validate(); err != nil {
+		return t.Rec, "", err
+	}
 	if t.Store.Actions == nil {
 		return t.Rec, "", fmt.Errorf("%w: route %s", ErrNoVerify, t.Rec.Route)
 	}
