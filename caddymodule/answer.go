@@ -13,9 +13,9 @@ import (
 )
 
 // answer responds from an existing record: replay, conflict or mismatch.
-func (h *Handler) answer(g *guarded, w http.ResponseWriter, method string, in *keying.Input, fp string) error {
+func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	rec := g.rec
-	if !h.sameFingerprint(rec, method, g.rt, in, fp) {
+	if !h.sameFingerprint(g, rec) {
 		g.outcome = outcomeMismatch
 		p := probKeyReused.with(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
 		p.RecordID = rec.ID
@@ -64,23 +64,23 @@ func (h *Handler) exhausted(g *guarded, w http.ResponseWriter, rec *store.Record
 // sameFingerprint compares the request with the record, under the
 // fingerprint rule that made the record: a reload that changed the rule
 // must not turn a genuine retry into a mismatch.
-func (h *Handler) sameFingerprint(rec *store.Record, method string, rt *route, in *keying.Input, fp string) bool {
-	if rec.FingerprintRule == rt.fpRule {
-		return rec.Fingerprint == fp
+func (h *Handler) sameFingerprint(g *guarded, rec *store.Record) bool {
+	if rec.FingerprintRule == g.rt.fpRule {
+		return rec.Fingerprint == g.fp
 	}
-	_, same := h.fingerprintUnder(rec, method, in)
+	_, same := h.fingerprintUnder(g, rec)
 	return same
 }
 
 // fingerprintUnder computes the request's fingerprint under the rule that
 // made rec, and whether it equals the record's.
-func (h *Handler) fingerprintUnder(rec *store.Record, method string, in *keying.Input) (string, bool) {
+func (h *Handler) fingerprintUnder(g *guarded, rec *store.Record) (string, bool) {
 	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
 	if err != nil {
 		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("record_id", rec.ID), zap.Error(err))
 		return "", false
 	}
-	fp, err := keying.Fingerprint(method, rec.Operation, in, rule)
+	fp, err := keying.Fingerprint(g.method, rec.Operation, g.in, rule)
 	return fp, err == nil && fp == rec.Fingerprint
 }
 

@@ -58,11 +58,16 @@ func (b *breaker) Destruct() error {
 	return nil
 }
 
-// breakers are the process's breakers.
+// breakers are the process's breakers. Process-wide by nature, as the
+// store pool is (see stores): a breaker outlives the config reloads that
+// keep its route, and only a pool outside any one config can hand it from
+// the old handler to the new one. Its keys name the server and the
+// handler's place in it, so two configs loaded side by side (tests, two
+// sites) never share one.
 var breakers = newBreakerOwner()
 
 // breakerOwner shares each route's breaker across config reloads, as
-// storeOwner shares stores: a reload provisions the new config before it
+// the store pool shares stores: a reload provisions the new config before it
 // cleans up the old one, so a breaker the new config keeps goes 1 → 2 → 1
 // references in the pool and lives on, open or not.
 //
@@ -197,7 +202,7 @@ func retryAfter(wait time.Duration) int {
 func (h *Handler) wouldExecute(ctx context.Context, id string) bool {
 	began := time.Now()
 	rec, err := h.store.Get(context.WithoutCancel(ctx), id)
-	h.metrics.observeStore("get", began, err)
+	h.metrics.ObserveStore("get", began, err)
 	switch {
 	case err != nil:
 		return false
@@ -217,17 +222,17 @@ var errBreakerOpen = errors.New("the route's breaker refuses new executions")
 // refuses it (g.refused says for how long). A request that holds the
 // probe keeps it.
 func (h *Handler) readmit(g *guarded) bool {
-	if g.rt.breaker == nil || g.probe {
+	if g.brk == nil || g.probe {
 		return false
 	}
-	g.probe, g.refused = g.rt.breaker.admit()
+	g.probe, g.refused = g.brk.admit()
 	return g.refused > 0
 }
 
 // giveBackProbe returns the probe of a request that turned out not to
 // execute yet (it waits on).
 func (h *Handler) giveBackProbe(g *guarded) {
-	g.rt.breaker.cancel(g.probe)
+	g.brk.cancel(g.probe)
 	g.probe = false
 }
 
@@ -238,15 +243,4 @@ func (h *Handler) breakerOpen(g *guarded, w http.ResponseWriter) error {
 	p := probBreakerOpen.with("the upstream of route "+g.rt.Name+" failed repeatedly; new executions are paused and nothing was forwarded", g.rt.Name)
 	p.retryAfter = retryAfter(g.refused)
 	return h.problem(g, w, p)
-}
-
-// BreakerOpenError: the route's breaker refuses new executions, an
-// operator's re-drive among them, for Wait more.
-type BreakerOpenError struct {
-	Route string
-	Wait  time.Duration
-}
-
-func (e *BreakerOpenError) Error() string {
-	return fmt.Sprintf("route %s: the upstream is failing and its breaker pauses new executions, an operator's run among them, for %ds more; try again then", e.Route, retryAfter(e.Wait))
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -194,21 +193,22 @@ routes:
 	act := store.Action{Actor: "admin-api", Reason: "the upstream is back"}
 
 	_, status, err := h.redrive(context.Background(), h.routes[0], rec, act)
-	var open *BreakerOpenError
+	var open *operator.BreakerOpenError
 	if !errors.As(err, &open) || status != 0 || open.Wait <= 0 || open.Wait > time.Minute {
 		t.Fatalf("Run now with the breaker open = %d, %v; want the breaker's refusal with its wait", status, err)
 	}
-	if got := OperatorStatus(err); got != http.StatusServiceUnavailable {
-		t.Fatalf("OperatorStatus(%v) = %d, want 503", err, got)
+	if got := operator.Status(err); got != http.StatusServiceUnavailable || open.RetryAfter() < 1 {
+		t.Fatalf("operator.Status(%v) = %d, Retry-After %d; want 503 with the breaker's wait", err, got, open.RetryAfter())
 	}
-	// The admin API answers 503 with the breaker's Retry-After.
-	a := newAdmin(h)
-	req := httptest.NewRequest("POST", "/idempotency/records/"+rec.ID+"/run", strings.NewReader(`{"reason":"the upstream is back"}`))
-	req.Header.Set("Content-Type", "application/json")
-	w := httptest.NewRecorder()
-	var ae caddy.APIError
-	if err := a.Routes()[0].Handler.ServeHTTP(w, req); !errors.As(err, &ae) || ae.HTTPStatus != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
-		t.Fatalf("POST .../run with the breaker open: %v, Retry-After %q; want 503 with Retry-After", err, w.Header().Get("Retry-After"))
+	// The operator service's run (the admin API's and the console's)
+	// meets the same refusal.
+	op := operator.New(func() []operator.LiveStore { return []operator.LiveStore{h.LiveStore()} })
+	target, err := op.Find(context.Background(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.Run(context.Background(), target, act); !errors.As(err, &open) {
+		t.Fatalf("the operator service's run with the breaker open: %v; want the breaker's refusal", err)
 	}
 	now, err := h.store.Get(context.Background(), rec.ID)
 	if err != nil || now.Executions != rec.Executions || now.State != rec.State || len(now.Audit) != 0 {
@@ -216,7 +216,7 @@ routes:
 	}
 
 	// The cool-down is over: the run goes through as the probe.
-	b := h.routes[0].breaker
+	b := h.runtime(h.routes[0]).breaker
 	b.mu.Lock()
 	b.openedAt = b.openedAt.Add(-2 * time.Minute)
 	b.mu.Unlock()
@@ -224,7 +224,7 @@ routes:
 		w.WriteHeader(http.StatusCreated)
 		return nil
 	}
-	h.routes[0].chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
+	h.runtime(h.routes[0]).chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
 	if _, status, err = h.redrive(context.Background(), h.routes[0], rec, act); err != nil || status != http.StatusCreated {
 		t.Fatalf("Run now after the cool-down = %d, %v; want the upstream's 201", status, err)
 	}

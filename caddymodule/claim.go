@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -26,14 +25,14 @@ import (
 // whose duplicates wait, a duplicate of a request in flight waits for it
 // (see wait.go), watching the record from before its claim, while a
 // waiting place is free.
-func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+func (h *Handler) claim(ctx context.Context, g *guarded) (*store.Claim, error) {
 	var wt *waiter
 	if g.rt.wait {
 		wt = h.watch(g.rt, g.id)
 		defer wt.stop()
 	}
-	c, err := h.claimOrSettle(ctx, g, method, in, fp)
-	if err != nil || c != nil || !h.shouldWait(wt, g, method, in, fp) {
+	c, err := h.claimOrSettle(ctx, g)
+	if err != nil || c != nil || !h.shouldWait(wt, g) {
 		return c, err
 	}
 	leave, ok := h.enterWait(g)
@@ -41,29 +40,29 @@ func (h *Handler) claim(ctx context.Context, g *guarded, method string, in *keyi
 		return nil, nil // answered as without waiting
 	}
 	defer leave()
-	return h.await(ctx, g, wt, method, in, fp)
+	return h.await(ctx, g, wt)
 }
 
 // claimOrSettle claims the key, or settles the held record found with
 // the upstream (settleHeld).
-func (h *Handler) claimOrSettle(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
-	c, err := h.claimKey(ctx, g, method, in, fp)
+func (h *Handler) claimOrSettle(ctx context.Context, g *guarded) (*store.Claim, error) {
+	c, err := h.claimKey(ctx, g)
 	if err != nil || c != nil {
 		return c, err
 	}
-	return h.settleHeld(ctx, g, method, in, fp)
+	return h.settleHeld(ctx, g)
 }
 
 // settleHeld asks the Verifier to settle g.rec when it is held as outcome
 // unknown on a route with a verify rule and the request is its retry:
 // nil when the record answers the request (g.rec, completed or still
 // held), or the claim of a record the check released (or that is gone).
-func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+func (h *Handler) settleHeld(ctx context.Context, g *guarded) (*store.Claim, error) {
 	rec := g.rec
-	if rec == nil || rec.Class() != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(rec, method, g.rt, in, fp) {
+	if rec == nil || rec.Class() != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(g, rec) {
 		return nil, nil
 	}
-	after, note := h.verifier.Settle(ctx, g.rt, rec, g.check)
+	after, note := h.verifier.Settle(ctx, &g.rt.Resolved, rec, g.check)
 	if note != "" {
 		g.note = note
 	}
@@ -71,7 +70,7 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in 
 		g.rec = after
 		return nil, nil
 	}
-	return h.claimKey(ctx, g, method, in, fp)
+	return h.claimKey(ctx, g)
 }
 
 // claimKey asks the store for the request's key once (twice when the
@@ -81,7 +80,7 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded, method string, in 
 // earlier fingerprint rule is taken over only with the fingerprint that
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
-func (h *Handler) claimKey(ctx context.Context, g *guarded, method string, in *keying.Input, fp string) (*store.Claim, error) {
+func (h *Handler) claimKey(ctx context.Context, g *guarded) (*store.Claim, error) {
 	if kc := h.kept.find(h.store, g.id); kc != nil {
 		// This gateway keeps the key's result, which the store refused
 		// for want of room: written first, so the retry replays the
@@ -90,10 +89,10 @@ func (h *Handler) claimKey(ctx context.Context, g *guarded, method string, in *k
 			return nil, fmt.Errorf("%w: %w", errKeptUnwritten, err)
 		}
 	}
-	req := h.claimRequest(g, fp, g.rt.fpRule)
+	req := h.claimRequest(g, g.fp, g.rt.fpRule)
 	res, err := h.claimOnce(ctx, req)
 	if err == nil {
-		if oldFP, ok := h.claimableUnderOldRule(res, g.rt, method, in); ok {
+		if oldFP, ok := h.claimableUnderOldRule(res, g); ok {
 			req = h.claimRequest(g, oldFP, res.Record.FingerprintRule)
 			res, err = h.claimOnce(ctx, req)
 		}
@@ -132,11 +131,11 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.ClaimResult, error) {
 	began := time.Now()
 	res, err := h.store.Claim(context.WithoutCancel(ctx), req)
-	h.metrics.observeStore("claim", began, err)
+	h.metrics.ObserveStore("claim", began, err)
 	if err != nil {
 		// The script may have run even though its answer was lost: give
 		// the claim back so it does not wait out its lease as "unknown".
-		h.use.enter()
+		h.use.Enter()
 		go h.releaseLost(store.NewClaim(h.store, req, time.Time{}, req.TTL))
 		return res, fmt.Errorf("claiming key %s: %w", req.ID, err)
 	}
@@ -146,7 +145,7 @@ func (h *Handler) claimOnce(ctx context.Context, req store.ClaimRequest) (store.
 // releaseLost gives back a claim whose answer may have been lost.
 // It runs in the background and leaves the handler when done.
 func (h *Handler) releaseLost(c *store.Claim) {
-	defer h.use.leave()
+	defer h.use.Leave()
 	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
 	defer cancel()
 	_, _ = c.Release(ctx)
@@ -158,16 +157,16 @@ func (h *Handler) releaseLost(c *store.Claim) {
 // the record's fingerprint. Lease expiry is judged as the claim script
 // judges it, by the store's clock the script ran at (lease_until <= now),
 // never by this gateway's clock.
-func (h *Handler) claimableUnderOldRule(res store.ClaimResult, rt *route, method string, in *keying.Input) (oldFP string, ok bool) {
+func (h *Handler) claimableUnderOldRule(res store.ClaimResult, g *guarded) (oldFP string, ok bool) {
 	rec := res.Record
-	if res.Claimed || rec == nil || rec.FingerprintRule == rt.fpRule {
+	if res.Claimed || rec == nil || rec.FingerprintRule == g.rt.fpRule {
 		return "", false
 	}
 	expired := rec.State == store.StateInFlight && !rec.LeaseUntil.After(res.Now)
 	if rec.State != store.StateReleased && !expired {
 		return "", false
 	}
-	return h.fingerprintUnder(rec, method, in)
+	return h.fingerprintUnder(g, rec)
 }
 
 // expiredPolicy says what a claim does with a record whose lease ran out:

@@ -2,12 +2,9 @@ package caddymodule
 
 import (
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -44,7 +41,15 @@ const (
 // guarded is one request that matched a route: what the log line and the
 // metrics say about it.
 type guarded struct {
-	rt      *route
+	rt  *route
+	brk *breaker // the route's breaker; nil: none
+	// The request as the key and the fingerprint read it: its method
+	// (upper case), its parsed input, its key ("" until valid) and its
+	// fingerprint.
+	method  string
+	in      *keying.Input
+	key     string
+	fp      string
 	start   time.Time
 	id      string // key id; the key itself is never logged
 	outcome string
@@ -62,12 +67,11 @@ type guarded struct {
 	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
 }
 
-// ServeHTTP guards the request if a route matches it, top to bottom:
-// match (match.go) → key (here: the body read within max_body, the key,
-// its id, the fingerprint and the check) → claim, or settle a held record
-// with the Verifier (claim.go) → forward (forward.go) → record
-// (record.go); or answer from the record (answer.go). docs/request-path.md
-// lists one execute's way function by function.
+// ServeHTTP guards the request if a route matches it: it reads the body
+// within max_body, decides once what to do with the request (decide) and
+// acts on that decision in one place (act), in enforce and observe mode
+// alike. docs/request-path.md lists one execute's way function by
+// function.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rt, target := h.match(r)
 	if rt == nil {
@@ -75,287 +79,176 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The config may be replaced while this request runs: its store stays
 	// open until the request is done with it.
-	h.use.enter()
-	defer h.use.leave()
-	g := &guarded{rt: rt, start: time.Now(), span: trace.SpanFromContext(r.Context())}
+	h.use.Enter()
+	defer h.use.Leave()
+	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	buf, err := readBody(r, rt.MaxBody)
-	defer buf.release()
+	body, err := readBody(r, rt.MaxBody)
+	defer body.release()
 	if err != nil {
-		g.outcome = outcomeInvalid
-		return h.reject(g, w, err)
+		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}
-	body := buf.bytes()
+	return h.act(g, h.decide(g, r, next, target, &body), w, r, next, &body)
+}
+
+// routeRuntime is what a provisioned handler keeps at run time for one of
+// its routes.
+type routeRuntime struct {
+	breaker *breaker // nil: the route has no retry.breaker
+	// chain is the rest of the handler chain after the idempotency
+	// handler (reverse_proxy and whatever the site puts before it), as
+	// the route's last guarded request saw it: where a re-drive goes
+	// when the config lookup does not find it.
+	chain atomic.Pointer[chain]
+}
+
+// runtime is what h keeps at run time for its route rt.
+func (h *Handler) runtime(rt *route) *routeRuntime {
+	if rt.idx < len(h.live) && h.routes[rt.idx] == rt {
+		return &h.live[rt.idx]
+	}
+	return &routeRuntime{} // a route built in a test, outside the handler
+}
+
+// decisionKind is what the handler does with a guarded request.
+type decisionKind int
+
+const (
+	// decideExecute: the key is claimed; the request goes upstream once.
+	decideExecute decisionKind = iota
+	// decidePass: no key, none required; the request goes on unguarded.
+	decidePass
+	// decideAnswer: the key has a record; the answer comes from it
+	// (replay, 409, 422). A duplicate that waited for the first request
+	// (on_in_flight: wait) ends here or in decideExecute.
+	decideAnswer
+	// decideProblem: the request is refused with a problem (a key that
+	// is missing or malformed).
+	decideProblem
+	// decideReject: the body or the key cannot be used (see reject).
+	decideReject
+	// decideBreakerOpen: the route's breaker refuses a new execution.
+	decideBreakerOpen
+	// decideStoreFailed: the store could not claim (see storeFailed).
+	decideStoreFailed
+)
+
+// decision is the one decision about a guarded request.
+type decision struct {
+	kind decisionKind
+	// would is what enforce does, as observe mode counts it: on a route
+	// that observes, a decision with a would forwards the request
+	// unguarded instead (observe). "": the decision holds in both modes.
+	would   string
+	outcome string       // decideProblem: the decision's outcome
+	p       problem      // decideProblem
+	err     error        // decideReject, decideStoreFailed
+	claim   *store.Claim // decideExecute; decideBreakerOpen: a claim to give back unused
+}
+
+// decide takes the request's key, fingerprint and id onto g and claims
+// the key, and says what to do with the request. It sends nothing to the
+// client.
+func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body *requestBody) decision {
+	rt := g.rt
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
-	method := strings.ToUpper(r.Method)
-	in := keying.NewInput(method, r.Header, r.URL.RawQuery, body)
-	in.SetTarget(target)
+	g.method = strings.ToUpper(r.Method)
+	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body.bytes())
+	g.in.SetTarget(target)
 
-	key, idx, err := keying.DeriveKey(rt.Key, in)
-	if err != nil && rt.observing() {
-		return h.observe(g, w, r, next, "", &buf, wouldInvalid)
-	}
-	if errors.Is(err, keying.ErrInvalidKey) {
+	key, idx, err := keying.DeriveKey(rt.Key, g.in)
+	switch {
+	case errors.Is(err, keying.ErrInvalidKey):
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
-		g.outcome = outcomeInvalid
-		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
-	}
-	if err != nil {
-		g.outcome = outcomeInvalid
-		return h.reject(g, w, err)
-	}
-	if idx < 0 {
-		if rt.RequireKey && rt.observing() {
-			return h.observe(g, w, r, next, "", &buf, wouldMissingKey)
-		}
-		if rt.RequireKey {
-			g.outcome = outcomeMissingKey
-			p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
-			p.Tried = rt.templateList()
-			return h.problem(g, w, p)
-		}
-		g.outcome = outcomeBypassed
-		buf.forward(r)
-		return next.ServeHTTP(w, r)
+		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
+	case err != nil:
+		return decision{kind: decideReject, would: wouldInvalid, err: err}
+	case idx < 0 && rt.RequireKey:
+		p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
+		p.Tried = rt.templateList()
+		return decision{kind: decideProblem, would: wouldMissingKey, outcome: outcomeMissingKey, p: p}
+	case idx < 0:
+		return decision{kind: decidePass}
 	}
 	if err := keying.ValidateKey(key); err != nil {
-		if rt.observing() {
-			return h.observe(g, w, r, next, "", &buf, wouldInvalid)
-		}
-		g.outcome = outcomeInvalid
-		return h.problem(g, w, probKeyInvalid.with(err.Error(), rt.Name))
+		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
 	}
-	fp, err := keying.Fingerprint(method, rt.Operation, in, rt.Fingerprint)
-	if err != nil && rt.observing() {
-		return h.observe(g, w, r, next, key, &buf, wouldInvalid)
+	g.key = key
+	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
+		return decision{kind: decideReject, would: wouldInvalid, err: err}
 	}
-	if err != nil {
-		g.outcome = outcomeInvalid
-		return h.reject(g, w, err)
-	}
-	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), key)
-	g.check = h.resolveCheck(rt, key, g.id, in)
+	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
+	g.check = h.resolveCheck(rt, key, g.id, g.in)
 	if rt.KeepRequest {
-		g.sealed = h.keep(g, r, key, body)
-		rt.remember(next, r)
+		g.sealed = h.keep(g, r, key, body.bytes())
+		h.remember(rt, next, r)
 	}
 
-	if rt.breaker != nil {
-		g.probe, g.refused = rt.breaker.admit()
+	if g.brk != nil {
+		g.probe, g.refused = g.brk.admit()
 		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
-			return h.breakerOpen(g, w)
+			return decision{kind: decideBreakerOpen}
 		}
 	}
-	claim, err := h.claim(r.Context(), g, method, in, fp)
-	if (claim == nil || err != nil) && rt.breaker != nil {
-		rt.breaker.cancel(g.probe)
+	claim, err := h.claim(r.Context(), g)
+	if (claim == nil || err != nil) && g.brk != nil {
+		g.brk.cancel(g.probe)
 	}
-	if errors.Is(err, errBreakerOpen) {
-		return h.breakerOpen(g, w)
-	}
-	if err != nil {
-		return h.storeFailed(g, w, r, next, &buf, err)
-	}
-	if claim == nil && rt.observing() {
-		return h.observe(g, w, r, next, key, &buf, h.wouldAnswer(g, h.sameFingerprint(g.rec, method, rt, in, fp)))
-	}
-	if claim == nil {
-		return h.answer(g, w, method, in, fp)
-	}
-	if g.refused > 0 && !rt.observing() {
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		return decision{kind: decideBreakerOpen}
+	case err != nil:
+		return decision{kind: decideStoreFailed, err: err}
+	case claim == nil && rt.observing():
+		return decision{kind: decideAnswer, would: h.wouldAnswer(g, h.sameFingerprint(g, g.rec))}
+	case claim == nil:
+		return decision{kind: decideAnswer}
+	case g.refused > 0 && !rt.observing():
 		// The breaker opened meanwhile, or the record turned out to be
-		// claimable: give the claim back unused.
-		h.use.enter()
-		go h.releaseLost(claim)
-		return h.breakerOpen(g, w)
+		// claimable: the claim goes back unused.
+		return decision{kind: decideBreakerOpen, claim: claim}
 	}
-	return h.execute(g, w, r, next, key, &buf, claim)
+	return decision{kind: decideExecute, claim: claim}
 }
 
-var errTooLarge = errors.New("request body too large")
+// observing reports whether the route only observes.
+func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
 
-// requestBody is the body of a guarded request, read whole into a pooled
-// buffer: the bytes the key and the fingerprint are computed from and, once
-// forwarded, the body the rest of the chain reads.
-//
-// The buffer goes back to the pool exactly once, when nothing can read it
-// any more. A body that was never forwarded is given back when ServeHTTP
-// returns (release). A forwarded one is shared with whoever reads it:
-// Go's transport may go on sending a request body after RoundTrip returned
-// (an upstream that answered early), even after ServeHTTP returned, and
-// closes the body when it is done with it. The buffer then goes back when
-// both ServeHTTP has returned and the body was closed.
-type requestBody struct {
-	buf  *[]byte   // pooled; nil once forwarded (sent owns it) or released
-	sent *sentBody // the forwarded body; nil until forward
-}
-
-// readBody reads the whole request body, at most limit bytes, into a
-// pooled buffer; the caller calls release when it is done with the
-// request, on every path. A body with a Content-Length is read into a
-// buffer of that size (and one byte more, to see its end), so it is held
-// once; a body of unknown length grows the buffer geometrically, never
-// beyond limit+1 bytes. A body longer than limit is not read beyond
-// limit+1 bytes.
-func readBody(r *http.Request, limit int64) (requestBody, error) {
-	rb := requestBody{buf: getBuffer()}
-	if r.ContentLength > limit {
-		return rb, errTooLarge
+// act carries out decision d: the one place a guarded request is
+// answered, forwarded or executed. On a route that observes, a decision
+// that enforce would answer itself forwards the request unguarded.
+func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody) error {
+	if d.would != "" && g.rt.observing() {
+		return h.observe(g, w, r, next, body, d.would)
 	}
-	if r.Body == nil || r.Body == http.NoBody {
-		return rb, nil
-	}
-	b := *rb.buf
-	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
-		b = make([]byte, 0, r.ContentLength+1)
-	}
-	var err error
-	for int64(len(b)) <= limit && err == nil {
-		if len(b) == cap(b) {
-			// Unknown length: double, up to limit+1 bytes (one more than
-			// the limit tells a body at the limit from one over it).
-			c := max(2*int64(cap(b)), 4096)
-			if c >= limit {
-				c = limit + 1
-			}
-			nb := make([]byte, len(b), c)
-			copy(nb, b)
-			b = nb
+	switch d.kind {
+	case decidePass:
+		g.outcome = outcomeBypassed
+		body.forward(r)
+		return next.ServeHTTP(w, r)
+	case decideProblem:
+		g.outcome = d.outcome
+		return h.problem(g, w, d.p)
+	case decideReject:
+		g.outcome = outcomeInvalid
+		return h.reject(g, w, d.err)
+	case decideBreakerOpen:
+		if d.claim != nil {
+			h.use.Enter()
+			go h.releaseLost(d.claim)
 		}
-		var n int
-		n, err = r.Body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
+		return h.breakerOpen(g, w)
+	case decideStoreFailed:
+		return h.storeFailed(g, w, r, next, body, d.err)
+	case decideAnswer:
+		return h.answer(g, w)
 	}
-	*rb.buf = b
-	switch {
-	case int64(len(b)) > limit:
-		return rb, errTooLarge
-	case err == io.EOF:
-		return rb, nil
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return rb, errTooLarge
-	}
-	return rb, fmt.Errorf("reading request body: %w", err)
+	return h.execute(g, w, r, next, body, d.claim)
 }
-
-// bytes returns the body. It must not be used after forward or release.
-func (rb *requestBody) bytes() []byte {
-	if rb.buf == nil {
-		return nil
-	}
-	return *rb.buf
-}
-
-// forward puts the body back on the request for the rest of the chain, with
-// its length, and hands the buffer over to it: from now on the buffer goes
-// back to the pool only once the body was closed (or was never touched)
-// and ServeHTTP returned. An empty body becomes http.NoBody and needs no
-// buffer.
-func (rb *requestBody) forward(r *http.Request) {
-	body := rb.bytes()
-	r.ContentLength = int64(len(body))
-	r.TransferEncoding = nil
-	// No GetBody: the transport must never send the request again by itself.
-	r.GetBody = nil
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	switch {
-	case rb.sent != nil:
-		r.Body = rb.sent
-		return
-	case len(body) == 0:
-		r.Body = http.NoBody
-		return
-	}
-	rb.sent = &sentBody{buf: rb.buf, size: len(body)}
-	rb.buf = nil
-	r.Body = rb.sent
-}
-
-// release is ServeHTTP's end with the body, on every path.
-func (rb *requestBody) release() {
-	switch {
-	case rb.sent != nil:
-		rb.sent.handlerDone()
-	case rb.buf != nil:
-		putBuffer(rb.buf)
-		rb.buf = nil
-	}
-}
-
-// sentBody is a forwarded request body: an io.ReadCloser over the pooled
-// buffer that gives the buffer back once the reader closed it and
-// ServeHTTP returned. It is not pooled itself: whoever got it may still
-// call it after it gave the buffer back, and then reads nothing.
-type sentBody struct {
-	mu       sync.Mutex
-	buf      *[]byte // nil once given back
-	size     int     // the body's length
-	off      int     // read position
-	touched  bool    // Read or Close was called
-	closed   bool    // no more reads: Close was called, or the body was taken back
-	returned bool    // ServeHTTP returned
-}
-
-// Read reads the body. Once closed it reads nothing: io.EOF if it had been
-// read to its end, else http.ErrBodyReadAfterClose.
-func (b *sentBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.touched = true
-	switch {
-	case b.off >= b.size:
-		return 0, io.EOF
-	case b.closed:
-		return 0, http.ErrBodyReadAfterClose
-	}
-	n := copy(p, (*b.buf)[b.off:b.size])
-	b.off += n
-	return n, nil
-}
-
-// Close ends reading; the buffer goes back to the pool if ServeHTTP has
-// returned. Calling it again does nothing.
-func (b *sentBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.touched = true
-	b.closed = true
-	b.giveBack()
-	return nil
-}
-
-// handlerDone is ServeHTTP returning. A body that nobody read or closed by
-// then (the rest of the chain answered without looking at it) is taken
-// back, as Go's server takes back its own request bodies when a handler
-// returns: a reader that comes later reads nothing, never another
-// request's bytes.
-func (b *sentBody) handlerDone() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.returned = true
-	if !b.touched {
-		b.closed = true
-	}
-	b.giveBack()
-}
-
-// giveBack returns the buffer to the pool once the body is closed and
-// ServeHTTP returned, at most once. b.mu is held.
-func (b *sentBody) giveBack() {
-	if b.closed && b.returned && b.buf != nil {
-		putBuffer(b.buf)
-		b.buf = nil
-	}
-}
-
-// Interface guard
-var _ io.ReadCloser = (*sentBody)(nil)
 
 // resolveCheck resolves the route's check from the request, for the claim
 // to keep on the record: its URL and the values of found.match. It is

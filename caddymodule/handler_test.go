@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 	"github.com/idemgate/idemgate/store/redis"
@@ -288,32 +290,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestStorableHeader(t *testing.T) {
-	t.Parallel()
-	h := http.Header{
-		"Content-Type":      {"application/json"},
-		"Set-Cookie":        {"a=1", "b=2"},
-		"Location":          {"/x"},
-		"Connection":        {"keep-alive, X-Hop"},
-		"X-Hop":             {"1"},
-		"Keep-Alive":        {"timeout=5"},
-		"Transfer-Encoding": {"chunked"},
-		"Server":            {"Caddy"},
-		"Alt-Svc":           {"h3"},
-		"Via":               {"1.1 Caddy"},
-		"Date":              {"now"},
-		"Content-Length":    {"12"},
-	}
-	got := storableHeader(h)
-	want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Location": {"/x"}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("storableHeader = %v, want %v", got, want)
-	}
-	if h.Get("Server") == "" {
-		t.Error("storableHeader changed its argument")
-	}
-}
-
 type failingWriter struct {
 	*httptest.ResponseRecorder
 	writes int
@@ -527,4 +503,36 @@ func storeJSON(m caddy.Module) json.RawMessage {
 		return nil
 	}
 	return caddyconfig.JSONModuleObject(m, "engine", engineName(m), nil)
+}
+
+// TestResolveCheckMatch: the claim keeps found.match resolved from the
+// request, as text; a match value that is empty, too long or not UTF-8
+// leaves the record without a check (held for an operator).
+func TestResolveCheckMatch(t *testing.T) {
+	u, _ := keying.ParseURLTemplate("http://crm/deals?source_key={key}")
+	rt := &route{Resolved: config.Resolved{Name: "r", Verify: &config.VerifyRule{
+		URL: u, Method: "GET", After: time.Second,
+		FoundMatch: []config.VerifyMatch{
+			{Path: "0.event", Value: keying.MustParseMatchTemplate("{body.id}")},
+			{Path: "0.source_key", Value: keying.MustParseMatchTemplate("{key}")},
+		},
+	}}}
+	h := &Handler{logger: zap.NewNop()}
+	in := keying.NewInput("POST", nil, "", []byte(`{"id":"evt 1/ä"}`))
+	got := h.resolveCheck(rt, "k&1", "0123", in)
+	want := store.Check{Method: "GET", URL: "http://crm/deals?source_key=k%261", After: time.Second,
+		Match: []store.CheckMatch{{Path: "0.event", Value: "evt 1/ä"}, {Path: "0.source_key", Value: "k&1"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("resolveCheck:\n got %+v\nwant %+v", got, want)
+	}
+	for name, body := range map[string]string{
+		"empty":     `{"id":""}`,
+		"missing":   `{}`,
+		"too long":  `{"id":"` + strings.Repeat("x", store.MaxCheckMatchValue+1) + `"}`,
+		"not UTF-8": "{\"id\":\"\xff\"}",
+	} {
+		if c := h.resolveCheck(rt, "k", "0123", keying.NewInput("POST", nil, "", []byte(body))); !c.IsZero() {
+			t.Errorf("%s: a check %+v, want none", name, c)
+		}
+	}
 }

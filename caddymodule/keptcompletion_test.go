@@ -98,7 +98,7 @@ routes:
 					// Kept results are written, and their background
 					// tries gone, before the store closes.
 					e.full.Store(false)
-					for i := 0; i < 100 && h.use.active.Load() > 0; i++ {
+					for i := 0; i < 100 && h.use.Active() > 0; i++ {
 						time.Sleep(50 * time.Millisecond)
 					}
 				})

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/verify"
 )
 
 // metrics are created once per process and registered with every new
@@ -42,6 +44,11 @@ type metrics struct {
 	keptBytes prometheus.Gauge
 }
 
+// processMetrics are the process's collectors. Process-wide on purpose:
+// Caddy's metrics registry is one per process, and a series must go on
+// counting across config reloads (a counter that restarted at each reload
+// would read as a reset), so every handler registers and uses the same
+// collectors (registerMetrics tolerates the earlier registration).
 var processMetrics = &metrics{
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
@@ -126,7 +133,7 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	for _, c := range []prometheus.Collector{
 		processMetrics.requests, processMetrics.executions,
 		processMetrics.storeErrors, processMetrics.storeTime,
-		verificationsTotal,
+		verify.Verifications,
 		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
 		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
 		processMetrics.waiters, processMetrics.waitsRefused,
@@ -142,7 +149,13 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 	return processMetrics
 }
 
-func (m *metrics) observeStore(op string, began time.Time, err error) {
+// StoreError counts a failed store call op of route.
+func (m *metrics) StoreError(route, op string) {
+	m.storeErrors.WithLabelValues(route, op).Inc()
+}
+
+// ObserveStore observes the duration of store call op.
+func (m *metrics) ObserveStore(op string, began time.Time, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"

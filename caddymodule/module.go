@@ -20,6 +20,8 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/storepool"
+	"github.com/idemgate/idemgate/verify"
 )
 
 func init() {
@@ -61,13 +63,14 @@ type Handler struct {
 	Secret string `json:"secret,omitempty"`
 
 	routes   []*route
-	ids      *keying.IDKey // derives record ids under the deployment secret
-	seal     *sealer       // encrypts kept requests under a key derived from the configured secret; nil without one
-	storeMod StoreModule   // the loaded Store module
+	live     []routeRuntime // by route, as routes
+	ids      *keying.IDKey  // derives record ids under the deployment secret
+	seal     *sealer        // encrypts kept requests under a key derived from the configured secret; nil without one
+	storeMod StoreModule    // the loaded Store module
 	store    store.Engine
 	notices  store.Notices    // completion notices, when a route waits for them
-	use      *storeUse        // the handler's use of the store (see stores.go)
-	verifier *Verifier        // settles held records with the upstream (see verifier.go)
+	use      *storepool.Use   // the handler's use of the store (see package storepool)
+	verifier *verify.Verifier // settles held records with the upstream (package verify)
 	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
@@ -103,15 +106,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
 
-	h.use, err = stores.open(h.storeMod, h.routes, h.logger)
+	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.store = h.use.engine
+	h.store = h.use.Engine()
 	if err := h.provisionIDKey(ctx); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.verifier = newVerifier(h)
+	h.verifier = verify.New(verify.Config{
+		Store: h.store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
+		Logger: h.logger, Metrics: h.metrics,
+	})
 	h.kept = kept
 	h.provisionRedrive(ctx)
 	h.provisionNotices()
@@ -138,7 +144,7 @@ func (h *Handler) Cleanup() error {
 	if h.use == nil {
 		return nil
 	}
-	return h.use.retire()
+	return h.use.Retire()
 }
 
 // opTimeout bounds every store call made outside a request's own lifetime.

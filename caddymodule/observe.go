@@ -7,7 +7,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -26,21 +25,18 @@ const (
 	wouldInvalid    = "invalid"     // a malformed key or a body a key or fingerprint rule cannot read: 400
 )
 
-// observing reports whether the route only observes.
-func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
-
 // observe forwards a request that enforce would have answered itself
 // (would says how), unguarded: nothing is claimed or recorded for it, so
 // no record made while observing carries the payload of a forwarded
 // duplicate, and switching the route to enforce replays what the first
-// request recorded. key is the derived key ("" when none): the upstream
-// gets it as it would under enforce.
-func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, key string, body *requestBody, would string) error {
+// request recorded. The upstream gets the request's key (g.key, "" when
+// none) as it would under enforce.
+func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, would string) error {
 	g.outcome, g.would = outcomeObserved, would
 	h.metrics.observed.WithLabelValues(g.rt.Name, would).Inc()
 	observedCounts.add(g.rt.Name, would)
 	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
-	prepareUpstream(r, g.rt, key, body)
+	prepareUpstream(r, g.rt, g.key, body)
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams; notes the status for the decision line
 	err := next.ServeHTTP(rec, r)
 	g.status = rec.Status()
@@ -83,6 +79,8 @@ type observedRow [6]atomic.Int64 // in the order of wouldLabels
 
 var wouldLabels = [...]string{wouldReplay, wouldConflict, wouldMismatch, wouldUnknown, wouldMissingKey, wouldInvalid}
 
+// observedCounts are the process's observe-mode counts by route name,
+// kept across reloads like the metrics they mirror, for the console.
 var observedCounts = &observedTable{}
 
 func (t *observedTable) add(route, would string) {

@@ -88,12 +88,12 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 	if rec.op == "hold" {
 		g.note = "held: " + out.reason
 		if !g.check.IsZero() {
-			h.verifier.Schedule(g.rt, c)
+			h.verifier.Schedule(&g.rt.Resolved, c)
 		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
-	if g.rt.breaker != nil {
-		g.rt.breaker.done(g.probe, out.verdict != verdictComplete)
+	if g.brk != nil {
+		g.brk.done(g.probe, out.verdict != verdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
 	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)
@@ -113,7 +113,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 			rec = completing(c, res)
 			size = resultSize(res)
 		}
-		h.use.enter()
+		h.use.Enter()
 		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
 	} else if !ok {
 		h.claimLost(g.rt.Name, c.ID(), rec.op)
@@ -126,7 +126,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 func (h *Handler) recordOnce(route, id string, rec recording) (bool, error) {
 	began := time.Now()
 	ok, err := rec.call(context.Background())
-	h.metrics.observeStore(rec.op, began, err)
+	h.metrics.ObserveStore(rec.op, began, err)
 	if err != nil {
 		h.metrics.storeErrors.WithLabelValues(route, rec.op).Inc()
 	}
@@ -154,7 +154,7 @@ const (
 // resolved, a check settled or another claim took over has a new token
 // and is never overwritten.
 func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, size int64, deadline time.Time, err error) {
-	defer h.use.leave()
+	defer h.use.Leave()
 	var kc *keptCompletion
 	defer func() {
 		if kc != nil {
@@ -248,7 +248,7 @@ func (h *Handler) renewKept(c *store.Claim) {
 	defer cancel()
 	began := time.Now()
 	ok, err := c.Renew(ctx)
-	h.metrics.observeStore("renew", began, err)
+	h.metrics.ObserveStore("renew", began, err)
 	if err != nil || !ok {
 		h.logger.Debug("renewing the claim of a kept result", zap.String("record_id", c.ID()), zap.Bool("renewed", ok), zap.Error(err))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -46,77 +47,18 @@ type chain struct {
 // whose routes hold the chain the re-drive goes through.
 func (h *Handler) provisionRedrive(ctx caddy.Context) {
 	h.redriveTo = newRedriveTo(ctx)
-	for _, rt := range h.routes {
-		rt.handler.Store(h)
-	}
 }
 
 // remember keeps the chain after this handler for the route's re-drives
 // (keep_request routes), from the first request that brings it: for a
 // handler where the config lookup does not find it.
-func (rt *route) remember(next caddyhttp.Handler, r *http.Request) {
-	if !rt.KeepRequest || rt.chain.Load() != nil {
+func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
+	live := h.runtime(rt)
+	if !rt.KeepRequest || live.chain.Load() != nil {
 		return
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	rt.chain.Store(&chain{next: next, server: srv})
-}
-
-// RunFunc runs an operator's re-drive of record id in the live store
-// tagged tag (see RunNow).
-type RunFunc func(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error)
-
-// ErrNoChain: the gateway cannot re-drive yet: the handler is not in its
-// config's HTTP routes or subroutes (handle_errors, a named route), and
-// no request has reached the record's route since its config was loaded.
-var ErrNoChain = errors.New("the idempotency handler is not in a site's routes or subroutes, and no request has reached the route on this gateway since its config was loaded, so the handler chain a re-drive goes through is not known yet; try again after the route has served a request, or release the record and let the client retry")
-
-// RunNow re-drives record id in the live store tagged tag on act's word
-// and returns the record after the run and the upstream's status.
-// Errors: store.ErrNotFound, store.ErrConflict (see
-// store.RedriveRefusal; also a route no longer configured or without a
-// kept request that opens), ErrNoChain, store.ErrInvalidArgument (act), or
-// the store's failure.
-func RunNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
-	return stores.runNow(ctx, tag, id, act)
-}
-
-// SetRun makes o run re-drives with run (tests, other front ends).
-func (o *Operator) SetRun(run RunFunc) { o.run = run }
-
-// Run re-drives the record on act's word (see RunNow).
-func (o *Operator) Run(ctx context.Context, t Target, act store.Action) (*store.Record, int, error) {
-	if act.Reason == "" {
-		return nil, 0, invalid("a reason is required to run an operation again")
-	}
-	return o.run(ctx, t.Store.Tag, t.Rec.ID, act)
-}
-
-// runNow is RunNow over o's stores.
-func (o *storeOwner) runNow(ctx context.Context, tag, id string, act store.Action) (*store.Record, int, error) {
-	for _, s := range o.live() {
-		if s.tag != tag {
-			continue
-		}
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rec == nil {
-			return nil, 0, fmt.Errorf("%w: %s", store.ErrNotFound, id)
-		}
-		rt := s.routes[rec.Route]
-		var h *Handler
-		if rt != nil {
-			h = rt.handler.Load()
-		}
-		if h == nil || !rt.KeepRequest {
-			processMetrics.redrives.WithLabelValues(rec.Route, "refused").Inc()
-			return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
-		}
-		return h.redrive(ctx, rt, rec, act)
-	}
-	return nil, 0, fmt.Errorf("%w: the store of record %s is no longer in use", store.ErrNotFound, id)
+	live.chain.Store(&chain{next: next, server: srv})
 }
 
 // discard is where a re-drive's response goes once recorded: nobody
@@ -127,21 +69,21 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
 
-// redrive claims rec for the run, forwards its kept request once through
-// the route's chain and records the outcome.
+// redrive claims rec for the run and forwards its kept request once
+// through the route's chain (forwardOnce, as a client's execute).
 func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
 		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
-	h.use.enter()
-	defer h.use.leave()
+	h.use.Enter()
+	defer h.use.Leave()
 	if err := store.RedriveRefusal(rec, time.Now()); err != nil {
 		return refuse("refused", rec, err)
 	}
 	ch := h.redriveChain(rt)
 	if ch == nil {
-		return refuse("refused", rec, ErrNoChain)
+		return refuse("refused", rec, operator.ErrNoChain)
 	}
 	if h.seal == nil { // keep_request routes need a configured secret: never here
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: no secret is configured to open its kept request", store.ErrConflict, rec.ID))
@@ -157,17 +99,17 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// The breaker applies to every execution, whoever starts it: while
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
-	g := &guarded{rt: rt, id: rec.ID}
-	if g.probe, g.refused = rt.breaker.admit(); g.refused > 0 {
-		return refuse("refused", rec, &BreakerOpenError{Route: rt.Name, Wait: g.refused})
+	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID, key: kr.Key}
+	if g.probe, g.refused = g.brk.admit(); g.refused > 0 {
+		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
 	began := time.Now()
 	g.start = began
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
-	h.metrics.observeStore("redrive", began, err)
+	h.metrics.ObserveStore("redrive", began, err)
 	if err != nil {
-		rt.breaker.cancel(g.probe)
+		g.brk.cancel(g.probe)
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
@@ -197,19 +139,10 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	defer body.release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
-		rt.breaker.cancel(g.probe)
+		g.brk.cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
-	prepareUpstream(r, rt, kr.Key, &body)
-
-	cw := newCapture(sink, rt.MaxResponse)
-	defer cw.release()
-	renewing := h.renewWhileRunning(c)
-	panicked, callErr := callNext(ch.next, cw, r)
-	renewing.stop()
-	out := classify(rt, cw, callErr, panicked)
-	result := h.record(g, c, out, storedResult(rt, cw, out))
-	cw.deliver()
+	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)
 	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),

@@ -19,7 +19,7 @@ import (
 // reload, before any request reached the route. Where the handler sits
 // somewhere this lookup does not reach (handle_errors, a named route, a
 // reverse_proxy response handler), the chain a guarded request brought is
-// used instead (route.remember).
+// used instead (Handler.remember).
 
 // redriveTo is the HTTP app of the handler's config, and the chain after
 // the handler there once found.
@@ -43,7 +43,7 @@ func newRedriveTo(ctx caddy.Context) *redriveTo {
 func (h *Handler) redriveChain(rt *route) *chain {
 	to := h.redriveTo
 	if to == nil {
-		return rt.chain.Load()
+		return h.runtime(rt).chain.Load()
 	}
 	if ch := to.chain.Load(); ch != nil {
 		return ch
@@ -57,7 +57,7 @@ func (h *Handler) redriveChain(rt *route) *chain {
 			}
 		}
 	}
-	return rt.chain.Load()
+	return h.runtime(rt).chain.Load()
 }
 
 // unhandled ends a server's chain, as Caddy's own end does: nothing

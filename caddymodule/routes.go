@@ -6,35 +6,29 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
 )
 
-// route is one resolved rule, ready for the request path.
+// route is one resolved rule, compiled for the request path: config
+// only. What a handler keeps for a route at run time is its routeRuntime.
 type route struct {
 	config.Resolved
+	idx int // the route's place in the handler's routes
 
 	methods   map[string]bool
 	path      pathPattern
 	fpRule    string // the encoded fingerprint rule, stored with each record
 	templates string // the key templates, for the "missing key" problem
 	retry     map[int]bool
-	handler   atomic.Pointer[Handler] // the handler the route is in, for re-drives
-	breaker   *breaker                // nil: the route has no retry.breaker
 	// keepHeaders are the request headers a kept request carries (see
 	// keptHeaderSet), canonical.
 	keepHeaders map[string]bool
 	// redriveHeader is redrive_headers with {env.*} filled in.
 	redriveHeader http.Header
-	// chain is the rest of the handler chain after the idempotency
-	// handler (reverse_proxy and whatever the site puts before it), as
-	// the route's last guarded request saw it: where a re-drive goes.
-	chain    atomic.Pointer[chain]
-	verifier atomic.Pointer[Verifier] // of the handler the route is in, for operator checks
-	wait     bool                     // duplicates wait for the first request (waits)
+	wait          bool // duplicates wait for the first request (waits)
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -61,6 +55,7 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
 		return err
 	}
+	h.live = make([]routeRuntime, len(h.routes))
 	return h.provisionBreakers(ctx)
 }
 
@@ -68,7 +63,7 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 // the one it had before a reload, if the reload kept it (see
 // breakerOwner).
 func (h *Handler) provisionBreakers(ctx caddy.Context) error {
-	for _, rt := range h.routes {
+	for i, rt := range h.routes {
 		if rt.Breaker == nil {
 			continue
 		}
@@ -76,7 +71,7 @@ func (h *Handler) provisionBreakers(ctx caddy.Context) error {
 		if err != nil {
 			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
 		}
-		rt.breaker = b
+		h.live[i].breaker = b
 		h.breakerKeys = append(h.breakerKeys, key)
 	}
 	return nil
@@ -84,9 +79,10 @@ func (h *Handler) provisionBreakers(ctx caddy.Context) error {
 
 func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, error) {
 	routes := make([]*route, 0, len(resolved))
-	for _, res := range resolved {
+	for i, res := range resolved {
 		rt := &route{
 			Resolved: res,
+			idx:      i,
 			methods:  make(map[string]bool, len(res.Methods)),
 			fpRule:   res.Fingerprint.Encode(),
 			retry:    make(map[int]bool, len(res.RetryStatuses)),
@@ -123,4 +119,22 @@ func (rt *route) templateList() []string {
 		names[i] = t.String()
 	}
 	return names
+}
+
+// resolvedRoutes is the config of h's routes, in order.
+func (h *Handler) resolvedRoutes() []*config.Resolved {
+	out := make([]*config.Resolved, len(h.routes))
+	for i, rt := range h.routes {
+		out[i] = &rt.Resolved
+	}
+	return out
+}
+
+// resolved is the config of h's routes, in order.
+func (h *Handler) resolved() []config.Resolved {
+	out := make([]config.Resolved, len(h.routes))
+	for i, rt := range h.routes {
+		out[i] = rt.Resolved
+	}
+	return out
 }

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/idemgate/idemgate/store"
 	// The engines that come with the gateway; another registers itself
 	// in the same namespace from its own package.
 	_ "github.com/idemgate/idemgate/store/embedded"
@@ -23,25 +21,6 @@ const storeNamespace = "idempotency.stores"
 
 // defaultEngine is the store when a config names none.
 const defaultEngine = "embedded"
-
-// StoreModule is a record store engine as a Caddy guest module in the
-// namespace idempotency.stores, as reverse_proxy takes its transport: it
-// owns its options, its Caddyfile (caddyfile.Unmarshaler, given the
-// `store` line and the store's options as one block) and their checks
-// (caddy.Provisioner, caddy.Validator), and opens its engine.
-type StoreModule interface {
-	caddy.Module
-	// PoolKey identifies the engine the options open, after Provision:
-	// configs with the same key share one open engine across reloads. It
-	// must hold no secret in clear.
-	PoolKey() string
-	// OpenEngine opens the engine. It is called once per pool key while
-	// no loaded config has it open; the engine is closed when the last
-	// config using it is gone.
-	OpenEngine() (store.Engine, error)
-	// Timeout bounds each call to the engine.
-	Timeout() time.Duration
-}
 
 // engineName is the name of a store module in the namespace.
 func engineName(m caddy.Module) string {

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -211,8 +210,8 @@ func (wt *waiter) live() bool { return wt.notices != nil && wt.notices.Live() }
 
 // shouldWait reports whether the claim found the first request with the
 // same payload in flight: the one case waiting can change.
-func (h *Handler) shouldWait(wt *waiter, g *guarded, method string, in *keying.Input, fp string) bool {
-	return wt != nil && g.rec != nil && g.rec.State == store.StateInFlight && h.sameFingerprint(g.rec, method, g.rt, in, fp)
+func (h *Handler) shouldWait(wt *waiter, g *guarded) bool {
+	return wt != nil && g.rec != nil && g.rec.State == store.StateInFlight && h.sameFingerprint(g, g.rec)
 }
 
 // await waits up to the route's in_flight_wait for the first request to
@@ -220,7 +219,7 @@ func (h *Handler) shouldWait(wt *waiter, g *guarded, method string, in *keying.I
 // this request took the key over; otherwise g.rec is what answers the
 // request (the completed or held record, or, past the wait, the record in
 // flight as first found).
-func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method string, in *keying.Input, fp string) (claim *store.Claim, err error) {
+func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *store.Claim, err error) {
 	defer wt.need()()
 	began := time.Now()
 	first := g.rec
@@ -276,7 +275,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			return nil, nil
 		case rec != nil && rec.State == store.StateUnknown:
 			g.rec, g.now, result = rec, storeNow(), waitUnknown
-			claim, err := h.settleHeld(ctx, g, method, in, fp)
+			claim, err := h.settleHeld(ctx, g)
 			if claim != nil && h.readmit(g) {
 				// Found not applied, but the breaker refuses it: the
 				// claim goes back unused (ServeHTTP).
@@ -292,7 +291,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter, method stri
 			result = waitBreakerOpen
 			return nil, errBreakerOpen
 		}
-		claim, err := h.claimOrSettle(ctx, g, method, in, fp)
+		claim, err := h.claimOrSettle(ctx, g)
 		switch {
 		case err != nil:
 			result = waitStoreFail

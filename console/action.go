@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -21,7 +21,7 @@ const (
 )
 
 // maxForm bounds a POSTed form (the limits of what it carries are the
-// operator service's: caddymodule.Completion).
+// operator service's: operator.Completion).
 const maxForm = 4 << 20
 
 // actionForm is what an action's form sends.
@@ -50,12 +50,12 @@ func readForm(r *http.Request) actionForm {
 // Completion, which checks them by the same rules as the admin API's. A
 // content type counts only with a body; an empty external id lets the
 // service read it from the body at the route's external_id path.
-func (f actionForm) completion() (caddymodule.Completion, error) {
+func (f actionForm) completion() (operator.Completion, error) {
 	status, err := strconv.Atoi(f.Status)
 	if err != nil {
-		return caddymodule.Completion{}, fmt.Errorf("the status must be a final HTTP status, 200 to 599 (got %q)", f.Status)
+		return operator.Completion{}, fmt.Errorf("the status must be a final HTTP status, 200 to 599 (got %q)", f.Status)
 	}
-	c := caddymodule.Completion{Status: status, Body: []byte(f.Body)}
+	c := operator.Completion{Status: status, Body: []byte(f.Body)}
 	if f.ContentType != "" && len(c.Body) > 0 {
 		c.Header = http.Header{"Content-Type": {f.ContentType}}
 	}
@@ -140,7 +140,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 		refuse(http.StatusBadRequest, "Give a reason: it is kept on the record with your name.", nil)
 		return
 	}
-	var comp caddymodule.Completion
+	var comp operator.Completion
 	var res store.Result
 	if action == actionComplete {
 		var err error
@@ -168,14 +168,14 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	case actionRelease:
 		done, err = op.Release(r.Context(), t, act)
 	case actionVerify:
-		done, err = op.Verify(r.Context(), t, act)
+		done, _, err = op.Verify(r.Context(), t, act)
 	case actionRun:
 		done, _, err = op.Run(r.Context(), t, act)
 	default:
 		done, res, err = op.Complete(r.Context(), t, comp, act)
 	}
-	switch status := caddymodule.OperatorStatus(err); {
-	case errors.As(err, new(*caddymodule.BreakerOpenError)), errors.Is(err, caddymodule.ErrNoChain):
+	switch status := operator.Status(err); {
+	case errors.As(err, new(*operator.BreakerOpenError)), errors.Is(err, operator.ErrNoChain):
 		refuse(http.StatusServiceUnavailable, "Not done: "+sentence(err.Error())+".", done)
 		return
 	case status == http.StatusOK:
@@ -218,7 +218,7 @@ func conflictText(action string, err error, cur, rec *store.Record) string {
 		cur = rec
 	}
 	switch {
-	case errors.Is(err, caddymodule.ErrNoVerify):
+	case errors.Is(err, operator.ErrNoVerify):
 		return "the route has no verify rule in the running config"
 	case errors.Is(err, store.ErrCheckRunning):
 		return "a verification check is asking the upstream right now, and its answer may resolve the record. Act once it has ended (reload the page in a moment)"
@@ -234,7 +234,7 @@ func conflictText(action string, err error, cur, rec *store.Record) string {
 
 // safeID is id for a log line when it may not be a record id.
 func safeID(id string) string {
-	if validRecordID(id) {
+	if operator.ValidRecordID(id) {
 		return id
 	}
 	return "(not a record id)"

@@ -48,6 +48,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 )
 
 func init() {
@@ -94,12 +95,8 @@ type Console struct {
 
 	key    []byte
 	logger *zap.Logger
-	stores func() []caddymodule.LiveStore
+	stores func() []operator.LiveStore
 	origin *http.CrossOriginProtection
-	// verifyNow runs an operator's check; nil: the running gateways'.
-	verifyNow caddymodule.VerifyFunc
-	// runNow runs an operator's re-drive; nil: the running gateways'.
-	runNow caddymodule.RunFunc
 }
 
 // CaddyModule returns the Caddy module information.

@@ -19,9 +19,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/redis"
 )
@@ -32,6 +32,22 @@ type fixture struct {
 	s      *redis.Store
 	c      *Console
 	routes map[string]config.Resolved
+	// verify runs the operator's checks (nil: no route can be verified).
+	verify func(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, error)
+}
+
+// Verify runs f.verify: the fixture is the live store's operator.Actions.
+func (f *fixture) Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	if f.verify == nil {
+		return rec, "", operator.ErrNoVerify
+	}
+	rec, err := f.verify(ctx, rec, act)
+	return rec, "", err
+}
+
+// Run refuses: the fixture has no handler chain.
+func (f *fixture) Run(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, int, error) {
+	return rec, 0, operator.ErrNoChain
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -51,8 +67,8 @@ func newFixture(t *testing.T) *fixture {
 		key:    []byte("a test key of enough length"),
 		logger: zap.NewNop(),
 		origin: http.NewCrossOriginProtection(),
-		stores: func() []caddymodule.LiveStore {
-			return []caddymodule.LiveStore{{Tag: "t1", Store: f.s, Routes: f.routes}}
+		stores: func() []operator.LiveStore {
+			return []operator.LiveStore{{Tag: "t1", Store: f.s, Routes: f.routes, Actions: f}}
 		},
 	}
 	return f
@@ -741,7 +757,7 @@ func TestAdviceOnReleases(t *testing.T) {
 // TestRecordPageRedactsEveryBody: the record page hides credential-like
 // values in JSON bodies whatever their Content-Type (a UTF-8 BOM
 // allowed) and in URL-encoded forms, as the admin API does (one
-// redaction: caddymodule.Operator); the route's redact_fields add names.
+// redaction: operator.Service); the route's redact_fields add names.
 func TestRecordPageRedactsEveryBody(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -170,7 +171,7 @@ func (e cursorError) Error() string { return e.msg }
 // every store, from the given cursor ("state.storetag.storecursor").
 // Within the page, records are ordered by state (held first) and then
 // oldest first. It returns the rows and the next cursor ("" at the end).
-func listPage(r *http.Request, stores []caddymodule.LiveStore, states []store.State, route, cursor string,
+func listPage(r *http.Request, stores []operator.LiveStore, states []store.State, route, cursor string,
 	now time.Time) ([]queueRow, string, error) {
 	si, ti, inner := 0, 0, ""
 	if cursor != "" {
@@ -179,7 +180,7 @@ func listPage(r *http.Request, stores []caddymodule.LiveStore, states []store.St
 			return nil, "", cursorError{"The page link is not valid. Start again from the first page."}
 		}
 		si = slices.Index(states, store.State(parts[0]))
-		ti = slices.IndexFunc(stores, func(s caddymodule.LiveStore) bool { return s.Tag == parts[1] })
+		ti = slices.IndexFunc(stores, func(s operator.LiveStore) bool { return s.Tag == parts[1] })
 		if si < 0 || ti < 0 {
 			return nil, "", cursorError{"The configuration changed since this page link was made. Start again from the first page."}
 		}
@@ -187,7 +188,7 @@ func listPage(r *http.Request, stores []caddymodule.LiveStore, states []store.St
 	}
 	var (
 		recs []*store.Record
-		from []caddymodule.RecordStore // the store of each record
+		from []operator.RecordStore // the store of each record
 	)
 	next := ""
 walk:
@@ -266,7 +267,7 @@ walk:
 // summarize counts, per route, the records that the first summaryLimit
 // entries of every state index of every store hold. partial is true when
 // some index has more.
-func summarize(r *http.Request, stores []caddymodule.LiveStore) (out []routeSummary, partial bool, err error) {
+func summarize(r *http.Request, stores []operator.LiveStore) (out []routeSummary, partial bool, err error) {
 	byRoute := map[string]*routeSummary{}
 	get := func(route string) *routeSummary {
 		s := byRoute[route]

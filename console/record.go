@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -66,7 +66,7 @@ type recordPage struct {
 }
 
 // newRecordPage lays out the record t found.
-func newRecordPage(p *pageContext, t caddymodule.Target) recordPage {
+func newRecordPage(p *pageContext, t operator.Target) recordPage {
 	rec, rt, known := t.Rec, t.Route, t.Known
 	pg := recordPage{
 		pageContext: p,
@@ -155,36 +155,18 @@ func timeline(rec *store.Record, now time.Time) []event {
 	return ev
 }
 
-// validRecordID accepts what keying.KeyID makes: 32 lowercase hex
-// characters.
-func validRecordID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // operator is the operator service over the console's stores, the admin
 // API's too.
-func (c *Console) operator() *caddymodule.Operator {
-	op := caddymodule.NewOperator(c.stores, c.verifyNow)
-	if c.runNow != nil {
-		op.SetRun(c.runNow)
-	}
-	return op
+func (c *Console) operator() *operator.Service {
+	return operator.New(c.stores)
 }
 
 // lookup finds a record for a page through the operator service,
 // answering the error page itself (with the service's status) when it
 // cannot (ok false).
-func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext, id string) (caddymodule.Target, bool) {
+func (c *Console) lookup(w http.ResponseWriter, r *http.Request, p *pageContext, id string) (operator.Target, bool) {
 	t, err := c.operator().Find(r.Context(), id)
-	switch caddymodule.OperatorStatus(err) {
+	switch operator.Status(err) {
 	case http.StatusOK:
 		return t, true
 	case http.StatusBadRequest:

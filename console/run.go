@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -121,7 +121,7 @@ func runNotice(rec *store.Record) string {
 }
 
 // ownersOf maps each live route to its owner.
-func ownersOf(stores []caddymodule.LiveStore) map[string]string {
+func ownersOf(stores []operator.LiveStore) map[string]string {
 	out := map[string]string{}
 	for _, s := range stores {
 		for name, rt := range s.Routes {

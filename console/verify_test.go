@@ -40,14 +40,8 @@ func TestVerifyFromTheConsole(t *testing.T) {
 	f.routes["verified"] = config.Resolved{Name: "verified", Operation: "verified", TTL: time.Hour,
 		Verify: &config.VerifyRule{Method: "GET", Timeout: time.Second, Every: time.Minute, Attempts: 5, NotFoundChecks: 2}}
 	verdict := store.VerdictInconclusive
-	f.c.verifyNow = func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
-		if tag != "t1" {
-			return nil, fmt.Errorf("tag %q", tag)
-		}
-		rec, err := f.s.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
+	f.verify = func(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, error) {
+		id := rec.ID
 		lease, rec, err := store.BeginCheck(ctx, f.s, rec.Fence(), time.Minute, false)
 		if err != nil || lease == nil {
 			return rec, fmt.Errorf("%w: a check of record %s is running; look again in a moment", store.ErrConflict, id)
@@ -93,7 +87,7 @@ func TestVerifyFromTheConsole(t *testing.T) {
 		t.Fatalf("after the applied check: %+v", rec)
 	}
 	// A check on a completed record is refused, and says why.
-	f.c.verifyNow = func(context.Context, string, string, store.Action) (*store.Record, error) {
+	f.verify = func(context.Context, *store.Record, store.Action) (*store.Record, error) {
 		return nil, fmt.Errorf("%w: record %s is completed: only a record held as outcome unknown is verified", store.ErrConflict, id)
 	}
 	w := f.do(req{method: "POST", path: "/records/" + id + "/verify", user: "alice", form: url.Values{

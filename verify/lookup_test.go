@@ -1,19 +1,15 @@
-package caddymodule
+package verify
 
 import (
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -60,11 +56,11 @@ func TestLookupVerdicts(t *testing.T) {
 	refused := "http://" + closed.Addr().String()
 	closed.Close()
 
-	rt := &route{Resolved: config.Resolved{Name: "r", MaxResponse: 1000, Verify: &config.VerifyRule{
+	rt := &config.Resolved{Name: "r", MaxResponse: 1000, Verify: &config.VerifyRule{
 		Method: "GET", Timeout: 100 * time.Millisecond,
 		Headers:     []config.VerifyHeader{{Name: "Authorization", Value: "Bearer {env.LOOKUP_TOKEN}"}},
 		FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404}, ReplayStatus: 201,
-	}}}
+	}}
 	v := &Verifier{client: lookupClient}
 	for _, tc := range []struct {
 		url, verdict string
@@ -122,10 +118,10 @@ func TestLookupMatchAndObject(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	rt := &route{Resolved: config.Resolved{Name: "r", MaxResponse: 1000, Verify: &config.VerifyRule{
+	rt := &config.Resolved{Name: "r", MaxResponse: 1000, Verify: &config.VerifyRule{
 		Method: "GET", Timeout: time.Second, FoundStatus: []int{200}, FoundID: "0.id", NotFoundStatus: []int{404},
 		ReplayStatus: 201, FoundObject: "0",
-	}}}
+	}}
 	v := &Verifier{client: lookupClient}
 	match := []store.CheckMatch{{Path: "0.source_key", Value: "evt_1"}}
 	for _, tc := range []struct {
@@ -164,37 +160,5 @@ func TestLookupMatchAndObject(t *testing.T) {
 	rt.Verify.FoundObject = "0.deal"
 	if entry, res, _ := v.lookup(rt, store.Check{Method: "GET", URL: srv.URL + "/?case=found", Match: match}); entry.Verdict != store.VerdictInconclusive || res.Body != nil {
 		t.Errorf("object path missing: %s %s, want inconclusive", entry.Verdict, res.Body)
-	}
-}
-
-// TestResolveCheckMatch: the claim keeps found.match resolved from the
-// request, as text; a match value that is empty, too long or not UTF-8
-// leaves the record without a check (held for an operator).
-func TestResolveCheckMatch(t *testing.T) {
-	u, _ := keying.ParseURLTemplate("http://crm/deals?source_key={key}")
-	rt := &route{Resolved: config.Resolved{Name: "r", Verify: &config.VerifyRule{
-		URL: u, Method: "GET", After: time.Second,
-		FoundMatch: []config.VerifyMatch{
-			{Path: "0.event", Value: keying.MustParseMatchTemplate("{body.id}")},
-			{Path: "0.source_key", Value: keying.MustParseMatchTemplate("{key}")},
-		},
-	}}}
-	h := &Handler{logger: zap.NewNop()}
-	in := keying.NewInput("POST", nil, "", []byte(`{"id":"evt 1/ä"}`))
-	got := h.resolveCheck(rt, "k&1", "0123", in)
-	want := store.Check{Method: "GET", URL: "http://crm/deals?source_key=k%261", After: time.Second,
-		Match: []store.CheckMatch{{Path: "0.event", Value: "evt 1/ä"}, {Path: "0.source_key", Value: "k&1"}}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("resolveCheck:\n got %+v\nwant %+v", got, want)
-	}
-	for name, body := range map[string]string{
-		"empty":     `{"id":""}`,
-		"missing":   `{}`,
-		"too long":  `{"id":"` + strings.Repeat("x", store.MaxCheckMatchValue+1) + `"}`,
-		"not UTF-8": "{\"id\":\"\xff\"}",
-	} {
-		if c := h.resolveCheck(rt, "k", "0123", keying.NewInput("POST", nil, "", []byte(body))); !c.IsZero() {
-			t.Errorf("%s: a check %+v, want none", name, c)
-		}
 	}
 }

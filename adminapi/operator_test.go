@@ -1,4 +1,4 @@
-package caddymodule
+package adminapi
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 )
@@ -26,23 +27,23 @@ routes:
 
 // storedRecord puts a completed record of route deals with res into h's
 // store and returns its id.
-func storedRecord(t *testing.T, h *Handler, name string, res store.Result) string {
+func storedRecord(t *testing.T, h *caddymodule.Handler, name string, res store.Result) string {
 	t.Helper()
 	sum := sha256.Sum256([]byte(t.Name() + "/" + name))
 	id := hex.EncodeToString(sum[:16])
 	ctx := context.Background()
 	req := store.ClaimRequest{ID: id, Route: "deals", Operation: "deals", Fingerprint: "fp", FingerprintRule: "whole",
 		Token: "tok", Lease: time.Minute, HoldTTL: time.Hour}
-	if r, err := h.store.Claim(ctx, req); err != nil || !r.Claimed {
+	if r, err := engine(h).Claim(ctx, req); err != nil || !r.Claimed {
 		t.Fatalf("Claim: %+v, %v", r, err)
 	}
 	if res.Status == 0 {
-		if ok, err := h.store.MarkUnknown(ctx, id, "tok", "upstream_5xx", time.Hour); !ok || err != nil {
+		if ok, err := engine(h).MarkUnknown(ctx, id, "tok", "upstream_5xx", time.Hour); !ok || err != nil {
 			t.Fatalf("MarkUnknown: %v, %v", ok, err)
 		}
 		return id
 	}
-	if ok, err := h.store.Complete(ctx, store.CompleteRequest{Claim: req, Result: res, TTL: time.Hour}); !ok || err != nil {
+	if ok, err := engine(h).Complete(ctx, store.CompleteRequest{Claim: req, Result: res, TTL: time.Hour}); !ok || err != nil {
 		t.Fatalf("Complete: %v, %v", ok, err)
 	}
 	return id
@@ -54,7 +55,7 @@ func storedRecord(t *testing.T, h *Handler, name string, res store.Result) strin
 // the route's redact_fields; other values stay.
 func TestOperatorRedactsStoredBodies(t *testing.T) {
 	t.Parallel()
-	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
+	h := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, ct, body string
@@ -99,7 +100,7 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 // at most store.MaxExternalID bytes.
 func TestOperatorCompleteLimits(t *testing.T) {
 	t.Parallel()
-	h, _ := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
+	h := newHandler(t, operatorTestRules, &embedded.Module{Dir: t.TempDir()})
 	a := newAdmin(h)
 	for _, tc := range []struct {
 		name, body, msg string

@@ -1,4 +1,4 @@
-package caddymodule
+package adminapi
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -48,15 +49,15 @@ type runView struct {
 }
 
 // run answers POST /idempotency/records/{id}/run: the operation runs once
-// more through the guarded path (see RunNow), synchronously.
+// more through the guarded path (see operator.Service.Run), synchronously.
 func (a *AdminAPI) run(w http.ResponseWriter, r *http.Request, id string) error {
 	op, t, act, err := a.actionOn(w, r, id, false)
 	if err != nil {
 		return err
 	}
 	rec, status, err := op.Run(r.Context(), t, act)
-	if open := (*BreakerOpenError)(nil); errors.As(err, &open) {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(open.Wait)))
+	if open := (*operator.BreakerOpenError)(nil); errors.As(err, &open) {
+		w.Header().Set("Retry-After", strconv.Itoa(open.RetryAfter()))
 	}
 	if err != nil {
 		return storeError(err)

@@ -1,8 +1,13 @@
-package caddymodule
+// Package verify settles, with the upstream, the outcome of records held
+// as unknown on routes with a verify rule: the lookup and its verdicts
+// (lookup.go), the schedule of checks (schedule.go) and the fenced
+// checks themselves (verifier.go). The idempotency handler and the
+// operator service use it; it knows neither, only the store contract,
+// the routes' config and the small Use and Metrics interfaces below.
+package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -10,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -26,33 +32,55 @@ import (
 //
 // A Verifier belongs to one provisioned handler: it checks with that
 // config's rules and keeps that config's store open while a schedule
-// runs. Its parts: the lookup and its verdicts (verifier_lookup.go),
-// the schedule (verifier_schedule.go), and here the checks themselves.
+// runs. Its parts: the lookup and its verdicts (lookup.go),
+// the schedule (schedule.go), and here the checks themselves.
 type Verifier struct {
 	store     store.Engine
-	routes    []*route
-	use       *storeUse // the handler's use of the store; nil in tests
+	routes    []*config.Resolved
+	use       Use
 	opTimeout time.Duration
 	client    *http.Client
 	logger    *zap.Logger
-	metrics   *metrics
+	metrics   Metrics
 }
 
-// newVerifier returns the verifier of provisioned handler h, and makes
-// it the one the operator API finds through h's routes.
-func newVerifier(h *Handler) *Verifier {
-	v := &Verifier{
-		store: h.store, routes: h.routes, use: h.use, opTimeout: h.opTimeout(),
-		client: lookupClient, logger: h.logger, metrics: h.metrics,
-	}
-	for _, rt := range h.routes {
-		rt.verifier.Store(v)
-	}
-	return v
+// Use is a handler's use of its store: a check or a schedule enters it
+// while it runs, so that the store stays open until it is done.
+type Use interface {
+	Enter()
+	Leave()
 }
 
-// verificationsTotal counts the Verifier's checks by route and verdict.
-var verificationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+// Metrics is where a Verifier reports its store calls.
+type Metrics interface {
+	// ObserveStore observes the duration of store call op.
+	ObserveStore(op string, began time.Time, err error)
+	// StoreError counts a failed store call op of route.
+	StoreError(route, op string)
+}
+
+// Config is what a Verifier works with: one provisioned handler's store,
+// routes, use of the store, store call bound, logger and metrics.
+type Config struct {
+	Store     store.Engine
+	Routes    []*config.Resolved
+	Use       Use
+	OpTimeout time.Duration
+	Logger    *zap.Logger
+	Metrics   Metrics
+}
+
+// New returns the verifier of one provisioned handler.
+func New(c Config) *Verifier {
+	return &Verifier{
+		store: c.Store, routes: c.Routes, use: c.Use, opTimeout: c.OpTimeout,
+		client: lookupClient, logger: c.Logger, metrics: c.Metrics,
+	}
+}
+
+// Verifications counts the Verifier's checks by route and verdict: a
+// process-wide collector, registered with the handlers' metrics.
+var Verifications = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "idemgate",
 	Name:      "verifications_total",
 	Help:      "Checks of records held as outcome unknown, by route and verdict (applied, not_applied, inconclusive, error).",
@@ -82,14 +110,14 @@ type checkRun struct {
 // naming the next check), or nil (gone: the retry claims afresh). A store
 // failure leaves the record as found. note says what happened, for the
 // decision's log line.
-func (v *Verifier) Settle(ctx context.Context, rt *route, rec *store.Record, fallback store.Check) (after *store.Record, note string) {
+func (v *Verifier) Settle(ctx context.Context, rt *config.Resolved, rec *store.Record, fallback store.Check) (after *store.Record, note string) {
 	rule := rt
 	if other := v.routeNamed(rec.Route); other != nil && other.Verify != nil {
 		rule = other // the headers of the route that made the claim
 	}
 	run, err := v.check(rule, rec.Fence(), fallback, false, checkRetry, nil)
 	if err != nil {
-		v.metrics.storeErrors.WithLabelValues(rt.Name, "check").Inc()
+		v.metrics.StoreError(rt.Name, "check")
 		return rec, "verification check failed: " + err.Error()
 	}
 	if !run.ran && rec.Fence().Holds(run.rec) {
@@ -108,7 +136,7 @@ const checkPoll = 50 * time.Millisecond
 // awaitCheck waits, within the rule's timeout, for the check another
 // request holds the lease of to end, polling the record; it returns the
 // record as last read.
-func (v *Verifier) awaitCheck(ctx context.Context, rt *route, rec *store.Record) *store.Record {
+func (v *Verifier) awaitCheck(ctx context.Context, rt *config.Resolved, rec *store.Record) *store.Record {
 	if !rec.CheckLeaseUntil.After(time.Now().Add(-time.Second)) {
 		return rec
 	}
@@ -135,7 +163,7 @@ func (v *Verifier) awaitCheck(ctx context.Context, rt *route, rec *store.Record)
 }
 
 // routeNamed returns the verifier's route of that name, or nil.
-func (v *Verifier) routeNamed(name string) *route {
+func (v *Verifier) routeNamed(name string) *config.Resolved {
 	for _, rt := range v.routes {
 		if rt.Name == name {
 			return rt
@@ -144,14 +172,10 @@ func (v *Verifier) routeNamed(name string) *route {
 	return nil
 }
 
-// ErrNoVerify is returned by VerifyNow when the record's route has no
-// verify rule in the running config.
-var ErrNoVerify = errors.New("the record's route has no verify rule in the running config")
-
-// verifiable refuses, as a store.ErrConflict, a record an operator's
+// Verifiable refuses, as a store.ErrConflict, a record an operator's
 // check cannot run on: one not held as outcome unknown, or one that
 // carries no check.
-func verifiable(rec *store.Record) error {
+func Verifiable(rec *store.Record) error {
 	switch {
 	case rec.Class() != store.StateUnknown:
 		return fmt.Errorf("%w: record %s is %s: only a record held as outcome unknown is verified", store.ErrConflict, rec.ID, rec.Class())
@@ -167,12 +191,12 @@ func verifiable(rec *store.Record) error {
 // running or was resolved while the check ran is a store.ErrConflict
 // (with the current record, when there is one); a missing one
 // store.ErrNotFound.
-func (v *Verifier) Verify(rt *route, rec *store.Record, act store.Action) (*store.Record, string, error) {
-	if err := verifiable(rec); err != nil {
+func (v *Verifier) Verify(rt *config.Resolved, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	if err := Verifiable(rec); err != nil {
 		return rec, "", err
 	}
-	v.use.enter()
-	defer v.use.leave()
+	v.use.Enter()
+	defer v.use.Leave()
 	run, err := v.check(rt, rec.Fence(), store.Check{}, false, checkOperator, &act)
 	switch {
 	case err != nil:
@@ -189,7 +213,7 @@ func (v *Verifier) Verify(rt *route, rec *store.Record, act store.Action) (*stor
 
 // checkLease is how long a check may hold its record's check lease: the
 // lookup's timeout and the store calls around it.
-func (v *Verifier) checkLease(rt *route) time.Duration {
+func (v *Verifier) checkLease(rt *config.Resolved) time.Duration {
 	return rt.Verify.Timeout + 2*v.opTimeout + time.Second
 }
 
@@ -199,13 +223,13 @@ func (v *Verifier) checkLease(rt *route) time.Duration {
 // the record carries none; op is the operator who asked for it (nil for
 // the gateway's own checks). A store failure is an error; a lookup
 // failure is a verdict.
-func (v *Verifier) check(rt *route, held store.Fence, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
+func (v *Verifier) check(rt *config.Resolved, held store.Fence, fallback store.Check, due bool, why string, op *store.Action) (checkRun, error) {
 	rule := rt.Verify
 	ctx, cancel := context.WithTimeout(context.Background(), v.opTimeout)
 	began := time.Now()
 	lease, rec, err := store.BeginCheck(ctx, v.store, held, v.checkLease(rt), due)
 	cancel()
-	v.metrics.observeStore("begin_check", began, err)
+	v.metrics.ObserveStore("begin_check", began, err)
 	if lease == nil {
 		return checkRun{rec: rec}, err
 	}
@@ -227,8 +251,8 @@ func (v *Verifier) check(rt *route, held store.Fence, fallback store.Check, due 
 		Operator: op,
 	})
 	cancel()
-	v.metrics.observeStore("end_check", began, err)
-	verificationsTotal.WithLabelValues(rt.Name, entry.Verdict).Inc()
+	v.metrics.ObserveStore("end_check", began, err)
+	Verifications.WithLabelValues(rt.Name, entry.Verdict).Inc()
 	fields := []zap.Field{
 		zap.String("route", rt.Name), zap.String("record_id", held.ID()), zap.String("trigger", why),
 		zap.String("verdict", entry.Verdict), zap.Int("status", entry.Status),

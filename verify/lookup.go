@@ -1,4 +1,4 @@
-package caddymodule
+package verify
 
 import (
 	"cmp"
@@ -30,7 +30,7 @@ var lookupClient = &http.Client{
 // lookup asks the upstream once, within the rule's timeout, and judges
 // the answer. note says why a check failed, without the URL (it holds
 // the key) or any header.
-func (v *Verifier) lookup(rt *route, chk store.Check) (store.CheckEntry, store.Result, string) {
+func (v *Verifier) lookup(rt *config.Resolved, chk store.Check) (store.CheckEntry, store.Result, string) {
 	rule := rt.Verify
 	fail := func(note string) (store.CheckEntry, store.Result, string) {
 		return store.CheckEntry{Verdict: store.VerdictError}, store.Result{}, note

@@ -1,4 +1,4 @@
-package caddymodule
+package adminapi
 
 import (
 	"context"
@@ -19,6 +19,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -195,21 +198,12 @@ func onlyRecord(t *testing.T, a *AdminAPI, route string) string {
 	return recs[0].ID
 }
 
-// newAdmin returns an operator API that sees only the stores of hs.
-func newAdmin(hs ...*Handler) *AdminAPI {
-	o := newStoreOwner()
-	for _, h := range hs {
-		o.track(&storeUse{key: h.use.key, engine: h.store, routes: h.routes})
-	}
-	return &AdminAPI{stores: o}
-}
-
 // TestAdminRecords lists, shows, releases and completes records in every
 // state through the operator API, and checks what the next retry does.
 func TestAdminRecords(t *testing.T) {
 	for _, st := range testStores {
 		t.Run(st.name, func(t *testing.T) {
-			h, _ := newHandler(t, adminTestRules, st.cfg(t))
+			h := newHandler(t, adminTestRules, st.cfg(t))
 			a := newAdmin(h)
 			up := newAdminUpstream()
 			post := func(path, key string) *httptest.ResponseRecorder {
@@ -428,7 +422,7 @@ func strconvQuote(s string) string {
 
 // heldID returns the id of the held record of key, from the retry's 409
 // problem.
-func heldID(t *testing.T, h *Handler, up *adminUpstream, key string) string {
+func heldID(t *testing.T, h *caddymodule.Handler, up *adminUpstream, key string) string {
 	t.Helper()
 	w := serve(h, up.next, "POST", "/held", `{"n":1}`, "Idempotency-Key", key)
 	var p problem
@@ -441,13 +435,12 @@ func heldID(t *testing.T, h *Handler, up *adminUpstream, key string) string {
 // TestAdminCompleteRequest checks the operator's outcome before it is
 // stored.
 func TestAdminCompleteRequest(t *testing.T) {
-	withID := &route{}
-	withID.ExternalID = "deal.id"
+	withID := &operator.Target{Known: true, Route: config.Resolved{ExternalID: "deal.id"}}
 	for _, tc := range []struct {
 		name string
 		body string
-		rt   *route
-		want store.Result // Digest is checked against the body
+		rt   *operator.Target // nil: the record's route is not configured any more
+		want store.Result     // Digest is checked against the body
 		err  string
 	}{
 		{name: "text body", body: `{"status":201,"body":"hi"}`, want: store.Result{Status: 201, Body: []byte("hi"), Header: http.Header{}}},
@@ -478,7 +471,15 @@ func TestAdminCompleteRequest(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.body), &req); err != nil {
 				t.Fatal(err)
 			}
-			res, err := req.result(tc.rt)
+			var res store.Result
+			comp, err := req.completion()
+			if err == nil {
+				t := operator.Target{}
+				if tc.rt != nil {
+					t = *tc.rt
+				}
+				res, err = comp.Result(t)
+			}
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
@@ -512,10 +513,10 @@ routes:
     match: { path: /deals }
     key: ["{header.Idempotency-Key}"]
 `
-			one, _ := newHandler(t, rules, st.cfg(t))
-			two, _ := newHandler(t, rules, st.cfg(t)) // a second store
+			one := newHandler(t, rules, st.cfg(t))
+			two := newHandler(t, rules, st.cfg(t)) // a second store
 			a := newAdmin(one, two)
-			up := &counting{}
+			up := newAdminUpstream()
 			var want []string
 			for i := range 23 {
 				h := one
@@ -524,8 +525,8 @@ routes:
 				}
 				serve(h, up.next, "POST", "/deals", "{}", "Idempotency-Key", fmt.Sprint("k", i))
 			}
-			for _, h := range []*Handler{one, two} {
-				page, err := h.store.List(context.Background(), store.ListFilter{Limit: 1000})
+			for _, h := range []*caddymodule.Handler{one, two} {
+				page, err := engine(h).List(context.Background(), store.ListFilter{Limit: 1000})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -554,93 +555,6 @@ routes:
 	}
 }
 
-// TestAdminRegistry: provisioned handlers register their store and routes;
-// handlers sharing a store show it once with the newest routes; cleaned up
-// handlers leave.
-func TestAdminRegistry(t *testing.T) {
-	sc := testStores[0].cfg(t)
-	count := func(key string) int {
-		stores.mu.Lock()
-		defer stores.mu.Unlock()
-		n := 0
-		for _, u := range stores.uses {
-			if u.key == key {
-				n++
-			}
-		}
-		return n
-	}
-	old, _ := newHandler(t, `
-routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-    ttl: 1h
-`, sc)
-	reloaded, _ := newHandler(t, `
-routes:
-  - name: deals
-    match: { path: /deals }
-    key: ["{header.Idempotency-Key}"]
-    ttl: 2h
-  - name: refunds
-    match: { path: /refunds }
-    key: ["{header.Idempotency-Key}"]
-    ttl: 3h
-`, sc)
-	if n := count(old.use.key); n != 2 {
-		t.Fatalf("%d registrations of the store, want 2", n)
-	}
-	var mine []liveStore
-	for _, s := range stores.live() {
-		if s.store == old.store {
-			mine = append(mine, s)
-		}
-	}
-	if len(mine) != 1 {
-		t.Fatalf("the shared store is listed %d times, want once", len(mine))
-	}
-	s := mine[0]
-	if got := s.ttl("deals"); got.String() != "2h0m0s" {
-		t.Errorf("ttl(deals) = %v, want the newest config's 2h", got)
-	}
-	if got := s.ttl("refunds"); got.String() != "3h0m0s" {
-		t.Errorf("ttl(refunds) = %v, want 3h", got)
-	}
-	if got := s.ttl("gone"); got != store.DefaultTTL {
-		t.Errorf("ttl(gone) = %v, want the default", got)
-	}
-
-	if err := old.Cleanup(); err != nil {
-		t.Fatal(err)
-	}
-	if s := findLive(reloaded.store); s == nil || s.ttl("deals").String() != "2h0m0s" {
-		t.Errorf("after the old config's clean-up: %+v", s)
-	}
-	if err := reloaded.Cleanup(); err != nil {
-		t.Fatal(err)
-	}
-	if s := findLive(reloaded.store); s != nil {
-		t.Errorf("a cleaned-up handler's store is still listed")
-	}
-
-	// A failed Provision (no store) and its Cleanup leave no entry.
-	before := len(stores.live())
-	h := &Handler{}
-	if err := h.Cleanup(); err != nil || len(stores.live()) != before {
-		t.Errorf("Cleanup without Provision: %v", err)
-	}
-}
-
-func findLive(s store.Engine) *liveStore {
-	for _, l := range stores.live() {
-		if l.store == s {
-			return &l
-		}
-	}
-	return nil
-}
-
 // TestAdminModule: the module is registered under admin.api and serves
 // /idempotency/ on Caddy's admin endpoint; with no handler loaded a
 // listing is empty.
@@ -662,7 +576,7 @@ func TestAdminModule(t *testing.T) {
 	if r := router.Routes(); len(r) != 1 || r[0].Pattern != "/idempotency/" {
 		t.Errorf("routes %+v", r)
 	}
-	a := &AdminAPI{stores: newStoreOwner()}
+	a := &AdminAPI{stores: func() []operator.LiveStore { return nil }}
 	var page recordList
 	adminJSON(t, a, "GET", "/idempotency/records", "", &page)
 	if page.Records == nil || len(page.Records) != 0 || page.NextCursor != "" {
@@ -677,7 +591,7 @@ func TestAdminModule(t *testing.T) {
 // Content-Type at all). The refusal is a 415 problem, before the record
 // is touched.
 func TestAdminPostNeedsJSON(t *testing.T) {
-	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	h := newHandler(t, adminTestRules, testStores[0].cfg(t))
 	a := newAdmin(h)
 	up := newAdminUpstream()
 	serve(h, up.next, "POST", "/held", `{"n":1}`, "Idempotency-Key", "csrf-1")
@@ -713,7 +627,7 @@ func TestAdminPostNeedsJSON(t *testing.T) {
 // release and complete, which show the record) redacts credentials in the
 // stored response's headers; replays still send them.
 func TestAdminRedactsCredentials(t *testing.T) {
-	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	h := newHandler(t, adminTestRules, testStores[0].cfg(t))
 	a := newAdmin(h)
 	const cookie = "sid=s3cr3t-session; Path=/; HttpOnly"
 	next := func(w http.ResponseWriter, r *http.Request) error {
@@ -768,7 +682,7 @@ func TestAdminRedactsCredentials(t *testing.T) {
 // show none through the record view: NDJSON and XSSI-prefixed JSON with
 // the values hidden, XML and multipart only as their size and digest.
 func TestAdminRedactsBodyShapes(t *testing.T) {
-	h, _ := newHandler(t, adminTestRules, testStores[0].cfg(t))
+	h := newHandler(t, adminTestRules, testStores[0].cfg(t))
 	a := newAdmin(h)
 	for i, tc := range []struct{ ct, body, shown string }{
 		{"application/x-ndjson", "{\"id\":\"D-1\"}\n{\"pwd\":\"s3cr3t-ndjson\"}\n", `"pwd":"[redacted]"`},

@@ -1,8 +1,6 @@
-package caddymodule
+package adminapi
 
 import (
-	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -13,11 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -67,7 +66,7 @@ const (
 // form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
-	stores *storeOwner // nil: the process's stores
+	stores func() []operator.LiveStore // nil: the running config's (caddymodule.LiveStores)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -89,20 +88,12 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: adminBase, Handler: caddy.AdminHandlerFunc(a.serve)}}
 }
 
-func (a *AdminAPI) owner() *storeOwner {
-	if a.stores != nil {
-		return a.stores
-	}
-	return stores
-}
-
 // operator is the operator service over this API's stores.
-func (a *AdminAPI) operator() *Operator {
-	op := NewOperator(a.owner().exported, func(ctx context.Context, tag, id string, act store.Action) (*store.Record, error) {
-		return a.owner().verifyNow(ctx, tag, id, act)
-	})
-	op.run = a.owner().runNow
-	return op
+func (a *AdminAPI) operator() *operator.Service {
+	if a.stores != nil {
+		return operator.New(a.stores)
+	}
+	return operator.New(caddymodule.LiveStores)
 }
 
 func (a *AdminAPI) log() *zap.Logger {
@@ -300,9 +291,9 @@ func writeJSON(w http.ResponseWriter, v any) error {
 }
 
 // storeError turns what went wrong with an operator request into an API
-// error, with the operator service's status (OperatorStatus).
+// error, with the operator service's status (operator.Status).
 func storeError(err error) error {
-	status := OperatorStatus(err)
+	status := operator.Status(err)
 	if status == http.StatusServiceUnavailable {
 		return apiError(status, "record store: %v", err)
 	}
@@ -334,11 +325,11 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Limit = n
 	}
-	stores := a.owner().live()
+	stores := a.operator().Stores()
 	start := 0
 	if c := q.Get("cursor"); c != "" {
 		tag, inner, ok := strings.Cut(c, ".")
-		i := slices.IndexFunc(stores, func(s liveStore) bool { return s.tag == tag })
+		i := slices.IndexFunc(stores, func(s operator.LiveStore) bool { return s.Tag == tag })
 		if !ok || i < 0 {
 			return apiError(http.StatusBadRequest, "cursor %q is not valid (or the configuration changed since): list again without a cursor", c)
 		}
@@ -348,7 +339,7 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 	want := f.Limit
 	for i := start; i < len(stores); i++ {
 		f.Limit = want - len(out.Records)
-		page, err := stores[i].store.List(r.Context(), f)
+		page, err := stores[i].Store.List(r.Context(), f)
 		if err != nil {
 			return storeError(err)
 		}
@@ -357,19 +348,17 @@ func (a *AdminAPI) list(w http.ResponseWriter, r *http.Request) error {
 				continue
 			}
 			sum := summarize(rec)
-			if rt := stores[i].routes[rec.Route]; rt != nil {
-				sum.Owner = rt.Owner
-			}
+			sum.Owner = stores[i].Routes[rec.Route].Owner
 			out.Records = append(out.Records, sum)
 		}
 		if page.NextCursor != "" {
-			out.NextCursor = stores[i].tag + "." + page.NextCursor
+			out.NextCursor = stores[i].Tag + "." + page.NextCursor
 			break
 		}
 		f.Cursor = ""
 		if len(out.Records) >= want {
 			if i+1 < len(stores) {
-				out.NextCursor = stores[i+1].tag + "."
+				out.NextCursor = stores[i+1].Tag + "."
 			}
 			break
 		}
@@ -386,35 +375,6 @@ func joinStates(states []store.State) string {
 		s[i] = string(st)
 	}
 	return strings.Join(s, ", ")
-}
-
-// find looks the record up through the operator service (the first live
-// store that has it wins) and returns it with its store.
-func (a *AdminAPI) find(ctx context.Context, id string) (*store.Record, liveStore, error) {
-	t, err := a.operator().Find(ctx, id)
-	if err != nil {
-		return nil, liveStore{}, storeError(err)
-	}
-	for _, s := range a.owner().live() {
-		if s.tag == t.Store.Tag {
-			return t.Rec, s, nil
-		}
-	}
-	return nil, liveStore{}, apiError(http.StatusNotFound, "record %s: its store is no longer in use", id)
-}
-
-// validRecordID accepts what keying.KeyID makes: 32 lowercase hex
-// characters.
-func validRecordID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // get answers GET /idempotency/records/{id}.
@@ -438,15 +398,15 @@ type releaseRequest struct {
 // actionOn reads an action's {"reason": "…"} body (empty allowed when
 // emptyOK), finds record id and returns the operator service, the record
 // and the admin API's action.
-func (a *AdminAPI) actionOn(w http.ResponseWriter, r *http.Request, id string, emptyOK bool) (*Operator, Target, store.Action, error) {
+func (a *AdminAPI) actionOn(w http.ResponseWriter, r *http.Request, id string, emptyOK bool) (*operator.Service, operator.Target, store.Action, error) {
 	var req releaseRequest
 	if err := decodeBody(w, r, &req, emptyOK); err != nil {
-		return nil, Target{}, store.Action{}, err
+		return nil, operator.Target{}, store.Action{}, err
 	}
 	op := a.operator()
 	t, err := op.Find(r.Context(), id)
 	if err != nil {
-		return nil, Target{}, store.Action{}, storeError(err)
+		return nil, operator.Target{}, store.Action{}, storeError(err)
 	}
 	return op, t, store.Action{Actor: adminActor, Reason: req.Reason}, nil
 }
@@ -517,17 +477,17 @@ func (v *headerValues) UnmarshalJSON(b []byte) error {
 }
 
 // completion turns the request into the operator service's Completion.
-func (c completeRequest) completion() (Completion, error) {
-	comp := Completion{Status: c.Status, ExternalID: c.ExternalID, Header: http.Header{}}
+func (c completeRequest) completion() (operator.Completion, error) {
+	comp := operator.Completion{Status: c.Status, ExternalID: c.ExternalID, Header: http.Header{}}
 	switch {
 	case c.Body != nil && c.BodyBase64 != nil:
-		return comp, invalid("give body or body_base64, not both")
+		return comp, operator.Invalid("give body or body_base64, not both")
 	case c.Body != nil:
 		comp.Body = []byte(*c.Body)
 	case c.BodyBase64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*c.BodyBase64)
 		if err != nil {
-			return comp, invalid("body_base64: %v", err)
+			return comp, operator.Invalid("body_base64: %v", err)
 		}
 		comp.Body = b
 	}
@@ -535,21 +495,6 @@ func (c completeRequest) completion() (Completion, error) {
 		comp.Header[name] = values
 	}
 	return comp, nil
-}
-
-// result checks the request as the operator service does for a record of
-// route rt (nil when the record's route is not configured any more) and
-// turns it into the result to store.
-func (c completeRequest) result(rt *route) (store.Result, error) {
-	comp, err := c.completion()
-	if err != nil {
-		return store.Result{}, err
-	}
-	t := Target{}
-	if rt != nil {
-		t.Route, t.Known = rt.Resolved, true
-	}
-	return comp.Result(t)
 }
 
 // complete answers POST /idempotency/records/{id}/complete: the record
@@ -590,58 +535,18 @@ var (
 // held record, now, with the rule of the running config; the answer is
 // the record after it.
 func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) error {
-	req, err := readVerifyRequest(w, r)
+	op, t, act, err := a.actionOn(w, r, id, true)
 	if err != nil {
 		return err
 	}
-	found, s, err := a.find(r.Context(), id)
+	rec, verdict, err := op.Verify(r.Context(), t, act)
 	if err != nil {
-		return err
-	}
-	act := store.Action{Actor: adminActor, Reason: req.Reason}
-	rec, verdict, err := operatorCheck(s, found, act)
-	switch {
-	case errors.Is(err, ErrNoVerify):
-		return apiError(http.StatusConflict, "%v", err)
-	case err != nil:
 		return storeError(err)
 	}
 	a.log().Info("record verified by an operator",
-		zap.String("route", found.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
+		zap.String("route", rec.Route), zap.String("record_id", id), zap.String("actor", act.Actor),
 		zap.String("verdict", verdict), zap.String("state", string(rec.State)))
-	return writeJSON(w, view(rec, s.redactor(rec.Route)))
-}
-
-// verifyRequest is the body of POST /idempotency/records/{id}/verify,
-// which may also be empty.
-type verifyRequest struct {
-	// Reason is kept on the record's audit trail.
-	Reason string `json:"reason"`
-}
-
-// readVerifyRequest reads an optional verify request: nothing, or one
-// JSON object without unknown fields.
-func readVerifyRequest(w http.ResponseWriter, r *http.Request) (verifyRequest, error) {
-	var req verifyRequest
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, adminMaxRequest))
-	if err != nil {
-		return req, apiError(http.StatusBadRequest, "request body: %v", err)
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return req, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, apiError(http.StatusBadRequest, "request body: %v", err)
-	}
-	if dec.More() {
-		return req, apiError(http.StatusBadRequest, "request body: more than one JSON value")
-	}
-	if len(req.Reason) > store.MaxReasonLen || !utf8.ValidString(req.Reason) {
-		return req, apiError(http.StatusBadRequest, "reason: at most %d bytes of UTF-8 text", store.MaxReasonLen)
-	}
-	return req, nil
+	return writeJSON(w, view(rec, t.Redactor()))
 }
 
 // verificationView is what the record view shows of a record's

@@ -1,10 +1,11 @@
-package caddymodule
+package verify
 
 import (
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -12,11 +13,11 @@ import (
 // rt: the first `after` the hold, then every `every`, until the record is
 // resolved or its attempts are used up. Only a timer waits for a check;
 // the handler's store stays open until the schedule ends.
-func (v *Verifier) Schedule(rt *route, c *store.Claim) {
+func (v *Verifier) Schedule(rt *config.Resolved, c *store.Claim) {
 	if rt.Verify == nil || rt.Verify.Attempts == 0 {
 		return
 	}
-	v.use.enter()
+	v.use.Enter()
 	s := &checkSchedule{v: v, rt: rt, held: c.Fence()}
 	s.timer = time.AfterFunc(rt.Verify.After, s.run)
 }
@@ -24,7 +25,7 @@ func (v *Verifier) Schedule(rt *route, c *store.Claim) {
 // checkSchedule is the scheduled checks of one held record.
 type checkSchedule struct {
 	v        *Verifier
-	rt       *route
+	rt       *config.Resolved
 	held     store.Fence
 	timer    *time.Timer
 	failures int // store failures in a row
@@ -42,14 +43,14 @@ func (s *checkSchedule) run() {
 		if s.failures++; s.failures > rule.Attempts {
 			s.v.logger.Warn("verification schedule gave up: the record store keeps failing; the record stays held",
 				zap.String("route", s.rt.Name), zap.String("record_id", s.held.ID()), zap.Error(err))
-			s.v.use.leave()
+			s.v.use.Leave()
 			return
 		}
 		wait = rule.Every
 	case !s.held.Holds(rec),
 		rec.NextCheck.IsZero() || rec.CheckCount >= int64(rule.Attempts):
 		// Resolved, or gone, or its scheduled checks are done.
-		s.v.use.leave()
+		s.v.use.Leave()
 		return
 	default:
 		s.failures = 0
