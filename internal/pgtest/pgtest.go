@@ -1,0 +1,358 @@
+// Package pgtest starts throw-away PostgreSQL clusters for tests.
+//
+// Each cluster is made by initdb in a temporary directory of its own,
+// listens on a free 127.0.0.1 port (and a Unix socket in its directory),
+// trusts local connections as the user "idemgate", and is stopped and
+// removed when the test ends. Postgres refuses to run as root: when the
+// tests run as root, the cluster runs as the unprivileged "postgres"
+// user (Debian's package creates it). When the binaries are not
+// installed the calling test is skipped with a message saying so, unless
+// IDEMGATE_REQUIRE_POSTGRES=1 is set, in which case it fails: CI sets it
+// so that a missing package can never turn the Postgres tests into
+// silent skips.
+//
+// Start one cluster per test package and give each test a database or
+// a schema of its own (CreateDatabase), so `make test` stays short.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/internal/proc"
+)
+
+// RequireEnv turns missing Postgres binaries from a skip into a failure
+// when set to "1".
+const RequireEnv = "IDEMGATE_REQUIRE_POSTGRES"
+
+// BinDirEnv optionally names the directory of initdb and postgres.
+const BinDirEnv = "IDEMGATE_POSTGRES_BIN"
+
+// User is the database superuser of every test cluster.
+const User = "idemgate"
+
+const (
+	startTimeout = 30 * time.Second
+	stopTimeout  = 20 * time.Second
+	startTries   = 5
+)
+
+// BinDir returns the directory holding initdb and postgres: $BinDirEnv,
+// the directory of an initdb on PATH, or the newest
+// /usr/lib/postgresql/<version>/bin (Debian keeps them off PATH).
+func BinDir() (string, error) {
+	if d := os.Getenv(BinDirEnv); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
+			return "", err
+		}
+		return d, nil
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(dirs) == 0 {
+		return "", errors.New("no initdb on PATH or in /usr/lib/postgresql/*/bin")
+	}
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	return filepath.Dir(dirs[0]), nil
+}
+
+// version is the major version in /usr/lib/postgresql/<version>/bin/initdb.
+func version(path string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(path))))
+	return v
+}
+
+// Available reports whether Start can run a cluster (without skipping).
+func Available() bool {
+	_, err := BinDir()
+	return err == nil
+}
+
+// Required reports whether IDEMGATE_REQUIRE_POSTGRES=1 is set.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// Cluster is one running (or stopped) PostgreSQL cluster.
+type Cluster struct {
+	// Addr is "127.0.0.1:PORT"; Port stays the same across Stop and
+	// Restart.
+	Addr string
+	Port int
+	// Dir holds the data directory (Dir/data) and the socket.
+	Dir string
+
+	bin   string
+	cred  *syscall.Credential // nil: run as this process's user
+	extra []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+	log  string        // the server's output
+}
+
+// Start runs a new cluster (postgres with extra "-c name=value" settings
+// as args) and stops it and removes its files in t.Cleanup. It skips, or
+// fails under IDEMGATE_REQUIRE_POSTGRES=1, when the binaries are missing.
+func Start(t testing.TB, settings ...string) *Cluster {
+	t.Helper()
+	bin, err := BinDir()
+	if err != nil {
+		msg := fmt.Sprintf("postgres not available (%v): install Debian's postgresql package, or point %s at its bin directory", err, BinDirEnv)
+		if Required() {
+			t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
+		}
+		t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
+	}
+	c, err := Launch(bin, settings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Remove)
+	return c
+}
+
+// Launch makes and starts a cluster with the binaries in bin, for a
+// program rather than a test; the caller ends it with Remove.
+func Launch(bin string, settings ...string) (*Cluster, error) {
+	c := &Cluster{bin: bin, extra: settings}
+	var err error
+	if c.Dir, err = os.MkdirTemp("", "idemgate-pg-"); err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := c.runAsPostgres(); err != nil {
+			c.Remove()
+			return nil, err
+		}
+	}
+	if err := c.initdb(); err != nil {
+		c.Remove()
+		return nil, err
+	}
+	var lastErr error
+	for range startTries {
+		port, err := proc.FreePort()
+		if err != nil {
+			c.Remove()
+			return nil, fmt.Errorf("pgtest: no free port: %w", err)
+		}
+		c.Port = port
+		c.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = c.start(); lastErr == nil {
+			return c, nil
+		}
+	}
+	c.Remove()
+	return nil, fmt.Errorf("pgtest: postgres did not start: %w", lastErr)
+}
+
+// runAsPostgres makes the cluster run as the "postgres" user, which owns
+// its directory: postgres refuses to run as root.
+func (c *Cluster) runAsPostgres() error {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return fmt.Errorf("pgtest: running as root, and postgres refuses to: no user \"postgres\" to run it as (%w)", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return os.Chown(c.Dir, uid, gid)
+}
+
+func (c *Cluster) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.Dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "TZ=UTC")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	return cmd
+}
+
+func (c *Cluster) initdb() error {
+	out, err := c.command("initdb", "-D", c.data(), "-U", User, "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func (c *Cluster) data() string { return filepath.Join(c.Dir, "data") }
+
+// start runs postgres on c.Port and waits until it accepts connections.
+func (c *Cluster) start() error {
+	args := []string{"-D", c.data(), "-p", strconv.Itoa(c.Port), "-k", c.Dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
+		"-c", "shared_buffers=32MB", "-c", "fsync=off", "-c", "full_page_writes=off"}
+	for _, s := range c.extra {
+		args = append(args, "-c", s)
+	}
+	cmd := c.command("postgres", args...)
+	c.log = filepath.Join(c.Dir, "postgres.log")
+	out, err := os.Create(c.log)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("pgtest: start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		out.Close()
+		close(done)
+	}()
+	exited := func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			_ = conn.Close(ctx)
+			c.mu.Lock()
+			c.cmd, c.done = cmd, done
+			c.mu.Unlock()
+			return nil
+		}
+		if exited() || ctx.Err() != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+			return fmt.Errorf("postgres on %s: %w\n%s", c.Addr, err, tail(c.log, 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// URL is the connection string of database db.
+func (c *Cluster) URL(db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(User), Host: c.Addr, Path: "/" + db, RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+var dbSeq atomic.Int64
+
+// CreateDatabase creates a new, empty database and returns its URL.
+func (c *Cluster) CreateDatabase(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d", dbSeq.Add(1))
+	c.Exec(t, "CREATE DATABASE "+name)
+	return c.URL(name)
+}
+
+// Exec runs sql in the database "postgres".
+func (c *Cluster) Exec(t testing.TB, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("pgtest: %s: %v", strings.Fields(sql)[0], err)
+	}
+}
+
+// Running reports whether the server process runs.
+func (c *Cluster) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		return false
+	}
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// tail returns the last n lines of file, for error messages.
+func tail(file string, n int) string {
+	b, _ := os.ReadFile(file)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Stop shuts the server down fast (SIGINT: sessions are cut, the data is
+// checkpointed). Safe to call more than once.
+func (c *Cluster) Stop() { c.end(false) }
+
+// Kill ends the server and its backends with SIGKILL, as a crash would.
+func (c *Cluster) Kill() { c.end(true) }
+
+func (c *Cluster) end(kill bool) {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.cmd, c.done = nil, nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	pgid := -cmd.Process.Pid // the postmaster and its backends
+	if kill {
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		<-done
+		// The backends die with the postmaster; a new server refuses to
+		// start while one still holds the shared memory.
+		for i := 0; i < 500 && syscall.Kill(pgid, 0) == nil; i++ {
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			time.Sleep(10 * time.Millisecond)
+		}
+		return
+	}
+	_ = syscall.Kill(pgid, syscall.SIGINT) // fast shutdown
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Restart starts a stopped or killed server again on the same port.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	c.end(false)
+	if err := c.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Remove stops the server and removes its files.
+func (c *Cluster) Remove() {
+	c.Stop()
+	_ = os.RemoveAll(c.Dir)
+}

@@ -1,0 +1,66 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/pgtest"
+	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/store/storetest"
+)
+
+var schemaSeq atomic.Int64
+
+// openIn opens an engine on url in a new schema of its own, so it starts
+// empty; it is closed when the test ends.
+func openIn(t testing.TB, url string, o Options) *Engine {
+	t.Helper()
+	o.URL = url
+	if o.Schema == "" {
+		o.Schema = fmt.Sprintf("conf%d", schemaSeq.Add(1))
+	}
+	e, err := Open(o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// harness opens engines on one database, each in a schema of its own.
+func harness(url string) storetest.Harness {
+	return storetest.Harness{
+		Open: func(t testing.TB) store.Engine { return openIn(t, url, Options{PoolSize: 8}) },
+		Now: func(t testing.TB, e store.Engine) time.Time {
+			now, err := e.(*Engine).Now(context.Background())
+			if err != nil {
+				t.Fatalf("Now: %v", err)
+			}
+			return now
+		},
+		TTL: func(t testing.TB, e store.Engine, id string) time.Duration {
+			pe := e.(*Engine)
+			exp, err := pe.ExpiresAt(context.Background(), id)
+			if err != nil {
+				t.Fatalf("ExpiresAt: %v", err)
+			}
+			if exp.IsZero() {
+				return 0
+			}
+			now, _ := pe.Now(context.Background())
+			return exp.Sub(now)
+		},
+	}
+}
+
+// TestPostgres runs every test of the package on one cluster: the
+// engine contract first, then the engine's own tests.
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.Start(t)
+	url := pg.CreateDatabase(t)
+	t.Run("Conformance", func(t *testing.T) { storetest.Run(t, harness(url)) })
+}
