@@ -30,7 +30,7 @@ func adapt(t *testing.T, file string) ([]byte, error) {
 // files: the rules file is inlined, and the directive sorts after
 // basic_auth and encode and before reverse_proxy without a global order.
 func TestCaddyfileGolden(t *testing.T) {
-	for _, name := range []string{"embedded", "redis", "sentinel"} {
+	for _, name := range []string{"embedded", "redis", "sentinel", "postgres"} {
 		t.Run(name, func(t *testing.T) {
 			out, err := adapt(t, filepath.Join("testdata", name+".caddyfile"))
 			if err != nil {

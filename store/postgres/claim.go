@@ -38,9 +38,9 @@ func claimSQL(records, fences string) string {
 		same    = "(r.fingerprint = excluded.fingerprint AND r.fingerprint_rule = excluded.fingerprint_rule)"
 	)
 	// The branches, tried in this order once the record is live.
-	hold := expired + " AND NOT $9"                                                          // lease ran out: outcome unknown
+	hold := expired + " AND NOT $9"                                                         // lease ran out: outcome unknown
 	exhausted := expired + " AND $9 AND " + same + " AND $10 > 0 AND r.not_done + 1 >= $10" // let go, budget used up
-	takeOver := same + " AND (" + expired + " OR r.state = 'released')"                      // what is left of it takes over
+	takeOver := same + " AND (" + expired + " OR r.state = 'released')"                     // what is left of it takes over
 	branch := func(whenGone string, cases ...string) string {
 		// cases: condition, value pairs, then the default value.
 		var b strings.Builder
