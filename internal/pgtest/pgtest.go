@@ -356,3 +356,45 @@ func (c *Cluster) Remove() {
 	c.Stop()
 	_ = os.RemoveAll(c.Dir)
 }
+
+// The cluster a test package shares (Shared), ended by StopShared.
+var shared struct {
+	mu  sync.Mutex
+	c   *Cluster
+	err error
+}
+
+// Shared returns the test package's one cluster, started by the first
+// caller; each test makes its own database in it (CreateDatabase). It
+// skips or fails like Start when the binaries are missing. The package's
+// TestMain calls StopShared after the tests.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	bin, err := BinDir()
+	if err != nil {
+		msg := fmt.Sprintf("postgres not available (%v): install Debian's postgresql package, or point %s at its bin directory", err, BinDirEnv)
+		if Required() {
+			t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
+		}
+		t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
+	}
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.c == nil && shared.err == nil {
+		shared.c, shared.err = Launch(bin)
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.c
+}
+
+// StopShared stops and removes the shared cluster, if one was started.
+func StopShared() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.c != nil {
+		shared.c.Remove()
+		shared.c = nil
+	}
+}
