@@ -63,4 +63,15 @@ func TestPostgres(t *testing.T) {
 	pg := pgtest.Start(t)
 	url := pg.CreateDatabase(t)
 	t.Run("Conformance", func(t *testing.T) { storetest.Run(t, harness(url)) })
+	for name, f := range map[string]func(*testing.T, string){
+		"Migrations":            testMigrations,
+		"NoticesAcrossGateways": testNoticesAcrossGateways,
+		"ExpiryBounded":         testExpiryBounded,
+		"PasswordRedacted":      testPasswordRedacted,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, url)
+		})
+	}
 }

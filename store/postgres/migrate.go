@@ -92,12 +92,12 @@ func (e *Engine) migrate(ctx context.Context) (from, to int, err error) {
 			return err
 		}
 		if from > len(ms) {
-			return fmt.Errorf("store: postgres: schema %q is at version %d, newer than this binary's %d: "+
+			return fmt.Errorf("schema %q is at version %d, newer than this binary's %d: "+
 				"a newer gateway migrated it; run that version (or newer) here too", e.schema, from, len(ms))
 		}
 		for _, m := range ms[from:] {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("store: postgres: migration %s: %w", m.name, err)
+				return fmt.Errorf("migration %s: %w", m.name, err)
 			}
 			if _, err := tx.Exec(ctx, "INSERT INTO migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
 				return err
