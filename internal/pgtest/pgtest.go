@@ -115,6 +115,18 @@ type Cluster struct {
 // fails under IDEMGATE_REQUIRE_POSTGRES=1, when the binaries are missing.
 func Start(t testing.TB, settings ...string) *Cluster {
 	t.Helper()
+	c, err := Launch(binDir(t), settings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Remove)
+	return c
+}
+
+// binDir returns BinDir, or skips t (fails it under
+// IDEMGATE_REQUIRE_POSTGRES=1) when there is none.
+func binDir(t testing.TB) string {
+	t.Helper()
 	bin, err := BinDir()
 	if err != nil {
 		msg := fmt.Sprintf("postgres not available (%v): install Debian's postgresql package, or point %s at its bin directory", err, BinDirEnv)
@@ -123,12 +135,7 @@ func Start(t testing.TB, settings ...string) *Cluster {
 		}
 		t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
 	}
-	c, err := Launch(bin, settings...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Remove)
-	return c
+	return bin
 }
 
 // Launch makes and starts a cluster with the binaries in bin, for a
@@ -296,6 +303,32 @@ func (c *Cluster) Running() bool {
 	}
 }
 
+// children are the processes whose parent is pid (from /proc).
+func children(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var kids []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := strings.LastIndex(string(b), ") ")
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b)[i+2:])
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == pid {
+			k, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
 // tail returns the last n lines of file, for error messages.
 func tail(file string, n int) string {
 	b, _ := os.ReadFile(file)
@@ -321,18 +354,25 @@ func (c *Cluster) end(kill bool) {
 	if cmd == nil {
 		return
 	}
-	pgid := -cmd.Process.Pid // the postmaster and its backends
+	pid := cmd.Process.Pid
 	if kill {
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-		<-done
-		// The backends die with the postmaster; a new server refuses to
+		// Each backend is a process group of its own: kill them all,
+		// and wait until they are gone, since a new server refuses to
 		// start while one still holds the shared memory.
-		for i := 0; i < 500 && syscall.Kill(pgid, 0) == nil; i++ {
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
-			time.Sleep(10 * time.Millisecond)
+		kids := children(pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		for _, k := range kids {
+			_ = syscall.Kill(k, syscall.SIGKILL)
+		}
+		<-done
+		for _, k := range kids {
+			for i := 0; i < 500 && syscall.Kill(k, 0) == nil; i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 		return
 	}
+	pgid := -pid
 	_ = syscall.Kill(pgid, syscall.SIGINT) // fast shutdown
 	select {
 	case <-done:
@@ -370,14 +410,7 @@ var shared struct {
 // TestMain calls StopShared after the tests.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
-	bin, err := BinDir()
-	if err != nil {
-		msg := fmt.Sprintf("postgres not available (%v): install Debian's postgresql package, or point %s at its bin directory", err, BinDirEnv)
-		if Required() {
-			t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
-		}
-		t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
-	}
+	bin := binDir(t)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.c == nil && shared.err == nil {
