@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,22 +35,32 @@ func TestPostgresFaultsUnderLoad(t *testing.T) {
 		t.Parallel()
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: pgtest.Shared(t).CreateDatabase(t), upstream: up.addr(), rules: embeddedRules})
-		loadThenRetry(t, gw, up, gw.kill, gw.restart, false)
+		loadThenRetry(t, gw, up, fault{do: gw.kill, recover: gw.restart})
 	})
 	t.Run("postgres fast shutdown and restart", func(t *testing.T) {
 		t.Parallel()
 		pg := pgtest.Start(t)
 		up := newUpstream(t)
 		gw := startGateway(t, gatewayConfig{store: pg.CreateDatabase(t), upstream: up.addr(), rules: embeddedRules})
-		loadThenRetry(t, gw, up, pg.Stop, func() { pg.Restart(t) }, true)
+		loadThenRetry(t, gw, up, fault{do: pg.Stop, recover: func() { pg.Restart(t) }, storeCut: true})
 	})
 }
 
-// loadThenRetry sends the keys, calls fault after a random number of
-// answers and recover once the load is over, then retries every key and
-// checks what each answer may be; with storeCut, an answered key may be
-// held (its completion cut by the store's outage).
-func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(), storeCut bool) {
+// fault is what befalls a gateway under load, and how it recovers.
+type fault struct {
+	do, recover func()
+	// storeCut: the store's outage may cut completions, so an answered
+	// key may be held afterwards.
+	storeCut bool
+	// mayRunTwice: a key may run twice (an asynchronous standby promoted
+	// without the last claims); counted, not an error.
+	mayRunTwice bool
+}
+
+// loadThenRetry sends the keys, makes the fault after a random number of
+// answers and recovers once the load is over, then retries every key and
+// checks what each answer may be. It returns how many keys ran twice.
+func loadThenRetry(t *testing.T, gw *gateway, up *upstream, f fault) int {
 	const keys, clients = 200, 16
 	seed := uint64(time.Now().UnixNano())
 	faultAt := 20 + rand.New(rand.NewPCG(seed, 1)).IntN(keys-40)
@@ -78,7 +89,7 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 					refused.Add(1)
 				}
 				if err == nil && answers.Add(1) == int64(faultAt) {
-					once.Do(fault)
+					once.Do(f.do)
 				}
 			}
 		})
@@ -88,9 +99,9 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 	}
 	close(work)
 	wg.Wait()
-	once.Do(fault)
+	once.Do(f.do)
 	c.CloseIdleConnections()
-	recover()
+	f.recover()
 
 	var replayed, executed, held, cut, twice int
 	for i := range keys {
@@ -101,7 +112,7 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 			body     []byte
 			err      error
 		)
-		for range 100 { // the gateway's pool reconnects after a Postgres restart
+		for range 300 { // the gateway's pool reconnects after a Postgres restart or a promotion
 			status, isReplay, body, err = attempt(c, gw.url+"/keys/"+key, key)
 			if err == nil && status != http.StatusServiceUnavailable {
 				break
@@ -113,7 +124,9 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 		}
 		if runs := up.count("/keys/" + key); runs > 1 {
 			twice++
-			t.Errorf("%s ran upstream %d times", key, runs)
+			if !f.mayRunTwice {
+				t.Errorf("%s ran upstream %d times", key, runs)
+			}
 		}
 		first, wasAcked := acked[key]
 		switch {
@@ -124,10 +137,10 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 			}
 		case status == http.StatusCreated:
 			executed++
-			if wasAcked {
+			if wasAcked && !f.mayRunTwice {
 				t.Errorf("%s was answered before the fault but executed again after it", key)
 			}
-		case status == http.StatusConflict && wasAcked && storeCut:
+		case status == http.StatusConflict && wasAcked && f.storeCut:
 			cut++
 		case status == http.StatusConflict:
 			held++
@@ -141,8 +154,50 @@ func loadThenRetry(t *testing.T, gw *gateway, up *upstream, fault, recover func(
 	t.Logf("%d keys: %d answered 201 before the fault, %d refused (5xx) during it; after it %d replayed, %d executed once now, "+
 		"%d in flight or held (409), %d answered but their completion cut (409); %d keys executed twice",
 		keys, len(acked), refused.Load(), replayed, executed, held, cut, twice)
-	if replayed+cut < len(acked) {
+	if replayed+cut < len(acked) && twice == 0 {
 		t.Errorf("%d replays for %d acknowledged keys", replayed, len(acked))
+	}
+	return twice
+}
+
+// TestPostgresFailover: a gateway on a primary and its streaming standby
+// (the URL lists both, target_session_attrs=read-write), 200 keys from 16
+// clients, and at a random moment the primary is killed with SIGKILL and
+// the standby promoted. With a synchronous standby
+// (synchronous_standby_names) every claim was on the standby before its
+// request was forwarded: no key runs twice. With an asynchronous one, a
+// claim made just before the kill may be missing after the promotion and
+// its retry runs again: counted and logged, as the documentation says.
+func TestPostgresFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		sync bool
+	}{
+		{"synchronous standby", true},
+		{"asynchronous standby", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			primary := pgtest.Start(t)
+			db := primary.CreateDatabase(t)
+			standby := pgtest.StartStandby(t, primary)
+			if tc.sync {
+				primary.Exec(t, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+				primary.Exec(t, "SELECT pg_reload_conf()")
+				primary.WaitStreaming(t, "sync")
+			} else {
+				primary.WaitStreaming(t, "async")
+			}
+			url := strings.Replace(db, primary.Addr, primary.Addr+","+standby.Addr, 1) + "&target_session_attrs=read-write"
+			up := newUpstream(t)
+			gw := startGateway(t, gatewayConfig{store: url, upstream: up.addr(), rules: embeddedRules})
+			twice := loadThenRetry(t, gw, up, fault{
+				do: primary.Kill, recover: func() { standby.Promote(t) },
+				storeCut: true, mayRunTwice: !tc.sync,
+			})
+			t.Logf("%s: %d keys executed twice across the failover", tc.name, twice)
+		})
 	}
 }
 

@@ -55,9 +55,9 @@ const (
 	startTries   = 5
 )
 
-// BinDir returns the directory holding initdb and postgres: $BinDirEnv,
-// the directory of an initdb on PATH, or the newest
-// /usr/lib/postgresql/<version>/bin (Debian keeps them off PATH).
+// BinDir returns the directory holding initdb, postgres and
+// pg_basebackup: $BinDirEnv, the newest /usr/lib/postgresql/<version>/bin
+// (Debian keeps them off PATH), or the directory of an initdb on PATH.
 func BinDir() (string, error) {
 	if d := os.Getenv(BinDirEnv); d != "" {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
@@ -65,15 +65,15 @@ func BinDir() (string, error) {
 		}
 		return d, nil
 	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(dirs) > 0 {
+		sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+		return filepath.Dir(dirs[0]), nil
+	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		return filepath.Dir(p), nil
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(dirs) == 0 {
-		return "", errors.New("no initdb on PATH or in /usr/lib/postgresql/*/bin")
-	}
-	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
-	return filepath.Dir(dirs[0]), nil
+	return "", errors.New("no initdb in /usr/lib/postgresql/*/bin or on PATH")
 }
 
 // version is the major version in /usr/lib/postgresql/<version>/bin/initdb.
@@ -429,5 +429,81 @@ func StopShared() {
 	if shared.c != nil {
 		shared.c.Remove()
 		shared.c = nil
+	}
+}
+
+// StartStandby makes a streaming standby of primary (pg_basebackup -R,
+// with the replication slot-free defaults) and starts it on a port of
+// its own; it is stopped and removed in t.Cleanup. Promote makes it the
+// primary. The primary must run with wal_level=replica (the default) and
+// allows replication from 127.0.0.1 (initdb's pg_hba.conf does, trusted).
+func StartStandby(t testing.TB, primary *Cluster, settings ...string) *Cluster {
+	t.Helper()
+	c := &Cluster{bin: primary.bin, extra: settings}
+	var err error
+	if c.Dir, err = os.MkdirTemp("", "idemgate-pg-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Remove)
+	if os.Geteuid() == 0 {
+		if err := c.runAsPostgres(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := c.command("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", User,
+		"-D", c.data(), "-R", "-X", "stream", "--no-sync", "-c", "fast").CombinedOutput()
+	if err != nil {
+		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
+	}
+	for range startTries {
+		if c.Port, err = proc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		c.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port))
+		if err = c.start(); err == nil {
+			return c
+		}
+	}
+	t.Fatalf("pgtest: the standby did not start: %v", err)
+	return nil
+}
+
+// Promote makes a standby the primary and waits until it accepts writes.
+func (c *Cluster) Promote(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connect to the standby: %v", err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil || !ok {
+		t.Fatalf("pgtest: pg_promote: %v, %v", ok, err)
+	}
+}
+
+// WaitStreaming waits until a standby streams from c with sync_state
+// state ("sync" or "async" in pg_stat_replication).
+func (c *Cluster) WaitStreaming(t testing.TB, state string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for {
+		var got string
+		err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming' LIMIT 1").Scan(&got)
+		if err == nil && got == state {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("pgtest: no standby streaming with sync_state %s within 30s (last: %q, %v)", state, got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
