@@ -507,3 +507,118 @@ func (c *Cluster) WaitStreaming(t testing.TB, state string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Bouncer is a PgBouncer in front of a cluster.
+type Bouncer struct {
+	Addr string
+	Port int
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartPgBouncer runs pgbouncer in front of c on a free 127.0.0.1 port,
+// pooling in mode ("transaction" or "session"), every client taken as
+// the cluster's user; it is stopped in t.Cleanup. It skips (fails under
+// IDEMGATE_REQUIRE_POSTGRES=1) when pgbouncer is not installed.
+func StartPgBouncer(t testing.TB, c *Cluster, mode string) *Bouncer {
+	t.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		bin = "/usr/sbin/pgbouncer" // Debian's, off a user's PATH
+		if _, err := os.Stat(bin); err != nil {
+			msg := "pgbouncer not available: install Debian's pgbouncer package"
+			if Required() {
+				t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
+			}
+			t.Skipf("%s; set %s=1 to make this a failure", msg, RequireEnv)
+		}
+	}
+	b := &Bouncer{}
+	if b.dir, err = os.MkdirTemp("", "idemgate-pgbouncer-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.stop(); _ = os.RemoveAll(b.dir) })
+	if c.cred != nil {
+		_ = os.Chown(b.dir, int(c.cred.Uid), int(c.cred.Gid))
+	}
+	for range startTries {
+		if b.Port, err = proc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		b.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Port))
+		ini := fmt.Sprintf(`[databases]
+* = host=127.0.0.1 port=%d user=%s
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = any
+pool_mode = %s
+max_client_conn = 500
+default_pool_size = 20
+logfile = %s
+pidfile = %s
+`, c.Port, User, b.Port, mode, filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
+		conf := filepath.Join(b.dir, "pgbouncer.ini")
+		if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, conf)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("pgtest: start pgbouncer: %v", err)
+		}
+		b.cmd, b.done = cmd, make(chan struct{})
+		go func() { _ = cmd.Wait(); close(b.done) }()
+		if err = b.wait(); err == nil {
+			return b
+		}
+		b.stop()
+	}
+	t.Fatalf("pgtest: pgbouncer did not start: %v\n%s", err, tail(filepath.Join(b.dir, "pgbouncer.log"), 20))
+	return nil
+}
+
+// wait waits until the bouncer answers a query.
+func (b *Bouncer) wait() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, b.URL("postgres")+"&default_query_exec_mode=exec")
+		if err == nil {
+			_, err = conn.Exec(ctx, "SELECT 1")
+			_ = conn.Close(ctx)
+			if err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-b.done:
+			return fmt.Errorf("pgbouncer exited: %w", err)
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// URL is the connection string of database db through the bouncer.
+func (b *Bouncer) URL(db string) string {
+	u := url.URL{Scheme: "postgres", User: url.User(User), Host: b.Addr, Path: "/" + db, RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+func (b *Bouncer) stop() {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-b.done:
+	case <-time.After(stopTimeout):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+	b.cmd = nil
+}

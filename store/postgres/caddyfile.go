@@ -23,6 +23,7 @@ func IsURL(s string) bool {
 //	pool_size    <n>
 //	op_timeout   <duration>
 //	tls_ca_file  <file>                 # PEM roots for the server's certificate
+//	listen_url   <url>                  # the notices' LISTEN connection, behind a pooler in transaction mode
 //
 // `store postgres <url>` names the engine too. A relative tls_ca_file is
 // taken from the Caddyfile's directory. The other engines' options are
@@ -41,6 +42,10 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch opt := d.Val(); opt {
 		case "schema":
 			if !d.AllArgs(&m.Schema) {
+				return d.ArgErr()
+			}
+		case "listen_url":
+			if !d.AllArgs(&m.ListenURL) {
 				return d.ArgErr()
 			}
 		case "pool_size":

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,4 +75,21 @@ func TestPostgres(t *testing.T) {
 			f(t, url)
 		})
 	}
+}
+
+// TestPgBouncer runs the engine contract through PgBouncer in
+// transaction mode (each statement or transaction may get another
+// server connection), with the statement mode PgBouncer before 1.21
+// needs (default_query_exec_mode=exec: no named prepared statements)
+// and the notices' LISTEN connection going to Postgres directly.
+func TestPgBouncer(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.Start(t)
+	direct := pg.CreateDatabase(t)
+	bouncer := pgtest.StartPgBouncer(t, pg, "transaction")
+	db := direct[strings.LastIndex(direct, "/")+1 : strings.Index(direct, "?")]
+	url := bouncer.URL(db) + "&default_query_exec_mode=exec"
+	h := harness(url)
+	h.Open = func(t testing.TB) store.Engine { return openIn(t, url, Options{PoolSize: 8, ListenURL: direct}) }
+	storetest.Run(t, h)
 }

@@ -31,6 +31,11 @@ type Module struct {
 	// such as `{env.PGPASSWORD}` are replaced when the config is loaded.
 	// The password is never logged.
 	URL string `json:"url,omitempty"`
+	// ListenURL is where the connection that LISTENs for the notices
+	// that wake waiting duplicates goes, when URL is a pooler in
+	// transaction mode: LISTEN needs a session, so point it at Postgres
+	// directly (or at a session-mode pool). Default: URL.
+	ListenURL string `json:"listen_url,omitempty"`
 	// Schema holds the store's tables, made and migrated at start, apart
 	// from the application's own. Default: `idemgate`.
 	Schema string `json:"schema,omitempty"`
@@ -46,8 +51,8 @@ type Module struct {
 	// URL does the same).
 	TLSCAFile string `json:"tls_ca_file,omitempty"`
 
-	url string // placeholders replaced
-	key string
+	url, listenURL string // placeholders replaced
+	key            string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -61,12 +66,15 @@ func (Module) CaddyModule() caddy.ModuleInfo {
 // Provision replaces placeholders and parses the URL, so a bad one fails
 // the config, not the first request.
 func (m *Module) Provision(caddy.Context) error {
-	m.url = caddy.NewReplacer().ReplaceAll(m.URL, "")
-	if _, err := pgxpool.ParseConfig(m.url); err != nil {
-		return fmt.Errorf("postgres store: %w", err) // pgx redacts the password
+	repl := caddy.NewReplacer()
+	m.url, m.listenURL = repl.ReplaceAll(m.URL, ""), repl.ReplaceAll(m.ListenURL, "")
+	for _, u := range []string{m.url, m.listenURL} {
+		if _, err := pgxpool.ParseConfig(u); u != "" && err != nil {
+			return fmt.Errorf("postgres store: %w", err) // pgx redacts the password
+		}
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%q|%q|%d|%d|%q", m.url, m.Schema, m.PoolSize, m.OpTimeout, m.TLSCAFile)
+	fmt.Fprintf(h, "%q|%q|%q|%d|%d|%q", m.url, m.listenURL, m.Schema, m.PoolSize, m.OpTimeout, m.TLSCAFile)
 	if m.TLSCAFile != "" {
 		pem, _ := os.ReadFile(m.TLSCAFile) // a rotated CA reconnects on reload
 		fmt.Fprintf(h, "|%x", sha256.Sum256(pem))
@@ -109,6 +117,7 @@ func (m *Module) OpenEngine() (store.Engine, error) {
 	log := caddy.Log().Named("http.handlers.idempotency")
 	opts := Options{
 		URL:       m.url,
+		ListenURL: m.listenURL,
 		Schema:    m.Schema,
 		PoolSize:  int32(m.PoolSize),
 		OpTimeout: time.Duration(m.OpTimeout),

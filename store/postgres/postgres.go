@@ -16,8 +16,9 @@
 //
 // No session state is used outside migrations (which hold a
 // transaction-scoped advisory lock) except the LISTEN of the notices'
-// own connection, so the pool may go through PgBouncer in transaction
-// mode.
+// own connection (Options.ListenURL), so the pool may go through
+// PgBouncer in transaction mode (with default_query_exec_mode=exec in
+// the URL before PgBouncer 1.21, which lacks prepared statements).
 package postgres
 
 import (
@@ -44,6 +45,10 @@ type Options struct {
 	// URL is the connection string (postgres://user:pass@host:5432/db?…,
 	// or key=value pairs), parsed by pgx. Its password is never logged.
 	URL string
+	// ListenURL, when set, is where the notices' connection goes instead
+	// of URL: LISTEN needs a session, so behind a pooler in transaction
+	// mode it must reach Postgres directly (or a session-mode pool).
+	ListenURL string
 	// Schema holds the store's tables (default "idemgate"); it is made
 	// when missing.
 	Schema string
@@ -117,12 +122,25 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("store: postgres: %w", err)
 		}
 	}
+	listen := cfg.ConnConfig
+	if opts.ListenURL != "" {
+		lcfg, err := pgxpool.ParseConfig(opts.ListenURL)
+		if err != nil {
+			return nil, fmt.Errorf("store: postgres: the listen url: %w", err)
+		}
+		if opts.ConfigurePool != nil {
+			if err := opts.ConfigurePool(lcfg); err != nil {
+				return nil, fmt.Errorf("store: postgres: %w", err)
+			}
+		}
+		listen = lcfg.ConnConfig
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres %s: %w", Redacted(opts.URL), err)
 	}
 	e := &Engine{pool: pool, opts: opts, schema: opts.Schema, sql: newQueries(opts.Schema), stop: make(chan struct{})}
-	e.notices.init(e, cfg.ConnConfig)
+	e.notices.init(e, listen)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+opts.OpTimeout)
 	defer cancel()
 	if _, _, err := e.migrate(ctx); err != nil {
