@@ -69,6 +69,7 @@ func TestPostgres(t *testing.T) {
 		"NoticesAcrossGateways": testNoticesAcrossGateways,
 		"ExpiryBounded":         testExpiryBounded,
 		"PasswordRedacted":      testPasswordRedacted,
+		"PoolMetrics":           testPoolMetrics,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -63,9 +63,12 @@ func (Module) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision replaces placeholders and parses the URL, so a bad one fails
-// the config, not the first request.
-func (m *Module) Provision(caddy.Context) error {
+// Provision registers the store's metrics, replaces placeholders and
+// parses the URL, so a bad one fails the config, not the first request.
+func (m *Module) Provision(ctx caddy.Context) error {
+	if err := RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
+		caddy.Log().Named("http.handlers.idempotency").Warn("registering the Postgres store's metrics", zap.Error(err))
+	}
 	repl := caddy.NewReplacer()
 	m.url, m.listenURL = repl.ReplaceAll(m.URL, ""), repl.ReplaceAll(m.ListenURL, "")
 	for _, u := range []string{m.url, m.listenURL} {

@@ -149,6 +149,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.done.Add(1)
 	go e.sweepLoop()
+	e.report(true)
 	return e, nil
 }
 
@@ -170,6 +171,7 @@ func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 // Close stops the sweep and the notices and closes the pool.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
+		e.report(false)
 		close(e.stop)
 		e.notices.close()
 		e.done.Wait()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/storetest"
 )
@@ -139,4 +141,49 @@ func testPasswordRedacted(t *testing.T, _ string) {
 		t.Fatalf("the error shows the password: %v", err)
 	}
 	t.Logf("error: %v", err)
+}
+
+// testPoolMetrics: the pool of an open engine is reported by schema,
+// and no more once it is closed.
+func testPoolMetrics(t *testing.T, url string) {
+	reg := prometheus.NewRegistry()
+	if err := RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(Options{URL: url, Schema: "metrics", PoolSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.MustClaim(t, e, storetest.ClaimReq(storetest.NewID(t), "tok"))
+	gauge := func(name, state string) (float64, bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["schema"] == "metrics" && (state == "" || labels["state"] == state) {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	if v, ok := gauge("idemgate_postgres_pool_max_connections", ""); !ok || v != 3 {
+		t.Fatalf("idemgate_postgres_pool_max_connections = %v (%v), want 3", v, ok)
+	}
+	if v, ok := gauge("idemgate_postgres_pool_connections", "idle"); !ok || v < 1 {
+		t.Fatalf("idle connections = %v (%v), want at least the claim's", v, ok)
+	}
+	_ = e.Close()
+	if _, ok := gauge("idemgate_postgres_pool_max_connections", ""); ok {
+		t.Fatal("a closed engine's pool is still reported")
+	}
 }
