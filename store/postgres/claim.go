@@ -16,6 +16,14 @@ import (
 // by its own claimant untouched. The row's claim_outcome says what this
 // statement did, and claimed_at the clock it decided by, so RETURNING
 // gives the caller everything.
+//
+// A claim that executes (a new record, a takeover) commits as the
+// server's synchronous_commit says, before the request is forwarded. A
+// claim that only counted (a replay, a conflict, a hold of a lease run
+// out) sets synchronous_commit off for its own transaction, from
+// RETURNING: a crash that loses it loses an attempt count, or a hold the
+// next claim decides again, and a replay does not wait for the WAL to
+// reach the disk.
 
 // Claim outcomes, as kept in claim_outcome.
 const (
@@ -87,7 +95,9 @@ SELECT $1, $2, $3, $4, $5, 'in_flight', $6, nextval('` + fences + `'),
 FROM (SELECT ` + nowSQL + ` AS now) c
 ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
 WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
-RETURNING ` + recCols()
+RETURNING ` + recCols() + `,
+	set_config('synchronous_commit', CASE WHEN r.claim_outcome = ` + fmt.Sprint(outcomeCounted) + ` THEN 'off'
+		ELSE current_setting('synchronous_commit') END, true)`
 }
 
 // Claim takes the right to execute an operation, or returns its record
@@ -100,11 +110,12 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	check := req.Check.Normalized()
 	ctx, cancel := e.call(ctx)
 	defer cancel()
+	var syncCommit string // what the claim's transaction committed with
 	for range maxRetries {
 		r, err := scanRec(e.pool.QueryRow(ctx, e.sql.claim,
 			req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
-			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)))
+			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)), &syncCommit)
 		if err == nil {
 			res := store.ClaimResult{Record: r.view(), Now: time.UnixMilli(r.claimedAt)}
 			if r.claimOutcome != outcomeCounted {
