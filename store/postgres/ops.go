@@ -85,53 +85,6 @@ func (e *Engine) change(ctx context.Context, op, id string, async, notify bool, 
 	return changed && err == nil, err
 }
 
-// Complete stores a result under its claim (see store.CompleteRequest),
-// also writing the record anew when it does not exist. It commits with
-// synchronous_commit off: a completion lost in a crash leaves the claim,
-// which becomes outcome unknown.
-func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
-	id, token := req.Claim.ID, req.Claim.Token
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
-	}
-	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
-	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
-	}
-	result := newResult(req.Result)
-	return e.change(ctx, "complete", id, true, true, func(cur *rec, now int64) *rec {
-		var r *rec
-		switch {
-		case cur == nil:
-			started := req.StartedAt
-			if started.IsZero() {
-				started = time.UnixMilli(now)
-			}
-			r = &rec{Record: store.Record{
-				ID:              id,
-				Route:           req.Claim.Route,
-				Operation:       req.Claim.Operation,
-				Fingerprint:     req.Claim.Fingerprint,
-				FingerprintRule: req.Claim.FingerprintRule,
-				Token:           token,
-				StartedAt:       time.UnixMilli(started.UnixMilli()),
-				Attempts:        1,
-				Executions:      1,
-			}}
-		case cur.Token != token:
-			return nil
-		default:
-			r = cur.clone()
-		}
-		r.State, r.Reason = store.StateCompleted, ""
-		r.CompletedAt = time.UnixMilli(now)
-		r.setResult(result)
-		r.Request = nil // a completed record keeps no request
-		r.expireAt = now + store.Millis(ttl)
-		return r
-	})
-}
-
 // Release marks the record released: the next claim executes again.
 func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
 	ttl = store.OrDefault(ttl, store.DefaultTTL)

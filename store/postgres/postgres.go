@@ -5,9 +5,10 @@
 // A claim is one statement (INSERT … ON CONFLICT … DO UPDATE …
 // RETURNING, see claim.go) decided on the database's clock and fenced by
 // the caller's token; each execution also draws a number from the
-// sequence fences. Every other change locks the record's row, applies the
-// contract's rule and writes it back in the same transaction, fenced by
-// the token it read. The claim commits as the server's
+// sequence fences. A completion (complete.go) and a renewal are one
+// fenced statement each. Every other change locks the record's row,
+// applies the contract's rule and writes it back in the same
+// transaction, fenced by the token it read. The claim commits as the server's
 // synchronous_commit says (on by default, and with a synchronous standby
 // it waits for it) before anything is forwarded; a completion commits
 // with synchronous_commit off: visible at once, durable within the WAL
@@ -323,7 +324,7 @@ type queries struct {
 	lock            string // the record, locked
 	get             string
 	insert, update  string
-	claim           string
+	claim, complete string
 }
 
 func newQueries(schema string) queries {
@@ -345,6 +346,7 @@ func newQueries(schema string) queries {
 	}
 	q.update = "UPDATE " + q.records + " SET " + joinCols(set) + " WHERE id = $1"
 	q.claim = claimSQL(q.records, pgx.Identifier{schema, "fences"}.Sanitize())
+	q.complete = completeSQL(q.records)
 	return q
 }
 
