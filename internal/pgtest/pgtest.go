@@ -156,21 +156,29 @@ func Launch(bin string, settings ...string) (*Cluster, error) {
 		c.Remove()
 		return nil, err
 	}
+	if err := c.startOnFreePort(); err != nil {
+		c.Remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startOnFreePort starts the server on a free port, trying another when
+// the one it drew was taken meanwhile.
+func (c *Cluster) startOnFreePort() error {
 	var lastErr error
 	for range startTries {
 		port, err := proc.FreePort()
 		if err != nil {
-			c.Remove()
-			return nil, fmt.Errorf("pgtest: no free port: %w", err)
+			return fmt.Errorf("pgtest: no free port: %w", err)
 		}
 		c.Port = port
 		c.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if lastErr = c.start(); lastErr == nil {
-			return c, nil
+			return nil
 		}
 	}
-	c.Remove()
-	return nil, fmt.Errorf("pgtest: postgres did not start: %w", lastErr)
+	return fmt.Errorf("pgtest: postgres did not start: %w", lastErr)
 }
 
 // runAsPostgres makes the cluster run as the "postgres" user, which owns
@@ -273,16 +281,24 @@ func (c *Cluster) CreateDatabase(t testing.TB) string {
 	return c.URL(name)
 }
 
+// connect opens a connection to the database "postgres", closed when t
+// ends, and a context that bounds its use to 60s.
+func (c *Cluster) connect(t testing.TB) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		cancel()
+		t.Fatalf("pgtest: connect to %s: %v", c.Addr, err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()); cancel() })
+	return ctx, conn
+}
+
 // Exec runs sql in the database "postgres".
 func (c *Cluster) Exec(t testing.TB, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := c.connect(t)
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("pgtest: %s: %v", strings.Fields(sql)[0], err)
 	}
@@ -455,29 +471,16 @@ func StartStandby(t testing.TB, primary *Cluster, settings ...string) *Cluster {
 	if err != nil {
 		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
 	}
-	for range startTries {
-		if c.Port, err = proc.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-		c.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port))
-		if err = c.start(); err == nil {
-			return c
-		}
+	if err := c.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: the standby: %v", err)
 	}
-	t.Fatalf("pgtest: the standby did not start: %v", err)
-	return nil
+	return c
 }
 
 // Promote makes a standby the primary and waits until it accepts writes.
 func (c *Cluster) Promote(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		t.Fatalf("pgtest: connect to the standby: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := c.connect(t)
 	var ok bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil || !ok {
 		t.Fatalf("pgtest: pg_promote: %v, %v", ok, err)
@@ -488,13 +491,7 @@ func (c *Cluster) Promote(t testing.TB) {
 // state ("sync" or "async" in pg_stat_replication).
 func (c *Cluster) WaitStreaming(t testing.TB, state string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := c.connect(t)
 	for {
 		var got string
 		err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming' LIMIT 1").Scan(&got)
