@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -57,12 +58,18 @@ func harness(url string) storetest.Harness {
 	}
 }
 
-// TestPostgres runs every test of the package on one cluster: the
-// engine contract first, then the engine's own tests.
+// The package's tests share one cluster (pgtest.Shared), each on a
+// database of its own; the benchmarks run one with fsync on.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.StopShared()
+	os.Exit(code)
+}
+
+// TestPostgres runs the engine contract, then the engine's own tests.
 func TestPostgres(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
-	url := pg.CreateDatabase(t)
+	url := pgtest.Shared(t).CreateDatabase(t)
 	t.Run("Conformance", func(t *testing.T) { storetest.Run(t, harness(url)) })
 	for name, f := range map[string]func(*testing.T, string){
 		"Migrations":            testMigrations,
@@ -85,7 +92,7 @@ func TestPostgres(t *testing.T) {
 // and the notices' LISTEN connection going to Postgres directly.
 func TestPgBouncer(t *testing.T) {
 	t.Parallel()
-	pg := pgtest.Start(t)
+	pg := pgtest.Shared(t)
 	direct := pg.CreateDatabase(t)
 	bouncer := pgtest.StartPgBouncer(t, pg, "transaction")
 	db := direct[strings.LastIndex(direct, "/")+1 : strings.Index(direct, "?")]
