@@ -32,12 +32,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	idempotency {
 //	    rules        <file>                 # YAML route rules, inlined while adapting
 //	    secret       <secret>               # record ids are keyed with it (default: kept in the store)
-//	    store        embedded [<dir>] | <redis-url> [<redis-url>...] | <engine> [<args>...]
+//	    store        embedded [<dir>] | <redis-url> [<redis-url>...] | <postgres-url> | <engine> [<args>...]
 //	    <store option> ...                  # any other option is the store's
 //	}
 //
 // The store is a module in the namespace idempotency.stores: `store
-// embedded` (the default) selects idempotency.stores.embedded, an address
+// embedded` (the default) selects idempotency.stores.embedded, a
+// postgres:// URL idempotency.stores.postgres, another address
 // idempotency.stores.redis, another name the engine registered under it.
 // The store's options (cache_size; master_name, cluster, wait_replicas,
 // op_timeout, ...) are written beside `store`, or in a block after it, and

@@ -30,7 +30,7 @@ func adapt(t *testing.T, file string) ([]byte, error) {
 // files: the rules file is inlined, and the directive sorts after
 // basic_auth and encode and before reverse_proxy without a global order.
 func TestCaddyfileGolden(t *testing.T) {
-	for _, name := range []string{"embedded", "redis", "sentinel"} {
+	for _, name := range []string{"embedded", "redis", "sentinel", "postgres"} {
 		t.Run(name, func(t *testing.T) {
 			out, err := adapt(t, filepath.Join("testdata", name+".caddyfile"))
 			if err != nil {
@@ -103,6 +103,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"a Redis option on the embedded store", "idempotency {\n rules good.yaml\n master_name m\n}", "master_name is an option of the Redis store"},
 		{"cache_size on Redis", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n cache_size 64MiB\n}", "cache_size is the embedded store's"},
 		{"store twice", "idempotency {\n rules good.yaml\n store embedded\n store embedded\n}", "store: given twice"},
+		{"unknown option of Postgres", "idempotency {\n rules good.yaml\n store postgres://db/app\n colour blue\n}", "unrecognized option 'colour' of the Postgres store"},
+		{"Postgres with two URLs", "idempotency {\n rules good.yaml\n store postgres://a/app postgres://b/app\n}", "store postgres takes one connection URL, got 2 arguments"},
+		{"bad pool_size on Postgres", "idempotency {\n rules good.yaml\n store postgres://db/app\n pool_size 0\n}", `pool_size: "0" is not a positive number`},
+		{"wait_replicas on Postgres", "idempotency {\n rules good.yaml\n store postgres://db/app\n wait_replicas 1\n}", "wait_replicas is for Redis; on Postgres a claim waits for the synchronous standbys"},
+		{"a Redis option on Postgres", "idempotency {\n rules good.yaml\n store postgresql://db/app\n key_prefix x\n}", "key_prefix is an option of the Redis store; on Postgres"},
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},

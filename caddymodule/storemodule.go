@@ -12,6 +12,7 @@ import (
 	// The engines that come with the gateway; another registers itself
 	// in the same namespace from its own package.
 	_ "github.com/idemgate/idemgate/store/embedded"
+	"github.com/idemgate/idemgate/store/postgres"
 	_ "github.com/idemgate/idemgate/store/redis"
 )
 
@@ -56,6 +57,8 @@ func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Stor
 		}
 	} else if arg := storeLine[1].Text; isEngine(arg) {
 		name = arg
+	} else if postgres.IsURL(arg) {
+		name = "postgres"
 	} else {
 		name = "redis" // addresses
 	}

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/pgtest"
 	"github.com/idemgate/idemgate/internal/proc"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
@@ -51,6 +52,7 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		defer pgtest.StopShared()
 		return m.Run()
 	}()
 	os.Exit(code)
@@ -81,6 +83,7 @@ var backends = []backend{
 		srv := redistest.Start(t)
 		return "redis://" + srv.Addr + "/0"
 	}},
+	{"postgres", func(t *testing.T) string { return pgtest.Shared(t).CreateDatabase(t) }},
 }
 
 // dealsAndHeldRoutes are two routes.yaml route entries: deals (POST /deals

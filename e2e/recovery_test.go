@@ -279,6 +279,8 @@ func checkNotAtRest(t *testing.T, g *gateway, be backend, storeArg, id string) {
 			}
 		}
 		t.Logf("redis: %d keys read", len(keys))
+	case "postgres":
+		blobs = postgresRows(t, storeArg)
 	}
 	seenID := false
 	for _, b := range blobs {

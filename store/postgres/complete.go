@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// The completion is one statement too, on the request's hot path: it
+// stores the result under the claim's token, or writes the record anew
+// when it is gone (store.CompleteRequest), wakes the record's waiters
+// (pg_notify, delivered on commit) and commits with synchronous_commit
+// off (see the package documentation).
+//
+//	$1 id, $2 token, $3 status, $4 header, $5 body, $6 body omitted,
+//	$7 digest, $8 external id, $9 ttl ms, $10 route, $11 operation,
+//	$12 fingerprint, $13 fingerprint rule, $14 started at ms (0: now),
+//	$15 the notices' channel
+func completeSQL(records string) string {
+	set := make([]string, 0, len(writeCols))
+	for _, c := range writeCols[1:] {
+		set = append(set, c+" = excluded."+c)
+	}
+	set = append(set, "claimed_at = 0", "claim_outcome = 0")
+	return `WITH c AS (SELECT ` + nowSQL + ` AS now),
+upd AS (
+	UPDATE ` + records + ` r SET state = 'completed', reason = '', completed_at = c.now,
+		status = $3, header = $4, body = $5, body_omitted = $6, digest = $7, external_id = $8,
+		request = NULL, expire_at = c.now + $9
+	FROM c WHERE r.id = $1 AND r.token = $2 AND r.expire_at > c.now
+	RETURNING r.id
+),
+ins AS (
+	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
+		started_at, completed_at, attempts, executions, status, header, body, body_omitted, digest, external_id, expire_at)
+	SELECT $1, $10, $11, $12, $13, 'completed', $2, 0,
+		CASE WHEN $14::bigint = 0 THEN c.now ELSE $14 END, c.now, 1, 1, $3, $4, $5, $6, $7, $8, c.now + $9
+	FROM c WHERE NOT EXISTS (SELECT 1 FROM upd)
+	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ", ") + `
+	WHERE r.expire_at <= excluded.completed_at
+	RETURNING r.id
+),
+done AS (SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins) AS n),
+notice AS (SELECT pg_notify($15, $1) FROM done WHERE n > 0)
+SELECT done.n, set_config('synchronous_commit', 'off', true), (SELECT count(*) FROM notice) FROM done`
+}
+
+// Complete stores a result under its claim (see store.CompleteRequest),
+// also writing the record anew when it does not exist: one statement.
+func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
+	id, token := req.Claim.ID, req.Claim.Token
+	if !store.ValidID(id) {
+		return false, store.ErrInvalidID
+	}
+	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
+	if ttl < 0 {
+		return false, errors.New("store: negative TTL")
+	}
+	res := newResult(req.Result)
+	var started int64
+	if !req.StartedAt.IsZero() {
+		started = req.StartedAt.UnixMilli()
+	}
+	ctx, cancel := e.call(ctx)
+	defer cancel()
+	var (
+		n, notified int64
+		sync        string
+	)
+	err := e.pool.QueryRow(ctx, e.sql.complete,
+		id, token, res.Status, store.EncodeHeader(res.Header), res.Body, res.BodyOmitted, res.Digest, res.ExternalID,
+		store.Millis(ttl), req.Claim.Route, req.Claim.Operation, req.Claim.Fingerprint, req.Claim.FingerprintRule,
+		started, e.notices.channel).Scan(&n, &sync, &notified)
+	if err != nil {
+		return false, e.opErr("complete", id, err)
+	}
+	return n > 0, nil
+}

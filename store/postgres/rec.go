@@ -1,0 +1,239 @@
+package postgres
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemgate/idemgate/store"
+)
+
+// rec is a record as kept: the contract's Record plus its expiry, fence
+// number and verification state.
+type rec struct {
+	store.Record
+	expireAt int64 // ms; the record is gone from then on
+	fence    int64 // the sequence number of the execution's claim
+
+	// checkToken is the running check's token (the check lease until
+	// CheckLeaseUntil); notFoundAt is when the last counted "not
+	// applied" answer came (ms, 0: none).
+	checkToken string
+	notFoundAt int64
+
+	claimedAt    int64 // the clock at the last claim (claim.go)
+	claimOutcome int16
+}
+
+// writeCols are the columns a change writes, id first.
+var writeCols = []string{
+	"id", "route", "operation", "fingerprint", "fingerprint_rule", "state", "token", "fence",
+	"started_at", "completed_at", "lease_until", "attempts", "executions",
+	"status", "header", "body", "body_omitted", "digest", "external_id", "reason", "audit",
+	"check_method", "check_url", "check_after", "check_match", "checks", "check_count", "next_check",
+	"not_found_streak", "check_lease_until", "check_token", "not_found_at",
+	"not_done", "unknowns", "answers", "request", "expire_at",
+}
+
+// readCols are the columns a read returns: writeCols and the claim's.
+func recCols() string {
+	return strings.Join(append(slices.Clone(writeCols), "claimed_at", "claim_outcome"), ", ")
+}
+
+// ms is t in milliseconds, 0 for the zero time.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// at is the time of ms milliseconds, the zero time for 0.
+func at(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// Stored forms of the states, and back.
+func stateOf(s string) store.State {
+	if s == "unknown" {
+		return store.StateUnknown
+	}
+	return store.State(s)
+}
+
+// JSON forms of the lists a record keeps (times in ms).
+type (
+	auditJSON struct {
+		At     int64  `json:"at"`
+		Actor  string `json:"actor"`
+		Action string `json:"action"`
+		Reason string `json:"reason"`
+	}
+	checkJSON struct {
+		At      int64  `json:"at"`
+		Status  int    `json:"status"`
+		Verdict string `json:"verdict"`
+	}
+	answerJSON struct {
+		At     int64 `json:"at"`
+		Status int   `json:"status"`
+	}
+)
+
+func encodeList[T, J any](list []T, f func(T) J) string {
+	if len(list) == 0 {
+		return ""
+	}
+	out := make([]J, len(list))
+	for i, v := range list {
+		out[i] = f(v)
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
+func decodeList[T, J any](s string, f func(J) T) ([]T, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var in []J
+	if err := json.Unmarshal([]byte(s), &in); err != nil {
+		return nil, err
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out, nil
+}
+
+// args are the values of writeCols.
+func (r *rec) args() []any {
+	audit := encodeList(r.Audit, func(a store.AuditEntry) auditJSON {
+		return auditJSON{ms(a.At), a.Actor, a.Action, a.Reason}
+	})
+	checks := encodeList(r.Checks, func(c store.CheckEntry) checkJSON { return checkJSON{ms(c.At), c.Status, c.Verdict} })
+	answers := encodeList(r.Answers, func(a store.Answer) answerJSON { return answerJSON{ms(a.At), a.Status} })
+	return []any{
+		r.ID, r.Route, r.Operation, r.Fingerprint, r.FingerprintRule, store.StoredState(r.State), r.Token, r.fence,
+		ms(r.StartedAt), ms(r.CompletedAt), ms(r.LeaseUntil), r.Attempts, r.Executions,
+		r.Status, store.EncodeHeader(r.Header), r.Body, r.BodyOmitted, r.Digest, r.ExternalID, r.Reason, audit,
+		r.Check.Method, r.Check.URL, store.Millis(r.Check.After), store.EncodeCheckMatch(r.Check.Match), checks, r.CheckCount, ms(r.NextCheck),
+		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.checkToken, r.notFoundAt,
+		r.NotDone, r.Unknowns, answers, r.Request, r.expireAt,
+	}
+}
+
+// scanRec reads one row of recCols (and any extra destinations after
+// them).
+func scanRec(row pgx.Row, extra ...any) (*rec, error) {
+	var (
+		r                                                  rec
+		state, header, audit, checks, answers, match       string
+		started, completed, lease, after, next, checkLease int64
+		body, request                                      []byte
+	)
+	dest := []any{
+		&r.ID, &r.Route, &r.Operation, &r.Fingerprint, &r.FingerprintRule, &state, &r.Token, &r.fence,
+		&started, &completed, &lease, &r.Attempts, &r.Executions,
+		&r.Status, &header, &body, &r.BodyOmitted, &r.Digest, &r.ExternalID, &r.Reason, &audit,
+		&r.Check.Method, &r.Check.URL, &after, &match, &checks, &r.CheckCount, &next,
+		&r.NotFoundStreak, &checkLease, &r.checkToken, &r.notFoundAt,
+		&r.NotDone, &r.Unknowns, &answers, &request, &r.expireAt,
+		&r.claimedAt, &r.claimOutcome,
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	r.State = stateOf(state)
+	r.StartedAt, r.CompletedAt, r.LeaseUntil = at(started), at(completed), at(lease)
+	r.NextCheck, r.CheckLeaseUntil = at(next), at(checkLease)
+	r.Header = store.DecodeHeader(header)
+	if len(body) > 0 {
+		r.Body = body
+	}
+	if len(request) > 0 {
+		r.Request = request
+	}
+	if r.Check.URL != "" {
+		r.Check.After = time.Duration(after) * time.Millisecond
+		r.Check.Match = store.DecodeCheckMatch(match)
+	}
+	var err error
+	if r.Audit, err = decodeList(audit, func(a auditJSON) store.AuditEntry {
+		return store.AuditEntry{At: at(a.At), Actor: a.Actor, Action: a.Action, Reason: a.Reason}
+	}); err != nil {
+		return nil, err
+	}
+	if r.Checks, err = decodeList(checks, func(c checkJSON) store.CheckEntry {
+		return store.CheckEntry{At: at(c.At), Status: c.Status, Verdict: c.Verdict}
+	}); err != nil {
+		return nil, err
+	}
+	if r.Answers, err = decodeList(answers, func(a answerJSON) store.Answer { return store.Answer{At: at(a.At), Status: a.Status} }); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (r *rec) clone() *rec {
+	c := *r
+	c.Audit = clip(c.Audit)
+	c.Checks = clip(c.Checks)
+	c.Answers = clip(c.Answers)
+	return &c
+}
+
+// view is the record for a caller.
+func (r *rec) view() *store.Record {
+	v := r.Record
+	return &v
+}
+
+// clearResult drops the result fields, as a release or a takeover does.
+func (r *rec) clearResult() {
+	r.CompletedAt = time.Time{}
+	r.Status = 0
+	r.Header = nil
+	r.Body = nil
+	r.BodyOmitted = false
+	r.Digest = ""
+	r.ExternalID = ""
+	r.Reason = ""
+}
+
+// setResult stores res (already normalised by newResult).
+func (r *rec) setResult(res store.Result) {
+	r.Status = res.Status
+	r.Header = res.Header
+	r.Body = res.Body
+	r.BodyOmitted = res.BodyOmitted
+	r.Digest = res.Digest
+	r.ExternalID = res.ExternalID
+}
+
+// newResult copies a result out of the caller's buffers, with its header
+// in the stored form every engine keeps.
+func newResult(res store.Result) store.Result {
+	res.Header = store.DecodeHeader(store.EncodeHeader(res.Header))
+	if len(res.Body) == 0 {
+		res.Body = nil
+	} else {
+		res.Body = slices.Clone(res.Body)
+	}
+	return res
+}
+
+// scheduleFirstCheck makes a record that was just held due for its first
+// scheduled check its After from now.
+func (r *rec) scheduleFirstCheck(now int64) {
+	if !r.Check.IsZero() {
+		r.NextCheck = time.UnixMilli(now + store.Millis(r.Check.After))
+	}
+}
