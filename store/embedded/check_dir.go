@@ -148,7 +148,7 @@ func Check(dir string) (Report, error) {
 			damage("record %q does not decode", strings.TrimPrefix(string(it.Key()), "r"))
 			continue
 		}
-		if r.expireAt > now {
+		if r.ExpireAt > now {
 			rep.Records[store.StoredState(r.State)]++
 		}
 	}

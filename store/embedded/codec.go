@@ -61,20 +61,10 @@ func appendBytes(b []byte, s []byte) []byte {
 func appendTime(b []byte, t time.Time) []byte { return binary.AppendVarint(b, msOf(t)) }
 
 // msOf is t in ms since the epoch, 0 for the zero time.
-func msOf(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
+func msOf(t time.Time) int64 { return store.MillisOf(t) }
 
 // timeOf is the inverse of msOf.
-func timeOf(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}
+func timeOf(ms int64) time.Time { return store.TimeOfMillis(ms) }
 
 // State bytes.
 var stateCodes = map[store.State]byte{
@@ -109,7 +99,7 @@ func appendPut(b []byte, r *rec) []byte {
 	b = appendString(b, r.Digest)
 	b = appendString(b, r.ExternalID)
 	b = appendString(b, r.Reason)
-	b = binary.AppendVarint(b, r.expireAt)
+	b = binary.AppendVarint(b, r.ExpireAt)
 	b = binary.AppendUvarint(b, uint64(len(r.Audit)))
 	for _, a := range r.Audit {
 		b = appendTime(b, a.At)
@@ -135,8 +125,8 @@ func appendChecks(b []byte, r *rec) []byte {
 	b = binary.AppendVarint(b, r.CheckCount)
 	b = appendTime(b, r.NextCheck)
 	b = binary.AppendVarint(b, r.NotFoundStreak)
-	b = binary.AppendVarint(b, r.notFoundAt)
-	b = appendString(b, r.checkToken)
+	b = binary.AppendVarint(b, r.NotFoundAt)
+	b = appendString(b, r.CheckToken)
 	b = appendTime(b, r.CheckLeaseUntil)
 	b = appendString(b, store.EncodeCheckMatch(r.Check.Match))
 	return appendRecovery(b, r)
@@ -196,8 +186,8 @@ func decodeChecks(d *reader, r *rec) {
 	r.CheckCount = d.varint()
 	r.NextCheck = timeOf(d.varint())
 	r.NotFoundStreak = d.varint()
-	r.notFoundAt = d.varint()
-	r.checkToken = d.string()
+	r.NotFoundAt = d.varint()
+	r.CheckToken = d.string()
 	r.CheckLeaseUntil = timeOf(d.varint())
 	if len(d.b) > 0 { // records made before match values lack them
 		r.Check.Match = store.DecodeCheckMatch(d.string())
@@ -290,7 +280,7 @@ func decodePut(d *reader) (*rec, error) {
 	r.Digest = d.string()
 	r.ExternalID = d.string()
 	r.Reason = d.string()
-	r.expireAt = d.varint()
+	r.ExpireAt = d.varint()
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
 		d.fail()

@@ -19,7 +19,7 @@ func TestRecordCodecOlderForms(t *testing.T) {
 		Attempts: 3, Executions: 3, NotDone: 3, Unknowns: 2,
 		Answers: []store.Answer{{At: time.UnixMilli(1_700_000_000_500), Status: 502}},
 		Request: []byte("sealed"),
-	}, expireAt: 1_700_000_100_000}
+	}, ExpireAt: 1_700_000_100_000}
 	full := encodeRecord(r)
 	unknowns := binary.AppendVarint(nil, r.Unknowns)
 	if !bytes.HasSuffix(full, unknowns) {

@@ -50,7 +50,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,66 +152,8 @@ var _ store.Engine = (*Engine)(nil)
 var errClosed = errors.New("store: embedded store is closed")
 
 // rec is a record as kept: the contract's Record plus its expiry and
-// verification state.
-type rec struct {
-	store.Record
-	expireAt int64 // ms; the record is gone from then on
-
-	// checkToken is the running check's token (the check lease until
-	// CheckLeaseUntil); notFoundAt is when the last counted "not
-	// applied" answer came (ms, 0: none).
-	checkToken string
-	notFoundAt int64
-}
-
-func (r *rec) clone() *rec {
-	c := *r
-	c.Audit = slices.Clip(c.Audit)
-	c.Checks = slices.Clip(c.Checks)
-	c.Answers = slices.Clip(c.Answers)
-	return &c
-}
-
-// clearResult drops the result fields, as a release or a takeover does.
-func (r *rec) clearResult() {
-	r.CompletedAt = time.Time{}
-	r.Status = 0
-	r.Header = nil
-	r.Body = nil
-	r.BodyOmitted = false
-	r.Digest = ""
-	r.ExternalID = ""
-	r.Reason = ""
-}
-
-// setResult stores res (already normalised by newResult).
-func (r *rec) setResult(res store.Result) {
-	r.Status = res.Status
-	r.Header = res.Header
-	r.Body = res.Body
-	r.BodyOmitted = res.BodyOmitted
-	r.Digest = res.Digest
-	r.ExternalID = res.ExternalID
-}
-
-// view is the record for a caller. Records are decoded afresh from the
-// store for every call, so it shares nothing with another caller.
-func (r *rec) view() *store.Record {
-	v := r.Record
-	return &v
-}
-
-// newResult copies a result out of the caller's buffers, with its header
-// in the stored form every engine keeps.
-func newResult(res store.Result) store.Result {
-	res.Header = store.DecodeHeader(store.EncodeHeader(res.Header))
-	if len(res.Body) == 0 {
-		res.Body = nil
-	} else {
-		res.Body = slices.Clone(res.Body)
-	}
-	return res
-}
+// verification state, with the rules both Go engines share.
+type rec = store.Stored
 
 // Open opens (creating when missing) and recovers the store in
 // opts.Dir, and takes it for this process: it fails, naming DIR and the
@@ -385,10 +326,10 @@ func (e *Engine) ExpiresAt(id string) time.Time {
 	}
 	defer e.leave()
 	r, err := e.read(id)
-	if err != nil || r == nil || r.expireAt <= e.now() {
+	if err != nil || r == nil || r.ExpireAt <= e.now() {
 		return time.Time{}
 	}
-	return time.UnixMilli(r.expireAt)
+	return time.UnixMilli(r.ExpireAt)
 }
 
 // mutation is what a change function returns: the new record (nil:
@@ -423,7 +364,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 	}
 	now := e.now()
 	cur := raw
-	if cur != nil && cur.expireAt <= now {
+	if cur != nil && cur.ExpireAt <= now {
 		cur = nil
 	}
 	m := f(cur, now)
@@ -568,37 +509,37 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			res.Claimed = true
 			return mutation{sync: true, undo: true, next: &rec{
 				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
-				expireAt: now + hold}}
+				ExpireAt: now + hold}}
 		case cur.State == store.StateInFlight && cur.Token == req.Token:
 			res.Claimed = true // a retried claim: already the caller's
 			return mutation{}
 		}
-		out := cur.clone()
+		out := cur.Clone()
 		out.Attempts++
 		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
 		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
 		switch {
 		case expired && a.OnExpired != store.ExpiredRelease:
-			out.State, out.Reason, out.expireAt = store.StateUnknown, "lease_expired", now+hold
-			out.scheduleFirstCheck(now)
+			out.State, out.Reason, out.ExpireAt = store.StateUnknown, "lease_expired", now+hold
+			out.ScheduleFirstCheck(now)
 			return mutation{next: out, sync: true}
 		case same && (expired || cur.State == store.StateReleased):
 			if expired { // an unknown outcome let go: it counts against the budget
 				out.NotDone++
 				out.Unknowns++
 				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
-					out.State, out.Reason, out.expireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
+					out.State, out.Reason, out.ExpireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
 					out.NextCheck = time.Time{}
 					return mutation{next: out, sync: true}
 				}
 			}
-			out.clearResult()
+			out.ClearResult()
 			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
 			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)
 			out.Executions++
-			out.expireAt = now + hold
-			out.newClaimChecks(normalCheck(req.Check))
-			out.Request = keptRequest(req.Request)
+			out.ExpireAt = now + hold
+			out.NewClaimChecks(store.KeptCheck(req.Check))
+			out.Request = store.KeptRequest(req.Request)
 			res.Claimed, res.TakeOver = true, true
 			return mutation{next: out, sync: true, undo: true}
 		default:
@@ -608,7 +549,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	res.Record = out.view()
+	res.Record = out.View()
 	if res.Claimed {
 		res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
 	}
@@ -617,18 +558,15 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 
 // Renew extends a live claim's lease to now+lease.
 func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
-	}
-	lease = store.OrDefault(lease, store.DefaultLease)
-	if lease < 0 {
-		return false, errors.New("store: negative lease")
+	lease, err := store.CheckRenew(id, lease)
+	if err != nil {
+		return false, err
 	}
 	return e.change(ctx, "renew", id, false, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.State != store.StateInFlight || cur.Token != token {
 			return nil
 		}
-		r := cur.clone()
+		r := cur.Clone()
 		r.LeaseUntil = time.UnixMilli(now + store.Millis(lease))
 		return r
 	})
@@ -638,14 +576,10 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 // also writing the record anew when it does not exist.
 func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
 	id, token := req.Claim.ID, req.Claim.Token
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	result, ttl, err := store.CheckComplete(req)
+	if err != nil {
+		return false, err
 	}
-	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
-	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
-	}
-	result := newResult(req.Result)
 	return e.settled(id)(e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
 		var r *rec
 		switch {
@@ -668,60 +602,37 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		case cur.Token != token:
 			return nil
 		default:
-			r = cur.clone()
+			r = cur.Clone()
 		}
 		r.State, r.Reason = store.StateCompleted, ""
 		r.CompletedAt = time.UnixMilli(now)
-		r.setResult(result)
+		r.SetResult(result)
 		r.Request = nil // a completed record keeps no request
-		r.expireAt = now + store.Millis(ttl)
+		r.ExpireAt = now + store.Millis(ttl)
 		return r
 	}))
 }
 
 // Release marks the record released: the next claim executes again.
 func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
-	}
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	ttl, err := store.CheckRelease(id, ttl)
+	if err != nil {
+		return false, err
 	}
 	return e.settled(id)(e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
-		if cur == nil || cur.Token != token {
-			return nil
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.State, r.Reason = store.StateReleased, store.ReasonNotDone
-		r.expireAt = now + store.Millis(ttl)
-		return r
+		return cur.Release(now, token, ttl)
 	}))
 }
 
 // MarkUnknown holds the record as outcome unknown; a completed record is
 // never demoted.
 func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
-	holdTTL = store.OrDefault(holdTTL, store.DefaultHoldTTL)
-	if holdTTL < 0 {
-		return false, errors.New("store: negative hold TTL")
-	}
-	if reason == "" {
-		reason = "unknown"
-	}
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	reason, holdTTL, err := store.CheckMarkUnknown(id, reason, holdTTL)
+	if err != nil {
+		return false, err
 	}
 	return e.settled(id)(e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
-		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
-			return nil
-		}
-		r := cur.clone()
-		r.State, r.Reason = store.StateUnknown, reason
-		r.expireAt = now + store.Millis(holdTTL)
-		r.scheduleFirstCheck(now)
-		return r
+		return cur.MarkUnknown(now, token, reason, holdTTL)
 	}))
 }
 
@@ -759,29 +670,21 @@ func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: get %s: %w", id, err)
 	}
-	if r == nil || r.expireAt <= e.now() {
+	if r == nil || r.ExpireAt <= e.now() {
 		return nil, nil
 	}
-	return r.view(), nil
+	return r.View(), nil
 }
 
 // OperatorRelease releases a record on an operator's word (see
 // store.Engine.OperatorRelease) and appends act to its audit trail.
 func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
+	ttl, err := store.CheckOperatorRelease(ttl)
+	if err != nil {
+		return nil, err
 	}
 	return e.operator(ctx, "release", id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
-			return nil, conflict(cur)
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), store.ReasonOperator
-		r.NotDone, r.Unknowns = 0, 0 // a fresh retry budget
-		r.expireAt = now + store.Millis(ttl)
-		return r, nil
+		return cur.OperatorRelease(now, ttl)
 	})
 }
 
@@ -792,28 +695,16 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 	if err != nil {
 		return nil, err
 	}
-	result := newResult(res)
+	result := store.KeptResult(res)
 	return e.operator(ctx, "complete", id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateCompleted || cur.State == store.StateInFlight && msOf(cur.LeaseUntil) > now || cur.checking(now) {
-			return nil, conflict(cur)
-		}
-		r := cur.clone()
-		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), store.ReasonOperator
-		r.CompletedAt = time.UnixMilli(now)
-		r.setResult(result)
-		r.Request = nil
-		r.expireAt = now + store.Millis(ttl)
-		return r, nil
+		return cur.OperatorComplete(now, result, ttl)
 	})
 }
 
 // operator runs an operator's change on an existing record: f returns the
 // new record or the conflict; the audit entry is added in the same step.
 func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
-	if !store.ValidID(id) {
-		return nil, store.ErrInvalidID
-	}
-	if err := act.Validate(); err != nil {
+	if err := store.CheckOperator(id, act); err != nil {
 		return nil, err
 	}
 	return e.audited(ctx, action, id, act, f)
@@ -830,12 +721,7 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 		if err != nil {
 			return mutation{err: err}
 		}
-		r.Audit = append(r.Audit, store.AuditEntry{
-			At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason,
-		})
-		if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
-			r.Audit = r.Audit[n:] // the newest are kept, as on Redis
-		}
+		r.AddAudit(now, act.Actor, action, act.Reason)
 		return mutation{next: r, sync: true}
 	})
 	switch {
@@ -844,13 +730,7 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 	case m.err != nil && out == nil:
 		return nil, m.err
 	case m.err != nil:
-		return out.view(), m.err
+		return out.View(), m.err
 	}
-	return out.view(), nil
+	return out.View(), nil
 }
-
-// checking reports whether a verification check holds the record (a live
-// check lease): operators wait for its verdict.
-func (r *rec) checking(now int64) bool { return r.CheckRunning(time.UnixMilli(now)) }
-
-func conflict(cur *rec) error { return store.ConflictOf(&cur.Record) }

@@ -110,11 +110,11 @@ func (e *Engine) expire(id string, at, now int64) error {
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
-	if r != nil && r.expireAt <= now {
+	if r != nil && r.ExpireAt <= now {
 		err = deleteRecord(b, r)
 		e.swept.Add(int64(len(r.Body)) + 256)
 	}
-	if err == nil && (r == nil || r.expireAt != at) {
+	if err == nil && (r == nil || r.ExpireAt != at) {
 		err = b.Delete(expiryKey(at, id), nil) // left behind: should not happen
 	}
 	if err == nil && !b.Empty() {

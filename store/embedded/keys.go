@@ -110,7 +110,7 @@ func putRecord(b *pebble.Batch, old, next *rec) error {
 	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
 		return err
 	}
-	return b.Set(expiryKey(next.expireAt, next.ID), nil, nil)
+	return b.Set(expiryKey(next.ExpireAt, next.ID), nil, nil)
 }
 
 // deleteRecord deletes r and its index keys.
@@ -128,5 +128,5 @@ func unindex(b *pebble.Batch, r *rec) error {
 	if err := b.Delete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
 		return err
 	}
-	return b.Delete(expiryKey(r.expireAt, r.ID), nil)
+	return b.Delete(expiryKey(r.ExpireAt, r.ID), nil)
 }

@@ -2,10 +2,8 @@ package embedded
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -39,27 +37,17 @@ const cursorVersion = "l1"
 // throughout the walk exactly once, as long as records do not change
 // state meanwhile. Records carry no Token, Header or Body.
 func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, error) {
-	states := store.IndexStates()
-	if f.State != "" {
-		st := store.StoredState(f.State)
-		if st == "" {
-			return store.ListPage{}, fmt.Errorf("%w: state %q is not one of in_flight, completed, outcome_unknown, released",
-				store.ErrInvalidArgument, f.State)
-		}
-		states = []store.State{states[slices.IndexFunc(states, func(s store.State) bool { return store.StoredState(s) == st })]}
+	states, limit, err := store.CheckList(f)
+	if err != nil {
+		return store.ListPage{}, err
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = store.DefaultListLimit
-	}
-	limit = min(limit, store.MaxListLimit)
 	start := listKey{state: stateIdx(states[0])}
 	if f.Cursor != "" {
-		k, err := decodeCursor(f.Cursor, states)
+		i, id, err := store.DecodeCursor(f.Cursor, cursorVersion, states)
 		if err != nil {
 			return store.ListPage{}, err
 		}
-		start = k
+		start = listKey{state: stateIdx(states[i]), id: id}
 	}
 	allowed := func(k listKey) bool {
 		return slices.ContainsFunc(states, func(s store.State) bool { return stateIdx(s) == k.state })
@@ -90,12 +78,12 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 		if err != nil {
 			return store.ListPage{}, fmt.Errorf("store: list: %w", err)
 		}
-		if r == nil || r.expireAt <= now || stateIdx(r.State) != k.state {
+		if r == nil || r.ExpireAt <= now || stateIdx(r.State) != k.state {
 			continue // expired, not yet swept; or changed meanwhile
 		}
 		if len(page.Records) == limit || scanned >= limit+listMaxScan {
 			if f.Route == "" || r.Route == f.Route || scanned >= limit+listMaxScan {
-				page.NextCursor = encodeCursor(k)
+				page.NextCursor = store.EncodeCursor(cursorVersion, store.IndexStates()[k.state], k.id)
 				break
 			}
 			scanned++
@@ -105,39 +93,10 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 		if f.Route != "" && r.Route != f.Route {
 			continue
 		}
-		v := r.Record
-		v.Token, v.Header, v.Body, v.Audit = "", nil, nil, nil
-		page.Records = append(page.Records, &v)
+		page.Records = append(page.Records, r.Listed())
 	}
 	if err := it.Error(); err != nil {
 		return store.ListPage{}, e.readErr(err)
 	}
 	return page, nil
-}
-
-func encodeCursor(k listKey) string {
-	st := store.StoredState(store.IndexStates()[k.state])
-	return base64.RawURLEncoding.EncodeToString([]byte(cursorVersion + " " + st + " " + k.id))
-}
-
-func decodeCursor(c string, states []store.State) (listKey, error) {
-	bad := func(why string) (listKey, error) {
-		return listKey{}, fmt.Errorf("%w: cursor %q: %s", store.ErrInvalidArgument, c, why)
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return bad("not a cursor of this store")
-	}
-	parts := strings.Split(string(raw), " ")
-	if len(parts) != 3 || parts[0] != cursorVersion {
-		return bad("not a cursor of this store")
-	}
-	i := slices.IndexFunc(states, func(s store.State) bool { return store.StoredState(s) == parts[1] })
-	if i < 0 {
-		return bad("made for another state filter")
-	}
-	if !store.ValidID(parts[2]) {
-		return bad("bad position")
-	}
-	return listKey{state: stateIdx(states[i]), id: parts[2]}, nil
 }

@@ -93,7 +93,7 @@ func (e *Engine) migrate() (int, error) {
 	defer b.Close()
 	now, n := e.now(), 0
 	for _, r := range recs {
-		if r.expireAt <= now {
+		if r.ExpireAt <= now {
 			continue
 		}
 		if old, err := e.read(r.ID); err != nil {

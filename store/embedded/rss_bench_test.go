@@ -84,7 +84,7 @@ func BenchmarkRSSMillionsOfRecords(b *testing.B) {
 			ID: fmt.Sprintf("%032x", i), Route: "deals", Operation: "create_deal", Fingerprint: "fp",
 			State: store.StateCompleted, Token: "tok", StartedAt: time.UnixMilli(now), CompletedAt: time.UnixMilli(now),
 			Attempts: 1, Executions: 1, Result: store.Result{Status: 201, Body: body, Digest: "d"},
-		}, expireAt: now + time.Hour.Milliseconds()}
+		}, ExpireAt: now + time.Hour.Milliseconds()}
 		if err := putRecord(batch, nil, r); err != nil {
 			b.Fatal(err)
 		}

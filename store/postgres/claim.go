@@ -117,7 +117,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
 			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)), &syncCommit)
 		if err == nil {
-			res := store.ClaimResult{Record: r.view(), Now: time.UnixMilli(r.claimedAt)}
+			res := store.ClaimResult{Record: r.View(), Now: time.UnixMilli(r.claimedAt)}
 			if r.claimOutcome != outcomeCounted {
 				res.Claimed, res.TakeOver = true, r.claimOutcome == outcomeTakeOver
 				res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
@@ -133,7 +133,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
 		}
 		if cur != nil && cur.State == store.StateInFlight && cur.Token == req.Token {
-			res := store.ClaimResult{Claimed: true, Record: cur.view(), Now: time.UnixMilli(now)}
+			res := store.ClaimResult{Claimed: true, Record: cur.View(), Now: time.UnixMilli(now)}
 			res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
 			return res, nil
 		}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"strings"
 
 	"github.com/idemgate/idemgate/store"
@@ -51,14 +50,10 @@ SELECT done.n, set_config('synchronous_commit', 'off', true), (SELECT count(*) F
 // also writing the record anew when it does not exist: one statement.
 func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
 	id, token := req.Claim.ID, req.Claim.Token
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	res, ttl, err := store.CheckComplete(req)
+	if err != nil {
+		return false, err
 	}
-	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
-	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
-	}
-	res := newResult(req.Result)
 	var started int64
 	if !req.StartedAt.IsZero() {
 		started = req.StartedAt.UnixMilli()
@@ -69,7 +64,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		n, notified int64
 		sync        string
 	)
-	err := e.pool.QueryRow(ctx, e.sql.complete,
+	err = e.pool.QueryRow(ctx, e.sql.complete,
 		id, token, res.Status, store.EncodeHeader(res.Header), res.Body, res.BodyOmitted, res.Digest, res.ExternalID,
 		store.Millis(ttl), req.Claim.Route, req.Claim.Operation, req.Claim.Fingerprint, req.Claim.FingerprintRule,
 		started, e.notices.channel).Scan(&n, &sync, &notified)

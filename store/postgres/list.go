@@ -2,10 +2,7 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -21,23 +18,13 @@ const cursorVersion = "p1"
 // records do not change state meanwhile. Records carry no Token, Header,
 // Body or Audit.
 func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, error) {
-	states := store.IndexStates()
-	if f.State != "" {
-		st := store.StoredState(f.State)
-		if st == "" {
-			return store.ListPage{}, fmt.Errorf("%w: state %q is not one of in_flight, completed, outcome_unknown, released",
-				store.ErrInvalidArgument, f.State)
-		}
-		states = []store.State{stateOf(st)}
+	states, limit, err := store.CheckList(f)
+	if err != nil {
+		return store.ListPage{}, err
 	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = store.DefaultListLimit
-	}
-	limit = min(limit, store.MaxListLimit)
 	from, after := 0, ""
 	if f.Cursor != "" {
-		i, id, err := decodeCursor(f.Cursor, states)
+		i, id, err := store.DecodeCursor(f.Cursor, cursorVersion, states)
 		if err != nil {
 			return store.ListPage{}, err
 		}
@@ -61,12 +48,10 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 				return store.ListPage{}, fmt.Errorf("store: postgres: list: %w", err)
 			}
 			if len(page.Records) == limit {
-				page.NextCursor = encodeCursor(states[i], r.ID)
+				page.NextCursor = store.EncodeCursor(cursorVersion, states[i], r.ID)
 				break
 			}
-			v := r.Record
-			v.Token, v.Header, v.Body, v.Audit = "", nil, nil, nil
-			page.Records = append(page.Records, &v)
+			page.Records = append(page.Records, r.Listed())
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -78,32 +63,4 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 		after = ""
 	}
 	return page, nil
-}
-
-func encodeCursor(st store.State, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(cursorVersion + " " + store.StoredState(st) + " " + id))
-}
-
-// decodeCursor returns the position in states and the id a cursor starts
-// from.
-func decodeCursor(c string, states []store.State) (int, string, error) {
-	bad := func(why string) (int, string, error) {
-		return 0, "", fmt.Errorf("%w: cursor %q: %s", store.ErrInvalidArgument, c, why)
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return bad("not a cursor of this store")
-	}
-	parts := strings.Split(string(raw), " ")
-	if len(parts) != 3 || parts[0] != cursorVersion {
-		return bad("not a cursor of this store")
-	}
-	i := slices.IndexFunc(states, func(s store.State) bool { return store.StoredState(s) == parts[1] })
-	if i < 0 {
-		return bad("made for another state filter")
-	}
-	if !store.ValidID(parts[2]) {
-		return bad("bad position")
-	}
-	return i, parts[2], nil
 }

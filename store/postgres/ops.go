@@ -2,11 +2,8 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +28,7 @@ func (e *Engine) get(ctx context.Context, id string) (*rec, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if r.expireAt <= now {
+	if r.ExpireAt <= now {
 		return nil, now, nil
 	}
 	return r, now, nil
@@ -51,17 +48,14 @@ func (e *Engine) Get(ctx context.Context, id string) (*store.Record, error) {
 	if r == nil {
 		return nil, nil
 	}
-	return r.view(), nil
+	return r.View(), nil
 }
 
 // Renew extends a live claim's lease to now+lease: one fenced UPDATE.
 func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
-	}
-	lease = store.OrDefault(lease, store.DefaultLease)
-	if lease < 0 {
-		return false, errors.New("store: negative lease")
+	lease, err := store.CheckRenew(id, lease)
+	if err != nil {
+		return false, err
 	}
 	ctx, cancel := e.call(ctx)
 	defer cancel()
@@ -87,67 +81,37 @@ func (e *Engine) change(ctx context.Context, op, id string, async, notify bool, 
 
 // Release marks the record released: the next claim executes again.
 func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
-	}
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	ttl, err := store.CheckRelease(id, ttl)
+	if err != nil {
+		return false, err
 	}
 	return e.change(ctx, "release", id, false, true, func(cur *rec, now int64) *rec {
-		if cur == nil || cur.Token != token {
-			return nil
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.State, r.Reason = store.StateReleased, store.ReasonNotDone
-		r.expireAt = now + store.Millis(ttl)
-		return r
+		return cur.with(cur.stored().Release(now, token, ttl))
 	})
 }
 
 // MarkUnknown holds the record as outcome unknown; a completed record is
 // never demoted.
 func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
-	holdTTL = store.OrDefault(holdTTL, store.DefaultHoldTTL)
-	if holdTTL < 0 {
-		return false, errors.New("store: negative hold TTL")
-	}
-	if reason == "" {
-		reason = "unknown"
-	}
-	if !store.ValidID(id) {
-		return false, store.ErrInvalidID
+	reason, holdTTL, err := store.CheckMarkUnknown(id, reason, holdTTL)
+	if err != nil {
+		return false, err
 	}
 	return e.change(ctx, "mark unknown", id, false, true, func(cur *rec, now int64) *rec {
-		if cur == nil || cur.Token != token || cur.State == store.StateCompleted {
-			return nil
-		}
-		r := cur.clone()
-		r.State, r.Reason = store.StateUnknown, reason
-		r.expireAt = now + store.Millis(holdTTL)
-		r.scheduleFirstCheck(now)
-		return r
+		return cur.with(cur.stored().MarkUnknown(now, token, reason, holdTTL))
 	})
 }
 
 // OperatorRelease releases a record on an operator's word (see
 // store.Engine.OperatorRelease) and appends act to its audit trail.
 func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
-	if ttl < 0 {
-		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
+	ttl, err := store.CheckOperatorRelease(ttl)
+	if err != nil {
+		return nil, err
 	}
 	return e.operator(ctx, store.AuditRelease, id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateInFlight && ms(cur.LeaseUntil) > now || cur.checking(now) {
-			return nil, store.ConflictOf(&cur.Record)
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.State, r.Token, r.Reason = store.StateReleased, store.NewToken(), store.ReasonOperator
-		r.NotDone, r.Unknowns = 0, 0 // a fresh retry budget
-		r.expireAt = now + store.Millis(ttl)
-		return r, nil
+		next, err := cur.OperatorRelease(now, ttl)
+		return cur.with(next), err
 	})
 }
 
@@ -158,32 +122,18 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 	if err != nil {
 		return nil, err
 	}
-	result := newResult(res)
+	result := store.KeptResult(res)
 	return e.operator(ctx, store.AuditComplete, id, act, func(cur *rec, now int64) (*rec, error) {
-		if cur.State == store.StateCompleted || cur.State == store.StateInFlight && ms(cur.LeaseUntil) > now || cur.checking(now) {
-			return nil, store.ConflictOf(&cur.Record)
-		}
-		r := cur.clone()
-		r.State, r.Token, r.Reason = store.StateCompleted, store.NewToken(), store.ReasonOperator
-		r.CompletedAt = time.UnixMilli(now)
-		r.setResult(result)
-		r.Request = nil
-		r.expireAt = now + store.Millis(ttl)
-		return r, nil
+		next, err := cur.OperatorComplete(now, result, ttl)
+		return cur.with(next), err
 	})
 }
-
-// checking reports whether a verification check holds the record.
-func (r *rec) checking(now int64) bool { return r.CheckRunning(time.UnixMilli(now)) }
 
 // operator runs an operator's change on an existing record: f returns
 // the new record or the conflict; the audit entry is added in the same
 // transaction.
 func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
-	if !store.ValidID(id) {
-		return nil, store.ErrInvalidID
-	}
-	if err := act.Validate(); err != nil {
+	if err := store.CheckOperator(id, act); err != nil {
 		return nil, err
 	}
 	return e.audited(ctx, action, id, act, f)
@@ -204,10 +154,7 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 			refused = err
 			return mutation{}
 		}
-		r.Audit = append(r.Audit, store.AuditEntry{At: time.UnixMilli(now), Actor: act.Actor, Action: action, Reason: act.Reason})
-		if n := len(r.Audit) - store.MaxAuditEntries; n > 0 {
-			r.Audit = r.Audit[n:] // the newest are kept
-		}
+		r.AddAudit(now, act.Actor, action, act.Reason)
 		return mutation{next: r}
 	})
 	switch {
@@ -216,9 +163,9 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 	case refused != nil && out == nil:
 		return nil, refused
 	case refused != nil:
-		return out.view(), refused
+		return out.View(), refused
 	}
-	return out.view(), nil
+	return out.View(), nil
 }
 
 // BeginCheck takes record id's check lease for lease (see
@@ -228,86 +175,21 @@ func (e *Engine) BeginCheck(ctx context.Context, id, claimToken, checkToken stri
 		return nil, false, err
 	}
 	return e.checkChange(ctx, "begin check", id, func(cur *rec, now int64) (*rec, bool) {
-		if cur.State != store.StateUnknown || cur.Token != claimToken {
-			return nil, false
-		}
-		leased := ms(cur.CheckLeaseUntil) > now
-		switch {
-		case leased && cur.checkToken == checkToken:
-			return nil, true // a retried BeginCheck
-		case leased, due && (cur.NextCheck.IsZero() || ms(cur.NextCheck) > now):
-			return nil, false
-		}
-		r := cur.clone()
-		r.checkToken = checkToken
-		r.CheckLeaseUntil = time.UnixMilli(now + store.Millis(lease))
-		return r, true
+		next, ok := cur.BeginCheck(now, claimToken, checkToken, lease, due)
+		return cur.with(next), ok
 	})
 }
 
 // EndCheck records a check under its lease and applies its verdict (see
 // store.Engine.EndCheck).
 func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Record, bool, error) {
-	if err := o.Validate(); err != nil {
+	o, err := store.CheckEndCheck(o)
+	if err != nil {
 		return nil, false, err
 	}
-	if o.Operator != nil {
-		if err := o.Operator.Validate(); err != nil {
-			return nil, false, err
-		}
-	}
-	ttl := store.Millis(store.OrDefault(o.TTL, store.DefaultTTL))
-	res := o.Result
-	if o.Entry.Verdict == store.VerdictApplied {
-		if res.Digest == "" {
-			sum := sha256.Sum256(res.Body)
-			res.Digest = hex.EncodeToString(sum[:])
-		}
-		res.BodyOmitted = false
-		res = newResult(res)
-	}
 	return e.checkChange(ctx, "end check", o.ID, func(cur *rec, now int64) (*rec, bool) {
-		if cur.State != store.StateUnknown || cur.Token != o.ClaimToken || cur.checkToken != o.CheckToken {
-			return nil, false
-		}
-		r := cur.clone()
-		entry := o.Entry
-		entry.At = time.UnixMilli(now)
-		r.Checks = append(r.Checks, entry)
-		if n := len(r.Checks); n > store.MaxCheckEntries {
-			r.Checks = slices.Clone(r.Checks[n-store.MaxCheckEntries:])
-		}
-		r.CheckCount++
-		r.checkToken, r.CheckLeaseUntil = "", time.Time{}
-		if o.Operator != nil {
-			r.Audit = append(r.Audit, store.AuditEntry{
-				At: time.UnixMilli(now), Actor: o.Operator.Actor, Action: store.AuditVerify, Reason: o.Operator.Reason,
-			})
-		}
-		if entry.Verdict == store.VerdictNotApplied && (r.notFoundAt == 0 || now-r.notFoundAt >= store.Millis(o.Every)) {
-			r.NotFoundStreak++
-			r.notFoundAt = now
-		}
-		switch {
-		case entry.Verdict == store.VerdictApplied:
-			r.State, r.Token, r.Reason = store.StateCompleted, o.CheckToken, store.ReasonVerified
-			r.Request = nil // a completed record keeps no request
-			r.CompletedAt = time.UnixMilli(now)
-			r.setResult(res)
-			r.NextCheck = time.Time{}
-			r.expireAt = now + ttl
-		case entry.Verdict == store.VerdictNotApplied && r.NotFoundStreak >= int64(o.NotFoundChecks):
-			r.clearResult()
-			r.State, r.Token, r.Reason = store.StateReleased, o.CheckToken, store.ReasonVerifiedNotApplied
-			r.Unknowns = 0 // found not applied: no earlier execution took effect
-			r.NextCheck = time.Time{}
-			r.expireAt = now + ttl
-		case o.Next > 0:
-			r.NextCheck = time.UnixMilli(now + store.Millis(o.Next))
-		default:
-			r.NextCheck = time.Time{}
-		}
-		return r, true
+		next, ok := cur.EndCheck(now, o)
+		return cur.with(next), ok
 	})
 }
 
@@ -328,7 +210,7 @@ func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec
 	if err != nil || out == nil {
 		return nil, false, err
 	}
-	return out.view(), ok, nil
+	return out.View(), ok, nil
 }
 
 // NotDone records a "not done" execution under its claim: released, or
@@ -340,31 +222,9 @@ func (e *Engine) NotDone(ctx context.Context, req store.NotDoneRequest) (store.N
 	}
 	outcome := store.NotDoneLost
 	_, err = e.change(ctx, "not done", req.ID, false, true, func(cur *rec, now int64) *rec {
-		outcome = store.NotDoneLost
-		if cur == nil || cur.Token != req.Token {
-			return nil
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.NotDone++
-		if req.Unknown {
-			r.Unknowns++
-		}
-		r.Answers = append(r.Answers, store.Answer{At: time.UnixMilli(now), Status: req.Status})
-		if n := len(r.Answers) - store.MaxAnswers; n > 0 {
-			r.Answers = r.Answers[n:]
-		}
-		if req.MaxExecutions > 0 && r.NotDone >= req.MaxExecutions {
-			r.State, r.Reason = store.StateUnknown, store.ReasonRetriesExhausted
-			r.NextCheck = time.Time{} // known not done: nothing to check
-			r.expireAt = now + store.Millis(req.HoldTTL)
-			outcome = store.NotDoneExhausted
-			return r
-		}
-		r.State, r.Reason = store.StateReleased, req.ReleasedReason()
-		r.expireAt = now + store.Millis(req.TTL)
-		outcome = store.NotDoneReleased
-		return r
+		var next *store.Stored
+		next, outcome = cur.stored().AnswerNotDone(now, req)
+		return cur.with(next)
 	})
 	if err != nil {
 		return store.NotDoneLost, err
@@ -380,17 +240,7 @@ func (e *Engine) Redrive(ctx context.Context, req store.RedriveRequest) (*store.
 		return nil, err
 	}
 	return e.audited(ctx, store.AuditRun, req.ID, req.Act, func(cur *rec, now int64) (*rec, error) {
-		if err := store.RedriveRefusal(&cur.Record, time.UnixMilli(now)); err != nil {
-			return nil, err
-		}
-		r := cur.clone()
-		r.clearResult()
-		r.State, r.Token = store.StateInFlight, req.Token
-		r.StartedAt, r.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+store.Millis(req.Lease))
-		r.Executions++
-		r.CheckCount, r.NextCheck, r.NotFoundStreak, r.CheckLeaseUntil = 0, time.Time{}, 0, time.Time{}
-		r.checkToken, r.notFoundAt = "", 0
-		r.expireAt = now + store.Millis(req.HoldTTL)
-		return r, nil
+		next, err := cur.Redrive(now, req)
+		return cur.with(next), err
 	})
 }

@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"sync"
 	"time"
 
@@ -268,7 +267,7 @@ func (e *Engine) updateOnce(ctx context.Context, id string, f func(cur *rec, now
 		return nil, err
 	}
 	live := cur
-	if existed && cur.expireAt <= now {
+	if existed && cur.ExpireAt <= now {
 		live = nil
 	}
 	m := f(live, now)
@@ -360,6 +359,3 @@ func joinCols(cols []string) string {
 	}
 	return out
 }
-
-// clip makes later appends copy.
-func clip[T any](s []T) []T { return slices.Clip(s) }

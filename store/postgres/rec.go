@@ -11,21 +11,33 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// rec is a record as kept: the contract's Record plus its expiry, fence
-// number and verification state.
+// rec is a record as kept: the rules' store.Stored plus the fence
+// number of the execution's claim and what the last claim did.
 type rec struct {
-	store.Record
-	expireAt int64 // ms; the record is gone from then on
-	fence    int64 // the sequence number of the execution's claim
-
-	// checkToken is the running check's token (the check lease until
-	// CheckLeaseUntil); notFoundAt is when the last counted "not
-	// applied" answer came (ms, 0: none).
-	checkToken string
-	notFoundAt int64
+	store.Stored
+	fence int64 // the sequence number of the execution's claim
 
 	claimedAt    int64 // the clock at the last claim (claim.go)
 	claimOutcome int16
+}
+
+// stored is r's rule state, nil for no record.
+func (r *rec) stored() *store.Stored {
+	if r == nil {
+		return nil
+	}
+	return &r.Stored
+}
+
+// with is r changed to next by a rule (nil: no change), keeping its
+// fence and claim.
+func (r *rec) with(next *store.Stored) *rec {
+	if next == nil {
+		return nil
+	}
+	c := *r
+	c.Stored = *next
+	return &c
 }
 
 // writeCols are the columns a change writes, id first.
@@ -44,20 +56,10 @@ func recCols() string {
 }
 
 // ms is t in milliseconds, 0 for the zero time.
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
+func ms(t time.Time) int64 { return store.MillisOf(t) }
 
 // at is the time of ms milliseconds, the zero time for 0.
-func at(ms int64) time.Time {
-	if ms == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
-}
+func at(ms int64) time.Time { return store.TimeOfMillis(ms) }
 
 // Stored forms of the states, and back.
 func stateOf(s string) store.State {
@@ -125,8 +127,8 @@ func (r *rec) args() []any {
 		ms(r.StartedAt), ms(r.CompletedAt), ms(r.LeaseUntil), r.Attempts, r.Executions,
 		r.Status, store.EncodeHeader(r.Header), r.Body, r.BodyOmitted, r.Digest, r.ExternalID, r.Reason, audit,
 		r.Check.Method, r.Check.URL, store.Millis(r.Check.After), store.EncodeCheckMatch(r.Check.Match), checks, r.CheckCount, ms(r.NextCheck),
-		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.checkToken, r.notFoundAt,
-		r.NotDone, r.Unknowns, answers, r.Request, r.expireAt,
+		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.CheckToken, r.NotFoundAt,
+		r.NotDone, r.Unknowns, answers, r.Request, r.ExpireAt,
 	}
 }
 
@@ -144,8 +146,8 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		&started, &completed, &lease, &r.Attempts, &r.Executions,
 		&r.Status, &header, &body, &r.BodyOmitted, &r.Digest, &r.ExternalID, &r.Reason, &audit,
 		&r.Check.Method, &r.Check.URL, &after, &match, &checks, &r.CheckCount, &next,
-		&r.NotFoundStreak, &checkLease, &r.checkToken, &r.notFoundAt,
-		&r.NotDone, &r.Unknowns, &answers, &request, &r.expireAt,
+		&r.NotFoundStreak, &checkLease, &r.CheckToken, &r.NotFoundAt,
+		&r.NotDone, &r.Unknowns, &answers, &request, &r.ExpireAt,
 		&r.claimedAt, &r.claimOutcome,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
@@ -180,60 +182,4 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-func (r *rec) clone() *rec {
-	c := *r
-	c.Audit = clip(c.Audit)
-	c.Checks = clip(c.Checks)
-	c.Answers = clip(c.Answers)
-	return &c
-}
-
-// view is the record for a caller.
-func (r *rec) view() *store.Record {
-	v := r.Record
-	return &v
-}
-
-// clearResult drops the result fields, as a release or a takeover does.
-func (r *rec) clearResult() {
-	r.CompletedAt = time.Time{}
-	r.Status = 0
-	r.Header = nil
-	r.Body = nil
-	r.BodyOmitted = false
-	r.Digest = ""
-	r.ExternalID = ""
-	r.Reason = ""
-}
-
-// setResult stores res (already normalised by newResult).
-func (r *rec) setResult(res store.Result) {
-	r.Status = res.Status
-	r.Header = res.Header
-	r.Body = res.Body
-	r.BodyOmitted = res.BodyOmitted
-	r.Digest = res.Digest
-	r.ExternalID = res.ExternalID
-}
-
-// newResult copies a result out of the caller's buffers, with its header
-// in the stored form every engine keeps.
-func newResult(res store.Result) store.Result {
-	res.Header = store.DecodeHeader(store.EncodeHeader(res.Header))
-	if len(res.Body) == 0 {
-		res.Body = nil
-	} else {
-		res.Body = slices.Clone(res.Body)
-	}
-	return res
-}
-
-// scheduleFirstCheck makes a record that was just held due for its first
-// scheduled check its After from now.
-func (r *rec) scheduleFirstCheck(now int64) {
-	if !r.Check.IsZero() {
-		r.NextCheck = time.UnixMilli(now + store.Millis(r.Check.After))
-	}
 }
