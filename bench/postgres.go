@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,26 +114,11 @@ func (s *pgServer) cpu() (time.Duration, error) {
 	return total, nil
 }
 
-// parseStatReaped reads cutime and cstime (fields 16 and 17) of
-// /proc/PID/stat, added to utime and stime (parseStat).
+// parseStatReaped reads utime, stime, cutime and cstime (fields 14 to
+// 17) of /proc/PID/stat: a process's CPU time and that of the children it
+// has waited for.
 func parseStatReaped(stat string) (time.Duration, error) {
-	own, err := parseStat(stat)
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
-	if len(f) < 15 {
-		return 0, errors.New("short /proc stat")
-	}
-	var ticks int64
-	for _, x := range f[13:15] {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc stat: %w", err)
-		}
-		ticks += n
-	}
-	return own + time.Duration(ticks)*time.Second/clockTicks, nil
+	return statTicks(stat, 14, 17)
 }
 
 // pgWork is what the cluster did during one run of a Postgres variant.
