@@ -325,7 +325,7 @@ func TestSelectVariants(t *testing.T) {
 	}
 	// -sets: only the named sets' variants, in their order.
 	onlyTwo, err := selectVariants("", "two")
-	if err != nil || len(onlyTwo) != 6 {
+	if err != nil || len(onlyTwo) != 8 {
 		t.Fatalf("-sets two: %d variants, %v", len(onlyTwo), err)
 	}
 	for _, v := range onlyTwo {

@@ -49,6 +49,14 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 		ports[2], redisStore, e.up.addr,
 		ports[3], e.up.addr,
 		ports[4], strconv.Quote(staticBody))
+	if e.pg != nil {
+		p, err := proc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		g.sites[sitePostgres] = addr(p)
+		caddyfile += fmt.Sprintf(postgresSiteTemplate, p, e.pg.store(), e.up.addr)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(caddyfile), 0o644); err != nil {
 		return nil, err
 	}

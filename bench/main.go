@@ -24,9 +24,13 @@
 //	static            POST /v1/deals answered by Caddy's respond (the ceiling)
 //	embedded-execute  execute through the gateway on the embedded store
 //	embedded-replay   replay through the gateway on the embedded store
+//	pg-execute        execute through the gateway on a throw-away Postgres cluster
+//	pg-replay         replay through the gateway on that cluster
 //
-// and the set two-plain, two-execute, two-replay, two-embedded-execute,
-// two-embedded-replay and two-static: the same at 2 connections (-conns2),
+// (the pg-* variants run when Postgres is installed, as the tests find
+// it, see internal/pgtest; the output says when they are skipped) and
+// the set two-plain, two-execute, two-replay, two-embedded-execute,
+// two-embedded-replay, two-pg-execute, two-pg-replay and two-static: the same at 2 connections (-conns2),
 // where requests barely queue for the CPUs, so p50 over plain is the
 // latency the gateway adds and the CPU per request what it costs (a table
 // of its own); and, when taskset is installed and there are at least 2 CPUs, the set
@@ -144,6 +148,7 @@ type env struct {
 	runID      string
 	up         *upstream
 	redis      *redisServer // nil without redis-server
+	pg         *pgServer    // nil when no pg-* variant runs
 	gw         *gatewayProc // the shared set's gateway
 	pinned     *gatewayProc // the pinned set's gateway, during that set
 	loader     loader
@@ -167,6 +172,9 @@ func (e *env) close() {
 	}
 	if e.redis != nil {
 		e.redis.stop()
+	}
+	if e.pg != nil {
+		e.pg.stop()
 	}
 	if e.up != nil {
 		e.up.close()
@@ -206,6 +214,14 @@ func run(o options) error {
 
 	began := time.Now()
 	e.loadAvg[0] = loadAverage()
+	if len(vs) > len(withoutStore(vs, "postgres")) {
+		if e.pg, err = startPostgres(); err != nil {
+			fmt.Printf("postgres: skipping the pg-* variants (%v)\n", err)
+			vs = withoutStore(vs, "postgres")
+		} else {
+			fmt.Printf("postgres: %s on loopback (throw-away cluster, fsync on) for the pg-* variants\n", e.pg.version)
+		}
+	}
 	if err := e.start(o); err != nil {
 		return err
 	}
@@ -477,7 +493,11 @@ func (e *env) prime() error {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	for _, site := range []string{siteRedis, siteEmbedded} {
+	sites := []string{siteRedis, siteEmbedded}
+	if e.pg != nil {
+		sites = append(sites, sitePostgres)
+	}
+	for _, site := range sites {
 		for i := range replayKeys {
 			if st, err := send(site, fmt.Sprintf("r-%s-%d", e.runID, i), false); err != nil || st != 201 {
 				return fmt.Errorf("priming replay key %d on the %s site: status %d, %v", i, site, st, err)

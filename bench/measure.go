@@ -55,6 +55,10 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 			before = &st
 		}
 	}
+	var pg0 pgWork
+	if v.store == "postgres" {
+		pg0 = e.pg.work()
+	}
 	spec := e.spec(v, conns, d, 0, tag)
 	set := spec.req.set()
 	cpu0, calls0, conns0 := e.cpu(g), e.up.callsOf(set), e.up.conns.Load()
@@ -90,6 +94,9 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 				st.cpu[i] = (cpu1[i] - cpu0[i]) / time.Duration(res.requests)
 			}
 		}
+	}
+	if v.store == "postgres" {
+		applyPostgres(&st, pg0, e.pg.work(), res.requests)
 	}
 	return st
 }

@@ -57,17 +57,24 @@ func cpuTime(pid int) (time.Duration, error) {
 // The command name (field 2) may contain spaces: fields are counted from
 // the closing parenthesis.
 func parseStat(s string) (time.Duration, error) {
+	// utime is field 14, stime field 15.
+	return statTicks(s, 14, 15)
+}
+
+// statTicks sums fields first to last of /proc/PID/stat, in clock ticks,
+// as a duration.
+func statTicks(s string, first, last int) (time.Duration, error) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
 		return 0, errors.New("malformed /proc stat")
 	}
 	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
+	// f[0] is field 3 (state).
+	if len(f) < last-2 {
 		return 0, errors.New("short /proc stat")
 	}
 	var ticks int64
-	for _, x := range f[11:13] {
+	for _, x := range f[first-3 : last-2] {
 		n, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("/proc stat: %w", err)

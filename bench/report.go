@@ -21,6 +21,10 @@ var ratioLines = []ratioLine{
 	{"passthrough", "plain", 0.98},
 	{"embedded-execute", "execute", 1.0},
 	{"embedded-replay", "replay", 1.0},
+	{"pg-execute", "plain", 0.60},
+	{"pg-replay", "static", 0.35},
+	{"pg-execute", "execute", 0},
+	{"pg-replay", "replay", 0},
 	{"pinned-execute", "pinned-plain", 0},
 	{"pinned-replay", "pinned-static", 0},
 	{"pinned-passthrough", "pinned-plain", 0},
@@ -56,6 +60,10 @@ const (
 	maxTwoExecuteAddedP50 = 0.30 // ms
 	maxTwoExecuteAddedCPU = 250  // µs
 )
+
+// maxTwoPostgresAddedP50 is what a guarded execute on Postgres may add
+// over plain reverse_proxy in p50 latency at the two set's connections.
+const maxTwoPostgresAddedP50 = 1.0 // ms
 
 type report struct {
 	o        options
@@ -176,7 +184,7 @@ func (r *report) table(md bool) string {
 		fmt.Fprintf(&b, "%-18s %8s %7s %7s %6s %8s %11s %6s %8s %7s %7s  %s\n",
 			cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], cells[7], cells[8], cells[9], cells[10], cells[11])
 	}
-	row("variant", "req/s", "p50 ms", "p99 ms", "×plain", "cmds/req", "scripts/req", "gw µs", "redis µs", "load µs", "+CPU µs", "answers")
+	row("variant", "req/s", "p50 ms", "p99 ms", "×plain", "cmds/req", "scripts/req", "gw µs", "store µs", "load µs", "+CPU µs", "answers")
 	if md {
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	}
@@ -265,7 +273,7 @@ func (r *report) twoTable(md bool) string {
 			continue
 		}
 		if n == 0 {
-			row("variant", "req/s", "p50 ms", "p99 ms", "gw µs", "redis µs", "+p50 ms", "+gw µs", "+CPU µs", "answers")
+			row("variant", "req/s", "p50 ms", "p99 ms", "gw µs", "store µs", "+p50 ms", "+gw µs", "+CPU µs", "answers")
 			if md {
 				b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 			}
@@ -319,20 +327,22 @@ func (r *report) sideBySide() string {
 		}
 		return fmt.Sprintf("%.0f", s.cpu[procGateway])
 	}
-	for _, set := range []string{setShared, setTwo} {
-		pre := prefixOf(set)
-		for _, kind := range []string{"execute", "replay"} {
-			em, okE := r.sum[pre+"embedded-"+kind]
-			rd, okR := r.sum[pre+kind]
-			if !okE || !okR {
-				continue
+	for _, engine := range []string{"embedded-", "pg-"} {
+		for _, set := range []string{setShared, setTwo} {
+			pre := prefixOf(set)
+			for _, kind := range []string{"execute", "replay"} {
+				em, okE := r.sum[pre+engine+kind]
+				rd, okR := r.sum[pre+kind]
+				if !okE || !okR {
+					continue
+				}
+				x := "-"
+				if rd.rps > 0 {
+					x = fmt.Sprintf("%.2f", em.rps/rd.rps)
+				}
+				fmt.Fprintf(&b, "%s%s vs %s (%d connections): req/s %.0f vs %.0f (%sx), p50 %.3f vs %.3f ms (%+.3f), p99 %.3f vs %.3f ms, gateway µs/req %s vs %s\n",
+					engine, kind, kind, r.o.connsOf(set), em.rps, rd.rps, x, em.p50, rd.p50, em.p50-rd.p50, em.p99, rd.p99, cpu(em), cpu(rd))
 			}
-			x := "-"
-			if rd.rps > 0 {
-				x = fmt.Sprintf("%.2f", em.rps/rd.rps)
-			}
-			fmt.Fprintf(&b, "embedded-%s vs %s (%d connections): req/s %.0f vs %.0f (%sx), p50 %.3f vs %.3f ms (%+.3f), p99 %.3f vs %.3f ms, gateway µs/req %s vs %s\n",
-				kind, kind, r.o.connsOf(set), em.rps, rd.rps, x, em.p50, rd.p50, em.p50-rd.p50, em.p99, rd.p99, cpu(em), cpu(rd))
 		}
 	}
 	return b.String()
@@ -377,6 +387,9 @@ func (r *report) goals() string {
 	}
 	if dp, _, _, ok := r.addedOverPlain("two-execute"); ok {
 		fmt.Fprintf(&b, "- added p50 per execute (%d connections): %+.3f ms, target ≤ %.2f ms: %s\n", r.o.conns2, dp, maxTwoExecuteAddedP50, met(dp <= maxTwoExecuteAddedP50))
+	}
+	if dp, _, _, ok := r.addedOverPlain("two-pg-execute"); ok {
+		fmt.Fprintf(&b, "- added p50 per execute on Postgres (%d connections): %+.3f ms, target ≤ %.2f ms: %s\n", r.o.conns2, dp, maxTwoPostgresAddedP50, met(dp <= maxTwoPostgresAddedP50))
 	}
 	if dc, ok := r.addedCPU("two-execute"); ok {
 		fmt.Fprintf(&b, "- added CPU per execute, gateway and Redis (%d connections): %+.0f µs, target ≤ %d µs: %s\n", r.o.conns2, dc, maxTwoExecuteAddedCPU, met(dc <= maxTwoExecuteAddedCPU))
@@ -497,13 +510,14 @@ func (r *report) markdown() string {
 	b.WriteString("×plain: req/s over the plain variant of the same set. cmds/req: commands Redis ran per request, " +
 		"those inside scripts included (INFO commandstats); scripts/req: EVALSHA calls per request, the gateway's round trips " +
 		"(both a hair above the exact figure: the requests in flight when a round ends are not counted, their commands are). " +
-		"gw, redis, load µs: CPU time per request of the gateway, of redis-server and of the load generator with the upstream " +
-		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks). +CPU µs: gateway and Redis CPU per request " +
-		"beyond the plain variant of the same set.\n\n")
+		"gw, store, load µs: CPU time per request of the gateway, of redis-server and of the load generator with the upstream " +
+		"(/proc/PID/stat and the load generator's rusage, 10 ms ticks). +CPU µs: gateway and store CPU per request " +
+		"beyond the plain variant of the same set. pg-* variants: cmds/req are the statements Postgres ran per request " +
+		"(pg_stat_statements, BEGIN and COMMIT included), store µs the CPU of all the cluster's processes.\n\n")
 	if t := r.twoTable(true); t != "" {
 		fmt.Fprintf(&b, "At %d keep-alive connections (the two set; requests barely queue for the CPUs):\n\n%s\n", r.o.conns2, t)
 		b.WriteString("+p50 ms, +gw µs: what an executing variant adds over two-plain (p50 latency, gateway CPU per request); " +
-			"+CPU µs: what any variant costs beyond two-plain in CPU per request, gateway and Redis together.\n\n")
+			"+CPU µs: what any variant costs beyond two-plain in CPU per request, gateway and store together.\n\n")
 	}
 	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.wait.text() + "```\n\n")
 	b.WriteString(r.goals())

@@ -31,6 +31,7 @@ const (
 	siteRedis    = "redis"    // idempotency on redis-server + reverse_proxy
 	siteEmbedded = "embedded" // idempotency on the embedded store + reverse_proxy
 	siteStatic   = "static"   // respond
+	sitePostgres = "postgres" // idempotency on a Postgres cluster + reverse_proxy (postgresSiteTemplate)
 )
 
 // variant is one kind of load.
@@ -46,7 +47,7 @@ type variant struct {
 	// answer may call the upstream at all.
 	executes bool
 	// store is what answers the variant's store calls: "redis",
-	// "embedded", or "" (none: Redis must see no command).
+	// "embedded", "postgres", or "" (none: Redis must see no command).
 	store string
 }
 
@@ -59,6 +60,8 @@ var allVariants = []variant{
 	{name: "static", set: setShared, site: siteStatic, path: "/v1/deals", keys: "unique", wantStatus: 201},
 	{name: "embedded-execute", set: setShared, site: siteEmbedded, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "embedded"},
 	{name: "embedded-replay", set: setShared, site: siteEmbedded, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "embedded"},
+	{name: "pg-execute", set: setShared, site: sitePostgres, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "postgres"},
+	{name: "pg-replay", set: setShared, site: sitePostgres, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "postgres"},
 
 	{name: "pinned-plain", set: setPinned, site: sitePlain, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true},
 	{name: "pinned-execute", set: setPinned, site: siteRedis, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "redis"},
@@ -71,6 +74,8 @@ var allVariants = []variant{
 	{name: "two-replay", set: setTwo, site: siteRedis, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "redis"},
 	{name: "two-embedded-execute", set: setTwo, site: siteEmbedded, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "embedded"},
 	{name: "two-embedded-replay", set: setTwo, site: siteEmbedded, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "embedded"},
+	{name: "two-pg-execute", set: setTwo, site: sitePostgres, path: "/v1/deals", keys: "unique", wantStatus: 201, executes: true, store: "postgres"},
+	{name: "two-pg-replay", set: setTwo, site: sitePostgres, path: "/v1/deals", keys: "replay", wantStatus: 201, wantReplayed: true, store: "postgres"},
 	{name: "two-static", set: setTwo, site: siteStatic, path: "/v1/deals", keys: "unique", wantStatus: 201},
 }
 
@@ -134,6 +139,17 @@ func selectVariants(list, setList string) ([]variant, error) {
 		return nil, fmt.Errorf("no variant of -variants %q is in -sets %q", list, setList)
 	}
 	return out, nil
+}
+
+// withoutStore returns vs without the variants on store.
+func withoutStore(vs []variant, store string) []variant {
+	var out []variant
+	for _, v := range vs {
+		if v.store != store {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // ofSet returns the variants of vs in set, in their order.

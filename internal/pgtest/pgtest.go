@@ -319,6 +319,26 @@ func (c *Cluster) Running() bool {
 	}
 }
 
+// Pid returns the server's (postmaster's) process id, 0 when it does not
+// run.
+func (c *Cluster) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
+// Children returns the process ids of the server's backends and
+// auxiliary processes (the postmaster's children) as they are now.
+func (c *Cluster) Children() []int {
+	if pid := c.Pid(); pid != 0 {
+		return children(pid)
+	}
+	return nil
+}
+
 // children are the processes whose parent is pid (from /proc).
 func children(pid int) []int {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
