@@ -159,6 +159,9 @@ func (f *walFile) SyncData() error {
 }
 
 // syncNow syncs the file for real unless it is closed (then Close did).
+// A failed sync leaves the file unsynced, so the next tick tries again
+// (and the next durable write's sync, through Pebble, fails the claim
+// that asked for it: nothing is forwarded on a log that cannot sync).
 func (f *walFile) syncNow() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -166,7 +169,11 @@ func (f *walFile) syncNow() error {
 		return nil
 	}
 	f.unsynced.Store(false)
-	return f.File.SyncData()
+	err := f.File.SyncData()
+	if err != nil {
+		f.unsynced.Store(true)
+	}
+	return err
 }
 
 // Close syncs what a deferred sync left and closes the file.
