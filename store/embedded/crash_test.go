@@ -58,6 +58,7 @@ func TestCrashLosesOnlyUnsynced(t *testing.T) {
 		{name: "power cut after completions", cut: power},
 		{name: "power cut after claims", cut: power, claimsLast: true},
 		{name: "kill -9 after completions", cut: kill, allCompleted: true},
+		{name: "power cut, some unsynced blocks written", cut: vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(3, 4))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -520,11 +520,10 @@ func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, re
 	done := make(chan error, 1)
 	go func() {
 		// pebble.Sync makes the log writer write the entry to the file
-		// before the sync; walSync decides whether the sync waits for
-		// the disk.
+		// before the sync; walSync decides whether and when the sync
+		// reaches the disk, and end waits for it when it must.
 		end := e.wal.begin(dur == synced)
-		err := b.Commit(pebble.Sync)
-		end()
+		err := end(b.Commit(pebble.Sync))
 		_ = b.Close()
 		if state.CompareAndSwap(waiting, finished) {
 			release()
@@ -581,8 +580,7 @@ func (e *Engine) undo(id string, prev, wrote *rec) {
 	}
 	if err == nil {
 		end := e.wal.begin(true)
-		err = b.Commit(pebble.Sync)
-		end()
+		err = end(b.Commit(pebble.Sync))
 	}
 	if err != nil {
 		e.opts.OnError(fmt.Errorf("store: embedded store %s: undo the claim of %s that timed out: %w", e.dir, id, err))

@@ -17,6 +17,7 @@ func (e *Engine) pebbleOptions(cache *pebble.Cache, readOnly bool) *pebble.Optio
 	if fs == nil {
 		fs = vfs.Default
 	}
+	e.wal.init()
 	o := &pebble.Options{
 		// The log's syncs wait for the disk only for writes that must
 		// be durable (walsync.go).

@@ -145,9 +145,7 @@ func (e *Engine) Secret(ctx context.Context) ([]byte, error) {
 	_, _ = rand.Read(b)
 	sum := sha256.Sum256(b)
 	end := e.wal.begin(true)
-	err := e.db.Set(secretDigestKey, sum[:], pebble.Sync)
-	end()
-	if err != nil {
+	if err := end(e.db.Set(secretDigestKey, sum[:], pebble.Sync)); err != nil {
 		return nil, fmt.Errorf("store: embedded store: create the secret: %w", e.writeErr(err))
 	}
 	if err := writeFileSync(filepath.Join(e.dir, secretFile), encodeSecret(b)); err != nil {

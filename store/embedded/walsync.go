@@ -1,7 +1,9 @@
 package embedded
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,48 +25,116 @@ const DefaultSyncInterval = 100 * time.Millisecond
 // the file only when a sync is asked for or a 32 KiB block fills, so a
 // process that dies then loses it. So every write that is waited for is
 // committed with pebble.Sync, which makes Pebble's log writer write the
-// entry to the file and then sync it, and walFS decides at the sync
-// whether it reaches the disk:
+// entry to the file and then call the file's sync, and walFS decides
+// what that sync does:
 //
-//   - a write that must be durable (a claim, a release, a hold, an
-//     operator's decision, a check's verdict, an undo) holds
-//     walSync.durable while it commits: every sync of the log while one
-//     is under way is a real fdatasync, shared by every commit it covers
-//     (Pebble's group commit);
-//   - a completion holds walSync.applied: a sync of the log while only
-//     completions are under way writes the entry to the file (Pebble did
-//     that before calling Sync) and leaves the fdatasync to the next
-//     durable write or to the background sync (syncLoop), at most
-//     SyncInterval later;
-//   - any other sync (Pebble's own: a log closed, a write nobody counts)
-//     is real.
+//   - while a write that must be durable is under way (a claim, a
+//     release, a hold, an operator's decision, a check's verdict, an
+//     undo: it holds walSync.durable), the sync returns at once, and the
+//     durable write, once Pebble returns, waits for an fdatasync that
+//     covers what the log file held then (waitDurable): the first
+//     waiter runs it, the ones that come while it runs share the next
+//     (group commit). Pebble's log writer is one goroutine that writes
+//     and then syncs; left to it, every write queued behind an fsync (a
+//     completion too) would wait for that fsync to end;
+//   - while only completions are under way (walSync.applied), the sync
+//     stops at the file: Pebble wrote the entry before calling it. The
+//     next durable write's fdatasync covers it (the log is sequential),
+//     or syncLoop's background sync, at most SyncInterval later;
+//   - any other sync (Pebble's own at open and close, a write nobody
+//     counts) is a real fdatasync before it returns. Every synced write
+//     the engine makes while it serves calls is counted (begin).
 //
-// The log is sequential, so a real sync of a log file covers every
-// completion written to it before; a log file with unsynced completions
-// is synced for real when Pebble closes it.
+// A log file is synced for real before Pebble closes it, so a log with
+// unsynced completions is never left behind.
+//
+// Pebble's log chunks carry the offset the log was synced up to when
+// they were written, and a replay that finds an unreadable chunk below
+// the synced offset a later chunk names takes it for damage and refuses
+// to open; a chunk past it is a write a crash cut short. Pebble takes a
+// sync that returned for a sync done, so walFile.Write lowers the offset
+// in every chunk to what an fdatasync really covered: after a power cut
+// that wrote some unsynced pages and not others, the replay ends at the
+// first missing one instead of refusing a sound database.
 type walSync struct {
 	durable atomic.Int64 // commits under way that must be on disk when they return
 	applied atomic.Int64 // completions under way
 
 	mu    sync.Mutex
+	cond  *sync.Cond            // on mu: a sync ended
 	files map[*walFile]struct{} // the open log files
 }
 
-// begin counts a commit under way (durable or only applied) and returns
-// its end.
-func (w *walSync) begin(durable bool) func() {
-	n := &w.applied
-	if durable {
-		n = &w.durable
+// init readies w (once, before the database opens).
+func (w *walSync) init() {
+	if w.cond == nil {
+		w.cond = sync.NewCond(&w.mu)
 	}
-	n.Add(1)
-	return func() { n.Add(-1) }
 }
 
-// deferSync reports whether a sync of the log may stop at the file: only
-// completions are under way.
-func (w *walSync) deferSync() bool {
-	return w.durable.Load() == 0 && w.applied.Load() > 0
+// begin counts a commit under way (durable or only applied) and returns
+// its end, which a durable commit's caller gets its result from: the
+// commit's error, or once it is on disk nil.
+func (w *walSync) begin(durable bool) func(error) error {
+	if !durable {
+		w.applied.Add(1)
+		return func(err error) error {
+			w.applied.Add(-1)
+			return err
+		}
+	}
+	w.durable.Add(1)
+	return func(err error) error {
+		if err == nil {
+			err = w.waitDurable()
+		}
+		w.durable.Add(-1)
+		return err
+	}
+}
+
+// syncMode is what a sync of the log file does now.
+type syncMode uint8
+
+const (
+	syncNow      syncMode = iota // fdatasync before returning
+	syncDeferred                 // the durable writes run it (waitDurable)
+	syncLater                    // only completions: the next sync covers it
+)
+
+func (w *walSync) mode() syncMode {
+	switch {
+	case w.durable.Load() > 0:
+		return syncDeferred
+	case w.applied.Load() > 0:
+		return syncLater
+	}
+	return syncNow
+}
+
+// waitDurable waits until every log file is synced up to what it held
+// when called (everything a commit that returned before wrote), or fails
+// with the sync's error.
+func (w *walSync) waitDurable() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type target struct {
+		f   *walFile
+		off int64
+	}
+	var targets [2]target
+	ts := targets[:0]
+	for f := range w.files {
+		if off := f.written.Load(); off > f.synced {
+			ts = append(ts, target{f, off})
+		}
+	}
+	for _, t := range ts {
+		if err := t.f.syncTo(t.off); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncAll syncs every open log file written since its last sync.
@@ -72,7 +142,7 @@ func (w *walSync) syncAll() error {
 	w.mu.Lock()
 	files := make([]*walFile, 0, len(w.files))
 	for f := range w.files {
-		if f.unsynced.Load() {
+		if f.written.Load() > f.synced {
 			files = append(files, f)
 		}
 	}
@@ -122,80 +192,106 @@ func (fs walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCat
 	return fs.wrap(newname, f, err)
 }
 
-// walFile is one log file being written.
+// walFile is one log file being written (by Pebble's log writer, one
+// goroutine).
 type walFile struct {
 	vfs.File
 	w        *walSync
-	unsynced atomic.Bool // written since its last real sync
+	written  atomic.Int64 // bytes written through this handle
+	durableA atomic.Int64 // synced, for Write
 
-	mu     sync.Mutex // syncNow against Close
-	closed bool
+	// On w.mu: synced is how much of written an fdatasync covered;
+	// syncing is set while one runs; closed is set once Close synced
+	// and closed the file; err is the first failed sync's.
+	synced  int64
+	syncing bool
+	closed  bool
+	err     error
 }
 
-// Write marks the file unsynced once the bytes are written (a sync that
-// began before then may not cover them).
+// Write writes whole chunks of the log writer's block (see walSync on
+// their synced offsets) and counts the bytes once they are written (a
+// sync that began before then does not cover them).
 func (f *walFile) Write(p []byte) (int, error) {
+	capSyncedOffsets(p, f.written.Load(), uint64(f.durableA.Load()))
 	n, err := f.File.Write(p)
-	f.unsynced.Store(true)
+	f.written.Add(int64(n))
 	return n, err
 }
 
-// Sync is the log writer's sync: real unless only completions wait.
-func (f *walFile) Sync() error {
-	if f.w.deferSync() {
-		return nil
-	}
-	f.unsynced.Store(false)
-	return f.File.Sync()
-}
+// Sync is the log writer's sync (see walSync).
+func (f *walFile) Sync() error { return f.SyncData() }
 
-// SyncData is Sync (Pebble's syncing file calls it).
+// SyncData is what Pebble's syncing file calls for Sync.
 func (f *walFile) SyncData() error {
-	if f.w.deferSync() {
+	if f.w.mode() != syncNow {
 		return nil
 	}
-	f.unsynced.Store(false)
-	return f.File.SyncData()
+	return f.syncNow()
 }
 
-// syncNow syncs the file for real unless it is closed (then Close did).
-// A failed sync leaves the file unsynced, so the next tick tries again
-// (and the next durable write's sync, through Pebble, fails the claim
-// that asked for it: nothing is forwarded on a log that cannot sync).
+// syncNow fdatasyncs everything written to the file so far.
 func (f *walFile) syncNow() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return nil
-	}
-	f.unsynced.Store(false)
-	err := f.File.SyncData()
-	if err != nil {
-		f.unsynced.Store(true)
-	}
-	return err
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	return f.syncTo(f.written.Load())
 }
 
-// Close syncs what a deferred sync left and closes the file.
+// syncTo returns once an fdatasync covered the file's first off bytes (or
+// Close did): it runs one when none is running, else waits for the one
+// running and then runs one if that did not cover off. A failed sync
+// fails every durable write waiting for the file from then on: nothing
+// is forwarded on a log that cannot be synced. Called with w.mu held.
+func (f *walFile) syncTo(off int64) error {
+	for {
+		switch {
+		case f.err != nil:
+			return f.err
+		case f.closed || f.synced >= off:
+			return nil
+		case f.syncing:
+			f.w.cond.Wait()
+			continue
+		}
+		f.syncing = true
+		upTo := f.written.Load() // everything written before the fdatasync starts
+		f.w.mu.Unlock()
+		err := f.File.SyncData()
+		f.w.mu.Lock()
+		f.syncing = false
+		if err != nil {
+			f.err = err
+		} else if upTo > f.synced {
+			f.synced = upTo
+			f.durableA.Store(upTo)
+		}
+		f.w.cond.Broadcast()
+	}
+}
+
+// Close syncs what is not synced yet and closes the file.
 func (f *walFile) Close() error {
 	f.w.mu.Lock()
-	delete(f.w.files, f)
+	defer f.w.mu.Unlock()
+	err := f.syncTo(f.written.Load())
+	f.syncing = true // no sync starts on a closed file
 	f.w.mu.Unlock()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	var err error
-	if f.unsynced.Load() {
-		err = f.File.SyncData()
-	}
 	if cerr := f.File.Close(); err == nil {
 		err = cerr
 	}
+	f.w.mu.Lock()
+	f.syncing = false
+	delete(f.w.files, f)
+	if err != nil && f.err == nil {
+		f.err = err
+	}
+	f.closed = true
+	f.w.cond.Broadcast()
 	return err
 }
 
-// syncLoop makes completions durable at most SyncInterval after they were
-// written, when no durable write did it first.
+// syncLoop makes completions durable at most SyncInterval after they
+// were written, when no durable write's fdatasync did it first.
 func (e *Engine) syncLoop() {
 	defer e.done.Done()
 	t := time.NewTicker(e.opts.SyncInterval)
@@ -209,5 +305,32 @@ func (e *Engine) syncLoop() {
 				e.opts.OnError(fmt.Errorf("store: embedded store %s: sync the log: %w", e.dir, err))
 			}
 		}
+	}
+}
+
+// capSyncedOffsets lowers the synced offset of every WAL-sync chunk in p,
+// the bytes of a log file from offset base on, to at most synced, and
+// fixes the chunk's checksum. p holds whole chunks and a block's zeroed
+// end (the log writer writes from a chunk's start to a chunk's end or the
+// block's end); it stops at anything else.
+func capSyncedOffsets(p []byte, base int64, synced uint64) {
+	for off := 0; off < len(p); {
+		if rest := walBlock - int((base+int64(off))%walBlock); rest < walSyncHeader {
+			off += rest // the block's zeroed end
+			continue
+		}
+		if off+walSyncHeader > len(p) || walHeaderSize(p[off+6]) != walSyncHeader {
+			return
+		}
+		end := off + walSyncHeader + int(binary.LittleEndian.Uint16(p[off+4:]))
+		if end > len(p) {
+			return
+		}
+		if binary.LittleEndian.Uint64(p[off+11:]) > synced {
+			binary.LittleEndian.PutUint64(p[off+11:], synced)
+			c := crc32.Checksum(p[off+6:end], crcTable)
+			binary.LittleEndian.PutUint32(p[off:], (c>>15|c<<17)+0xa282ead8)
+		}
+		off = end
 	}
 }
