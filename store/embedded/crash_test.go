@@ -16,15 +16,10 @@ import (
 // cut stops e as a crash does: no flush, no clean marker, DIR given up.
 // Its database is left to the file system the caller cloned.
 func (e *Engine) cut() {
-	e.closeOnce.Do(func() {
-		e.closed.Store(true)
-		close(e.stop)
-		e.done.Wait()
-		e.life.Lock()
-		defer e.life.Unlock()
+	_ = e.shut(func() error {
 		_ = e.db.Close()
 		_ = e.lock.unlock()
-		e.closeErr = errClosed
+		return errClosed
 	})
 }
 

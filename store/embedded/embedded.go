@@ -336,12 +336,7 @@ func (e *Engine) Recovered() Recovery { return e.recovered }
 // Close waits for the calls under way, writes the clean marker, stops
 // the engine and gives DIR up.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() {
-		e.closed.Store(true)
-		close(e.stop)
-		e.done.Wait()
-		e.life.Lock()
-		defer e.life.Unlock()
+	return e.shut(func() error {
 		// On a full disk neither the flush nor the marker can be
 		// written: the next Open replays the log as after a crash.
 		err := e.full.check()
@@ -357,7 +352,20 @@ func (e *Engine) Close() error {
 		if uerr := e.lock.unlock(); err == nil {
 			err = uerr
 		}
-		e.closeErr = err
+		return err
+	})
+}
+
+// shut stops the engine's goroutines and, once the calls under way are
+// done, runs last (once: later calls return its error).
+func (e *Engine) shut(last func() error) error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		close(e.stop)
+		e.done.Wait()
+		e.life.Lock()
+		defer e.life.Unlock()
+		e.closeErr = last()
 	})
 	return e.closeErr
 }

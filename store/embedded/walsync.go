@@ -293,17 +293,24 @@ func (f *walFile) Close() error {
 // syncLoop makes completions durable at most SyncInterval after they
 // were written, when no durable write's fdatasync did it first.
 func (e *Engine) syncLoop() {
+	e.every(e.opts.SyncInterval, func() {
+		if err := e.wal.syncAll(); err != nil {
+			e.opts.OnError(fmt.Errorf("store: embedded store %s: sync the log: %w", e.dir, err))
+		}
+	})
+}
+
+// every runs f every d until the engine stops (one of its goroutines).
+func (e *Engine) every(d time.Duration, f func()) {
 	defer e.done.Done()
-	t := time.NewTicker(e.opts.SyncInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
-			if err := e.wal.syncAll(); err != nil {
-				e.opts.OnError(fmt.Errorf("store: embedded store %s: sync the log: %w", e.dir, err))
-			}
+			f()
 		}
 	}
 }
