@@ -485,3 +485,23 @@ func TestBusyLine(t *testing.T) {
 		t.Errorf("busyLine = %q, want %q", got, want)
 	}
 }
+
+// TestFsyncFloor: the floor measurement syncs every append and leaves
+// no file behind.
+func TestFsyncFloor(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f, err := measureFsyncFloor(dir, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.n != 20 || f.p50 <= 0 || f.p99 < f.p50 || f.cpu < 0 {
+		t.Fatalf("floor %+v", f)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("left %d files in %s", len(left), dir)
+	}
+	if line := f.line(dir); !strings.Contains(line, "20 × 300-byte append + fdatasync") {
+		t.Fatalf("line %q", line)
+	}
+}

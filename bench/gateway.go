@@ -103,6 +103,11 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 // gateway port, store, upstream; embedded gateway port, upstream; static
 // port, body. The embedded store is in its default directory, under
 // Caddy's data directory (XDG_DATA_HOME: the process's own directory).
+// Every reverse_proxy has the same transport, with idle connections
+// enough for every load connection (Caddy's default of 32 idle
+// connections per host makes reverse_proxy open and close upstream
+// connections all the time at 64), so the ratios compare the gateway,
+// not connection churn.
 const caddyfileTemplate = `{
 	admin %s
 	persist_config off
@@ -112,7 +117,11 @@ const caddyfileTemplate = `{
 }
 
 :%d {
-	reverse_proxy %s
+	reverse_proxy %s {
+		transport http {
+			keepalive_idle_conns_per_host 1024
+		}
+	}
 }
 
 :%d {
@@ -120,7 +129,11 @@ const caddyfileTemplate = `{
 		rules routes.yaml
 		store %s
 	}
-	reverse_proxy %s
+	reverse_proxy %s {
+		transport http {
+			keepalive_idle_conns_per_host 1024
+		}
+	}
 }
 
 :%d {
@@ -128,7 +141,11 @@ const caddyfileTemplate = `{
 		rules routes.yaml
 		store embedded
 	}
-	reverse_proxy %s
+	reverse_proxy %s {
+		transport http {
+			keepalive_idle_conns_per_host 1024
+		}
+	}
 }
 
 :%d {

@@ -162,6 +162,9 @@ type env struct {
 	// loadAvg is the machine's 1-minute load average at the start and
 	// at the end of the run: other work competes for the same CPUs.
 	loadAvg [2]string
+	// floor is what one synced append costs in the embedded store's
+	// filesystem (its DIR is under dir).
+	floor fsyncFloor
 }
 
 func (e *env) close() {
@@ -227,6 +230,10 @@ func run(o options) error {
 	}
 	fmt.Println(e.storeMsg)
 	fmt.Println("load generator:", e.loader.describe())
+	if e.floor, err = measureFsyncFloor(e.dir, floorAppends); err != nil {
+		return fmt.Errorf("fsync floor: %w", err)
+	}
+	fmt.Print(e.floor.line(e.dir))
 	if err := e.prime(); err != nil {
 		return err
 	}

@@ -166,6 +166,10 @@ const postgresSiteTemplate = `
 		rules routes.yaml
 		store %s
 	}
-	reverse_proxy %s
+	reverse_proxy %s {
+		transport http {
+			keepalive_idle_conns_per_host 1024
+		}
+	}
 }
 `

@@ -102,6 +102,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"allow_eviction on the embedded store", "idempotency {\n rules good.yaml\n store embedded\n allow_eviction\n}", "allow_eviction is for Redis; the embedded store evicts nothing"},
 		{"a Redis option on the embedded store", "idempotency {\n rules good.yaml\n master_name m\n}", "master_name is an option of the Redis store"},
 		{"cache_size on Redis", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n cache_size 64MiB\n}", "cache_size is the embedded store's"},
+		{"sync_interval on Redis", "idempotency {\n rules good.yaml\n store redis://127.0.0.1:6379\n sync_interval 50ms\n}", "sync_interval is the embedded store's"},
+		{"bad sync_interval", "idempotency {\n rules good.yaml\n sync_interval 0s\n}", `sync_interval: "0s" is not a positive duration`},
 		{"store twice", "idempotency {\n rules good.yaml\n store embedded\n store embedded\n}", "store: given twice"},
 		{"unknown option of Postgres", "idempotency {\n rules good.yaml\n store postgres://db/app\n colour blue\n}", "unrecognized option 'colour' of the Postgres store"},
 		{"Postgres with two URLs", "idempotency {\n rules good.yaml\n store postgres://a/app postgres://b/app\n}", "store postgres takes one connection URL, got 2 arguments"},

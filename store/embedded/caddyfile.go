@@ -14,6 +14,7 @@ import (
 //	store        embedded [<dir>]
 //	cache_size   <size>                 # block cache, e.g. 64MiB (default 16MiB)
 //	op_timeout   <duration>
+//	sync_interval <duration>             # the longest a result waits for its fsync (default 100ms)
 //
 // A relative directory is taken from the Caddyfile's directory. The Redis
 // store's options are refused with the reason.
@@ -51,6 +52,12 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			m.OpTimeout = dur
+		case "sync_interval":
+			dur, err := caddyopt.Duration(d)
+			if err != nil {
+				return err
+			}
+			m.SyncInterval = dur
 		case "wait_replicas", "wait_timeout":
 			return d.Errf("%s needs a Redis with replicas; the embedded store has none", opt)
 		case "allow_eviction":

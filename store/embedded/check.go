@@ -42,7 +42,7 @@ func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec
 		}
 		var r *rec
 		r, ok = f(cur, now)
-		return mutation{next: r, sync: true}
+		return mutation{next: r, dur: synced}
 	})
 	if err != nil || out == nil {
 		return nil, false, err

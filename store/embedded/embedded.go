@@ -12,13 +12,18 @@
 // (r/<id>); the state indexes (i/<state>/<id>) make listing a range scan
 // and the ordered expiry keys (x/<expiry>/<id>) make expiry one.
 //
-// Durable: a change the caller acts on (a claim that lets a request
-// through, a stored result, a release, a hold, an operator's resolution,
-// a check) is committed with a synced write-ahead log entry before the
-// call returns; Pebble commits concurrent writers with one fsync (group
-// commit) and makes a synced write visible to readers only once it is on
-// disk. Changes nobody acts on (a replay's attempt count, a renewed
-// lease) are written without waiting for the fsync.
+// Durable: a change whose loss could execute an operation again or undo
+// a decision (a claim that lets a request through, a release, a hold, an
+// operator's resolution, a check's verdict) is committed with a synced
+// write-ahead log entry before the call returns; Pebble commits
+// concurrent writers with one fsync (group commit). A stored result is
+// applied (visible to the next call) and written to the log file (in
+// the OS's hands: a kill -9 loses nothing) before Complete returns, and
+// synced by the next synced write or by the background sync, at most
+// Options.SyncInterval later: a machine crash can only turn a result of
+// that last window back into its claim, whose lease runs out (see
+// walsync.go). Changes nobody acts on (a replay's attempt count, a
+// renewed lease) are written without waiting.
 //
 // Atomic: every read-modify-write of a record runs under that record's
 // lock (one of a fixed set of striped locks), so claims on different
@@ -55,6 +60,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/idemgate/idemgate/store"
 )
@@ -94,10 +100,20 @@ type Options struct {
 	// before a store stopped by a full disk writes again; default
 	// DefaultMinFreeSpace.
 	MinFreeSpace int64
+	// SyncInterval is the longest a stored result waits for the fsync
+	// that makes it survive a machine crash (the next synced write, or
+	// a background sync this often when there was none); default
+	// DefaultSyncInterval. It is written to the log file, and so
+	// survives a process crash, before Complete returns.
+	SyncInterval time.Duration
 	// OnError, when set, is told of failures no call returns (a full
 	// disk and its end, a failed sweep, Pebble's background errors). It
 	// is called from the engine's own goroutines.
 	OnError func(error)
+
+	// fs is the file system the database lives on (tests: a file
+	// system that loses what was not synced); nil: the disk.
+	fs vfs.FS
 }
 
 // Recovery is what Open found in DIR.
@@ -123,6 +139,7 @@ type Engine struct {
 
 	locks recordLocks
 	full  diskFull
+	wal   walSync // which syncs of the log reach the disk
 
 	// life is held shared by every call using db, and exclusively by
 	// Close; closed is set first.
@@ -134,7 +151,7 @@ type Engine struct {
 	swept atomic.Int64 // bytes of records expired since the last compaction
 
 	stop chan struct{}
-	done sync.WaitGroup // sweeper
+	done sync.WaitGroup // sweeper and syncer
 
 	secretMu sync.Mutex
 	secret   []byte
@@ -180,6 +197,9 @@ func Open(opts Options) (*Engine, error) {
 	if opts.MinFreeSpace <= 0 {
 		opts.MinFreeSpace = DefaultMinFreeSpace
 	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = DefaultSyncInterval
+	}
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}
 	}
@@ -198,8 +218,9 @@ func Open(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.recovered.Took = time.Since(began)
-	e.done.Add(1)
+	e.done.Add(2)
 	go e.sweepLoop()
+	go e.syncLoop()
 	return e, nil
 }
 
@@ -256,12 +277,7 @@ func (e *Engine) Recovered() Recovery { return e.recovered }
 // Close waits for the calls under way, writes the clean marker, stops
 // the engine and gives DIR up.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() {
-		e.closed.Store(true)
-		close(e.stop)
-		e.done.Wait()
-		e.life.Lock()
-		defer e.life.Unlock()
+	return e.shut(func() error {
 		// On a full disk neither the flush nor the marker can be
 		// written: the next Open replays the log as after a crash.
 		err := e.full.check()
@@ -277,7 +293,20 @@ func (e *Engine) Close() error {
 		if uerr := e.lock.unlock(); err == nil {
 			err = uerr
 		}
-		e.closeErr = err
+		return err
+	})
+}
+
+// shut stops the engine's goroutines and, once the calls under way are
+// done, runs last (once: later calls return its error).
+func (e *Engine) shut(last func() error) error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		close(e.stop)
+		e.done.Wait()
+		e.life.Lock()
+		defer e.life.Unlock()
+		e.closeErr = last()
 	})
 	return e.closeErr
 }
@@ -332,13 +361,26 @@ func (e *Engine) ExpiresAt(id string) time.Time {
 	return time.UnixMilli(r.ExpireAt)
 }
 
+// durability is how far a write gets before the call returns.
+type durability uint8
+
+const (
+	// unwaited: not waited for (an attempt count, a renewed lease).
+	unwaited durability = iota
+	// applied: visible and written to the log file (a process crash
+	// keeps it), synced within SyncInterval (a stored result).
+	applied
+	// synced: on disk (a claim, a release, a hold, a decision).
+	synced
+)
+
 // mutation is what a change function returns: the new record (nil:
-// nothing to write), whether the write must be on disk before the call
+// nothing to write), how far the write must get before the call
 // returns, and whether a write that is abandoned (its wait timed out)
 // must be undone when it lands (a claim nobody was told about).
 type mutation struct {
 	next  *rec
-	sync  bool
+	dur   durability
 	undo  bool
 	count bool // only next's attempt count changed
 	err   error
@@ -372,7 +414,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 		release()
 		return cur, m, nil
 	}
-	if !m.sync && e.full.is() {
+	if m.dur == unwaited && e.full.is() {
 		// A change nobody waits for is skipped while the disk is full.
 		release()
 		return m.next, m, nil
@@ -395,7 +437,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 	if m.undo {
 		undo = func() { e.undo(id, raw, m.next) }
 	}
-	if err := e.commit(ctx, b, m.sync, release, undo); err != nil {
+	if err := e.commit(ctx, b, m.dur, release, undo); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	return m.next, m, nil
@@ -404,22 +446,18 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 // commit commits b and calls release once it is done. It waits at most
 // OpTimeout (or until ctx ends) for the commit; a commit that lands after
 // that runs undo (when set) before release.
-func (e *Engine) commit(ctx context.Context, b *pebble.Batch, sync bool, release, undo func()) error {
-	wo := pebble.NoSync
-	if sync {
-		wo = pebble.Sync
-	}
+func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, release, undo func()) error {
 	const (
 		waiting int32 = iota
 		finished
 		abandoned
 	)
-	if !sync {
+	if dur == unwaited {
 		// Nobody acts on it (an attempt count, a renewal): not waited
 		// for, so a replay never waits for a write. The record stays
 		// locked until it is committed.
 		go func() {
-			if err := b.Commit(wo); err != nil {
+			if err := b.Commit(pebble.NoSync); err != nil {
 				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
 			}
 			_ = b.Close()
@@ -430,7 +468,11 @@ func (e *Engine) commit(ctx context.Context, b *pebble.Batch, sync bool, release
 	var state atomic.Int32
 	done := make(chan error, 1)
 	go func() {
-		err := b.Commit(wo)
+		// pebble.Sync makes the log writer write the entry to the file
+		// before the sync; walSync decides whether and when the sync
+		// reaches the disk, and end waits for it when it must.
+		end := e.wal.begin(dur == synced)
+		err := end(b.Commit(pebble.Sync))
 		_ = b.Close()
 		if state.CompareAndSwap(waiting, finished) {
 			release()
@@ -486,7 +528,8 @@ func (e *Engine) undo(id string, prev, wrote *rec) {
 		err = putRecord(b, cur, prev)
 	}
 	if err == nil {
-		err = b.Commit(pebble.Sync)
+		end := e.wal.begin(true)
+		err = end(b.Commit(pebble.Sync))
 	}
 	if err != nil {
 		e.opts.OnError(fmt.Errorf("store: embedded store %s: undo the claim of %s that timed out: %w", e.dir, id, err))
@@ -507,7 +550,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		switch {
 		case cur == nil:
 			res.Claimed = true
-			return mutation{sync: true, undo: true, next: &rec{
+			return mutation{dur: synced, undo: true, next: &rec{
 				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
 				ExpireAt: now + hold}}
 		case cur.State == store.StateInFlight && cur.Token == req.Token:
@@ -522,7 +565,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		case expired && a.OnExpired != store.ExpiredRelease:
 			out.State, out.Reason, out.ExpireAt = store.StateUnknown, "lease_expired", now+hold
 			out.ScheduleFirstCheck(now)
-			return mutation{next: out, sync: true}
+			return mutation{next: out, dur: synced}
 		case same && (expired || cur.State == store.StateReleased):
 			if expired { // an unknown outcome let go: it counts against the budget
 				out.NotDone++
@@ -530,7 +573,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
 					out.State, out.Reason, out.ExpireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
 					out.NextCheck = time.Time{}
-					return mutation{next: out, sync: true}
+					return mutation{next: out, dur: synced}
 				}
 			}
 			out.ClearResult()
@@ -541,7 +584,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.NewClaimChecks(store.KeptCheck(req.Check))
 			out.Request = store.KeptRequest(req.Request)
 			res.Claimed, res.TakeOver = true, true
-			return mutation{next: out, sync: true, undo: true}
+			return mutation{next: out, dur: synced, undo: true}
 		default:
 			return mutation{next: out, count: true} // only counted: no fsync to wait for
 		}
@@ -562,7 +605,7 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 	if err != nil {
 		return false, err
 	}
-	return e.change(ctx, "renew", id, false, func(cur *rec, now int64) *rec {
+	return e.change(ctx, "renew", id, unwaited, func(cur *rec, now int64) *rec {
 		if cur == nil || cur.State != store.StateInFlight || cur.Token != token {
 			return nil
 		}
@@ -580,7 +623,11 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	if err != nil {
 		return false, err
 	}
-	return e.settled(id)(e.change(ctx, "complete", id, true, func(cur *rec, now int64) *rec {
+	// Applied, not synced: a machine crash within SyncInterval brings
+	// the claim back (synced before the request was forwarded), whose
+	// lease runs out into outcome unknown or a check: never a missing
+	// record a retry would execute again.
+	return e.settled(id)(e.change(ctx, "complete", id, applied, func(cur *rec, now int64) *rec {
 		var r *rec
 		switch {
 		case cur == nil:
@@ -619,7 +666,7 @@ func (e *Engine) Release(ctx context.Context, id, token string, ttl time.Duratio
 	if err != nil {
 		return false, err
 	}
-	return e.settled(id)(e.change(ctx, "release", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "release", id, synced, func(cur *rec, now int64) *rec {
 		return cur.Release(now, token, ttl)
 	}))
 }
@@ -631,20 +678,20 @@ func (e *Engine) MarkUnknown(ctx context.Context, id, token, reason string, hold
 	if err != nil {
 		return false, err
 	}
-	return e.settled(id)(e.change(ctx, "mark unknown", id, true, func(cur *rec, now int64) *rec {
+	return e.settled(id)(e.change(ctx, "mark unknown", id, synced, func(cur *rec, now int64) *rec {
 		return cur.MarkUnknown(now, token, reason, holdTTL)
 	}))
 }
 
 // change runs one fenced state change: f returns the new record, or nil
-// to leave it alone (false). With sync it returns once the change is on
-// disk.
-func (e *Engine) change(ctx context.Context, op, id string, sync bool, f func(cur *rec, now int64) *rec) (bool, error) {
+// to leave it alone (false). It returns once the change got as far as
+// dur says.
+func (e *Engine) change(ctx context.Context, op, id string, dur durability, f func(cur *rec, now int64) *rec) (bool, error) {
 	changed := false
 	_, _, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
 		r := f(cur, now)
 		changed = r != nil
-		return mutation{next: r, sync: sync}
+		return mutation{next: r, dur: dur}
 	})
 	return changed && err == nil, err
 }
@@ -722,7 +769,7 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 			return mutation{err: err}
 		}
 		r.AddAudit(now, act.Actor, action, act.Reason)
-		return mutation{next: r, sync: true}
+		return mutation{next: r, dur: synced}
 	})
 	switch {
 	case err != nil:

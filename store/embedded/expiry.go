@@ -3,7 +3,6 @@ package embedded
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -14,15 +13,7 @@ const sweepBatch = 1000
 // sweepLoop deletes expired records every sweepEvery, so that DIR
 // follows the live set (Pebble's compactions give the space back).
 func (e *Engine) sweepLoop() {
-	defer e.done.Done()
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-		}
+	e.every(sweepEvery, func() {
 		for {
 			n, err := e.sweep()
 			if err != nil {
@@ -33,7 +24,7 @@ func (e *Engine) sweepLoop() {
 			}
 		}
 		e.compactExpired()
-	}
+	})
 }
 
 // compactExpired compacts the database once the records deleted since the

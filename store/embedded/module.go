@@ -34,6 +34,17 @@ type Module struct {
 	// and its write. Default: 2s.
 	OpTimeout caddy.Duration `json:"op_timeout,omitempty"`
 
+	// SyncInterval is the longest a stored result waits for the fsync
+	// that makes it survive a machine crash. A claim is synced to disk
+	// before its request is forwarded; a result is applied and written
+	// to the log file (a killed process loses nothing) before its answer
+	// goes out, and synced by the next claim's fsync or by a background
+	// sync at most this much later. A machine crash (power cut, kernel
+	// panic) within that window can bring a result back as its claim,
+	// whose lease runs out into outcome unknown (or a verification
+	// check): never executed again. Default: 100ms.
+	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
+
 	dir string // Dir made absolute, or the default
 }
 
@@ -66,6 +77,8 @@ func (m *Module) Validate() error {
 		return fmt.Errorf("cache_size %d is negative", m.CacheSize)
 	case m.OpTimeout < 0:
 		return errors.New("op_timeout is negative")
+	case m.SyncInterval < 0:
+		return errors.New("sync_interval is negative")
 	}
 	return nil
 }
@@ -89,10 +102,11 @@ func (m *Module) Timeout() time.Duration {
 func (m *Module) OpenEngine() (store.Engine, error) {
 	log := caddy.Log().Named("http.handlers.idempotency")
 	e, err := Open(Options{
-		Dir:       m.dir,
-		OpTimeout: time.Duration(m.OpTimeout),
-		CacheSize: m.CacheSize,
-		OnError:   func(err error) { log.Error("embedded store", zap.Error(err)) },
+		Dir:          m.dir,
+		OpTimeout:    time.Duration(m.OpTimeout),
+		CacheSize:    m.CacheSize,
+		SyncInterval: time.Duration(m.SyncInterval),
+		OnError:      func(err error) { log.Error("embedded store", zap.Error(err)) },
 	})
 	if err != nil {
 		return nil, err

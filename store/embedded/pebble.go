@@ -13,8 +13,15 @@ import (
 // memtables, bloom filters (a new key's claim is answered without a
 // table read), the disk-full handling, and Pebble's messages to OnError.
 func (e *Engine) pebbleOptions(cache *pebble.Cache, readOnly bool) *pebble.Options {
+	fs := e.opts.fs
+	if fs == nil {
+		fs = vfs.Default
+	}
+	e.wal.init()
 	o := &pebble.Options{
-		FS:                          vfs.OnDiskFull(vfs.Default, e.full.wait),
+		// The log's syncs wait for the disk only for writes that must
+		// be durable (walsync.go).
+		FS:                          walFS{FS: vfs.OnDiskFull(fs, e.full.wait), w: &e.wal},
 		Cache:                       cache,
 		MemTableSize:                uint64(e.opts.MemTableSize),
 		MemTableStopWritesThreshold: 4,

@@ -15,7 +15,7 @@ func (e *Engine) NotDone(ctx context.Context, req store.NotDoneRequest) (store.N
 		return store.NotDoneLost, err
 	}
 	outcome := store.NotDoneLost
-	_, err = e.settled(req.ID)(e.change(ctx, "not done", req.ID, true, func(cur *rec, now int64) *rec {
+	_, err = e.settled(req.ID)(e.change(ctx, "not done", req.ID, synced, func(cur *rec, now int64) *rec {
 		var r *rec
 		r, outcome = cur.AnswerNotDone(now, req)
 		return r

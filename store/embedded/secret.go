@@ -144,7 +144,8 @@ func (e *Engine) Secret(ctx context.Context) ([]byte, error) {
 	b := make([]byte, secretSize)
 	_, _ = rand.Read(b)
 	sum := sha256.Sum256(b)
-	if err := e.db.Set(secretDigestKey, sum[:], pebble.Sync); err != nil {
+	end := e.wal.begin(true)
+	if err := end(e.db.Set(secretDigestKey, sum[:], pebble.Sync)); err != nil {
 		return nil, fmt.Errorf("store: embedded store: create the secret: %w", e.writeErr(err))
 	}
 	if err := writeFileSync(filepath.Join(e.dir, secretFile), encodeSecret(b)); err != nil {

@@ -13,9 +13,12 @@ import (
 // Pebble replays its newest write-ahead log up to the first entry it
 // cannot read and takes that entry for a write a crash cut short: within
 // the log's last 32 KiB block it drops it, and every entry after it,
-// quietly. A crash only ever cuts short the last write, so a sound entry
-// after the unreadable one means the log is damaged: checkLogTail finds
-// that case and Open refuses it, naming the log.
+// quietly. A crash only loses what was not synced yet, so a sound entry
+// after the unreadable one that says the log was synced past it (Pebble's
+// chunks carry that offset) means the log is damaged: checkLogTail finds
+// that case and Open refuses it, naming the log. (Unsynced pages may
+// reach the disk out of order before a power cut, so a sound entry that
+// does not say so is the unsynced end of the log.)
 //
 // An unreadable last entry is the one case a single log cannot tell from a
 // write cut short: a damaged byte there, in a write that was synced and
@@ -129,7 +132,7 @@ func checkLogTail(dir string) (dropped string, err error) {
 		return "", nil
 	}
 	for next := off + 1; next+walRecycledHeader <= len(b); next++ {
-		if n, ok := walChunkAt(b, next, logNum); ok && n > walSyncHeader {
+		if n, ok := walChunkAt(b, next, logNum); ok && n > walSyncHeader && claimsSynced(b, next, off) {
 			return "", fmt.Errorf("store: embedded store %s is damaged (%s): the entry at offset %d cannot be read and a sound one "+
 				"follows at offset %d, so it is not a write a crash cut short; acknowledged records would be lost: "+
 				"restore DIR from a backup (`idemgate store check %s` says more)", dir, path, off, next, dir)
@@ -149,6 +152,19 @@ func droppedLast(path, what string, off int) string {
 		"it was the last write before a crash, which a crash that cut it short and a damaged byte leave alike. "+
 		"If that write was acknowledged, the one operation it recorded may execute again (a dropped claim) "+
 		"or be answered 409 as of unknown outcome (a dropped completion)", path, what, off)
+}
+
+// claimsSynced reports whether the sound chunk at next says that the log
+// was synced past off when it was written (WAL-sync chunks carry that
+// offset; older formats do not, and count as saying so). A chunk that
+// does not was written after off, which a crash may have left unwritten
+// on disk while later pages made it: the unsynced end of the log, where
+// Pebble's replay stops, not damage.
+func claimsSynced(b []byte, next, off int) bool {
+	if walHeaderSize(b[next+6]) != walSyncHeader {
+		return true
+	}
+	return binary.LittleEndian.Uint64(b[next+11:]) > uint64(off)
 }
 
 func allZero(b []byte) bool {

@@ -128,6 +128,8 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "cache_size":
 			return d.Err("cache_size is the embedded store's; Redis keeps its records in its own memory")
+		case "sync_interval":
+			return d.Err("sync_interval is the embedded store's; Redis syncs as its appendfsync setting says")
 		default:
 			return d.Errf("unrecognized option '%s' of the Redis store", opt)
 		}
