@@ -132,10 +132,16 @@ func main() {
 	flag.IntVar(&o.gatewayProcs, "gateway-procs", 0, "GOMAXPROCS of the gateway (0: Go's default, one per CPU it may run on)")
 	flag.BoolVar(&o.quiet, "quiet-logs", false, "run the gateway with log level WARN (no per-decision log line)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs and logs)")
-	flag.IntVar(&o.waiters, "waiters", 50, "duplicates waiting for one slow call in the wait measurement (0: skip)")
+	// 32: the most duplicates of one key the gateway lets wait; more get
+	// the in-flight 409 at once (docs/capacity.md).
+	flag.IntVar(&o.waiters, "waiters", 32, "duplicates waiting for one slow call in the wait measurement, at most 32 (0: skip)")
 	flag.IntVar(&o.waitRounds, "wait-rounds", 5, "rounds of the wait measurement")
 	flag.BoolVar(&o.waitOnly, "wait-only", false, "run only the wait measurement, and write no report file")
 	flag.Parse()
+	if o.waiters > 32 {
+		fmt.Fprintln(os.Stderr, "bench: -waiters: at most 32 duplicates of one key wait; the rest get the in-flight 409 at once")
+		os.Exit(2)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
