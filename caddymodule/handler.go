@@ -198,6 +198,12 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	if (claim == nil || err != nil) && g.brk != nil {
 		g.brk.cancel(g.probe)
 	}
+	if claim != nil && err == nil && g.brk != nil && !g.probe && g.refused == 0 && !rt.observing() {
+		// The breaker may have opened between its answer and the claim
+		// (an execution that failed meanwhile released the record): it
+		// is asked again, now that the claim is held.
+		g.probe, g.refused = g.brk.admit()
+	}
 	switch {
 	case errors.Is(err, errBreakerOpen):
 		return decision{kind: decideBreakerOpen}

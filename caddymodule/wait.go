@@ -298,6 +298,12 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 			return nil, err
 		case claim != nil:
 			result = waitExecuted
+			if h.readmit(g) {
+				// The breaker opened between its answer and the claim (an
+				// execution that failed meanwhile released the record):
+				// the claim goes back unused (ServeHTTP).
+				result = waitBreakerOpen
+			}
 			return claim, nil
 		case g.rec.State == store.StateInFlight:
 			// Another duplicate took the key over: wait for that one.
