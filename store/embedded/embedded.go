@@ -396,6 +396,12 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
 	if err != nil {
 		e.leave()
+		if full := e.full.check(); full != nil && errors.Is(err, errLockTimeout) {
+			// The write that holds the record waits for room (a renewal
+			// Pebble retries once the disk has space): this one is
+			// refused for want of room too, so a result is kept.
+			err = full
+		}
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	release := func() { unlock(); e.leave() }
