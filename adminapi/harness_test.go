@@ -2,11 +2,7 @@ package adminapi
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/handlertest"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
@@ -23,19 +20,9 @@ import (
 	"github.com/idemgate/idemgate/store/redis"
 )
 
-// TestMain gives the package's tests a Caddy data directory of their own,
-// never the machine's real one.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "idemgate-adminapi")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Setenv("XDG_DATA_HOME", dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain gives the package's tests a Caddy data directory of their own
+// (see handlertest.Main).
+func TestMain(m *testing.M) { handlertest.Main(m, "idemgate-adminapi") }
 
 // testStores are the store engines the API's tests run on.
 var testStores = []struct {
@@ -92,20 +79,7 @@ func newAdmin(hs ...*caddymodule.Handler) *AdminAPI {
 
 // serve runs one request through h with next as the rest of the chain.
 func serve(h *caddymodule.Handler, next caddyhttp.HandlerFunc, method, path, body string, headers ...string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	w := httptest.NewRecorder()
-	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), w, &caddyhttp.Server{})
-	if err := h.ServeHTTP(w, req, next); err != nil {
-		w.Code = http.StatusInternalServerError
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) {
-			w.Code = he.StatusCode
-		}
-	}
-	return w
+	return handlertest.Serve(h, next, method, path, body, headers...)
 }
 
 // problem is the part of a problem+json answer the tests read.

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/internal/handlertest"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
@@ -95,20 +96,7 @@ func shortOpTimeout(sc caddy.Module) caddy.Module {
 
 // serve runs one request through h with next as the rest of the chain.
 func serve(h *Handler, next caddyhttp.HandlerFunc, method, path, body string, headers ...string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	w := httptest.NewRecorder()
-	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), w, &caddyhttp.Server{})
-	if err := h.ServeHTTP(w, req, next); err != nil {
-		w.Code = http.StatusInternalServerError
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) {
-			w.Code = he.StatusCode
-		}
-	}
-	return w
+	return handlertest.Serve(h, next, method, path, body, headers...)
 }
 
 // counting is an upstream stand-in that counts executions.
