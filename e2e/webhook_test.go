@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -330,4 +332,36 @@ func TestSamePayloadNewKey(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExampleSignedWebhook runs examples/webhook/signed.yaml as written,
+// in the middle of a rotation: the sender signs with its new secret, some
+// deliveries still carry the old one.
+func TestExampleSignedWebhook(t *testing.T) {
+	t.Parallel()
+	rules, err := os.ReadFile(filepath.Join("..", "examples", "webhook", "signed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := newReceiver(t, "")
+	gw := startGateway(t, gatewayConfig{store: "embedded", upstream: recv.addr(), rules: string(rules),
+		env: []string{"WEBHOOK_SECRET=" + rotatedSecret, "WEBHOOK_SECRET_PREVIOUS=" + webhookSecret}})
+	body := []byte(`{"type":"payment.succeeded","data":{"amount":4200}}`)
+	const id = "msg_2Lh9KqKb1Y"
+	for i, secret := range []string{webhookSecret, rotatedSecret, rotatedSecret} {
+		r := send(t, "POST", gw.url+"/webhooks/payments", body, webhookHeaders(secret, id, body)...)
+		if r.status != http.StatusCreated {
+			t.Fatalf("delivery %d: %d %s, want 201", i+1, r.status, r.body)
+		}
+		if replayed := r.header.Get("Idempotent-Replayed") == "true"; replayed != (i > 0) {
+			t.Errorf("delivery %d: Idempotent-Replayed %v", i+1, replayed)
+		}
+	}
+	r := send(t, "POST", gw.url+"/webhooks/payments", body, webhookHeaders("whsec_Zm9yZ2VkIGJ5IHNvbWVib2R5IGVsc2U=", "msg_forged", body)...)
+	if !isProblem(t, r, http.StatusUnauthorized, "signature-invalid", "") {
+		t.Errorf("a forged delivery: %d %s, want 401 signature-invalid", r.status, r.body)
+	}
+	if n, all := recv.created.count(id), recv.created.sum(); n != 1 || all != 1 {
+		t.Errorf("the receiver created %d payments for the event, %d in all; want 1 and 1", n, all)
+	}
 }
