@@ -59,7 +59,18 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-const scopeDomain = "idemgate-scope-v1\x00"
+const (
+	scopeDomain  = "idemgate-scope-v1\x00"
+	senderDomain = "idemgate-sender-v1\x00"
+)
+
+// SenderScope is the scope of a request whose signature a route verified
+// when the route sets no scope of its own: the SHA-256 of the verified
+// sender's identity, in a domain of its own, so it never equals a
+// ScopeHash.
+func SenderScope(sender string) [32]byte {
+	return sha256.Sum256([]byte(senderDomain + sender))
+}
 
 // ScopeHash resolves the scope templates (placeholders that do not resolve,
 // including body placeholders over a body that is not JSON, become "") and

@@ -18,7 +18,10 @@ const MinSecretLen = 16
 // shorter than MinSecretLen.
 var ErrShortSecret = errors.New("deployment secret is too short")
 
-const keyDomain = "idemgate-key-v2\x00"
+const (
+	keyDomain     = "idemgate-key-v2\x00"
+	payloadDomain = "idemgate-payload-v1\x00"
+)
 
 // IDKey derives record ids under a deployment secret. It is safe for
 // concurrent use; make one per secret and keep it.
@@ -55,13 +58,26 @@ func NewIDKey(secret []byte) (*IDKey, error) {
 // names instead of the key; without the secret nobody can test a guessed
 // key or scope value (an Authorization header) against it.
 func (k *IDKey) KeyID(operation string, scope [32]byte, key string) string {
+	return k.id(keyDomain, operation, scope, key)
+}
+
+// PayloadID returns the id under which an operation completed on a
+// route with a same-payload window is found by its payload: as KeyID,
+// under a domain of its own, of the request's fingerprint instead of its
+// key. Two keys of one operation, scope and payload have the same
+// PayloadID; it is never equal to a record id.
+func (k *IDKey) PayloadID(operation string, scope [32]byte, fingerprint string) string {
+	return k.id(payloadDomain, operation, scope, fingerprint)
+}
+
+func (k *IDKey) id(domain, operation string, scope [32]byte, value string) string {
 	s := k.macs.Get().(*idScratch)
-	msg := append(s.msg[:0], keyDomain...)
+	msg := append(s.msg[:0], domain...)
 	msg = append(msg, operation...)
 	msg = append(msg, 0)
 	msg = append(msg, scope[:]...)
 	msg = append(msg, 0)
-	msg = append(msg, key...)
+	msg = append(msg, value...)
 	s.mac.Reset()
 	s.mac.Write(msg)
 	sum := s.mac.Sum(s.sum[:0])

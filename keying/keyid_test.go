@@ -122,3 +122,34 @@ func TestKeyIDConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestPayloadID: the payload id is the HMAC of the fingerprint in a domain
+// of its own: never a record id of the same inputs, the same for two
+// derivers of one secret, different for another operation or scope.
+func TestPayloadID(t *testing.T) {
+	const secret = "0123456789abcdef-deployment"
+	k := mustIDKey(t, secret)
+	scope := SenderScope("standard-webhooks:default")
+	got := k.PayloadID("payment_events", scope, "fp-1")
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("idemgate-payload-v1\x00payment_events\x00" + string(scope[:]) + "\x00fp-1"))
+	if want := hex.EncodeToString(mac.Sum(nil)[:16]); got != want {
+		t.Fatalf("PayloadID = %s, want %s", got, want)
+	}
+	for _, id := range []string{
+		k.KeyID("payment_events", scope, "fp-1"),
+		k.PayloadID("payment_events2", scope, "fp-1"),
+		k.PayloadID("payment_events", SenderScope("standard-webhooks:eu"), "fp-1"),
+		k.PayloadID("payment_events", scope, "fp-2"),
+	} {
+		if id == got {
+			t.Fatalf("PayloadID %s collides with another input's id", id)
+		}
+	}
+	if id := mustIDKey(t, secret).PayloadID("payment_events", scope, "fp-1"); id != got {
+		t.Fatalf("a second deriver gives %s, want %s", id, got)
+	}
+	if SenderScope("") == ScopeHash(nil, NewInput("POST", nil, "", nil)) {
+		t.Fatal("a sender scope equals a template scope")
+	}
+}
