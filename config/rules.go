@@ -80,7 +80,7 @@ var (
 	// to be read (408, 413, 415, 425, 431), and come back later (429,
 	// 503). 400 and 422 are results: the request was read and refused.
 	defaultRetryStatuses = []int{401, 403, 404, 405, 408, 413, 415, 425, 429, 431, 503}
-	defaultMethods          = []string{"POST", "PUT", "PATCH", "DELETE"}
+	defaultMethods       = []string{"POST", "PUT", "PATCH", "DELETE"}
 )
 
 // Policy is the part of a route's rules that can also be set under
