@@ -25,7 +25,9 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("v0=zz", "", "99999999999999999999", "", int64(1<<62))
 
 	e := env{"{env.STRIPE}": stripeSecret, "{env.SW}": swSecret, "{env.GH}": githubSecret, "{env.SLACK}": slackSecret}
-	sender := func(s string) []config.SignatureSender { return []config.SignatureSender{{Name: "default", Secrets: []string{s}}} }
+	sender := func(s string) []config.SignatureSender {
+		return []config.SignatureSender{{Name: "default", Secrets: []string{s}}}
+	}
 	rules := []config.SignatureRule{
 		{Scheme: config.SchemeStripe, Tolerance: 5 * time.Minute, Senders: sender("{env.STRIPE}")},
 		{Scheme: config.SchemeStandardWebhooks, Tolerance: 5 * time.Minute, Senders: sender("{env.SW}")},
