@@ -109,16 +109,19 @@ func optDuration(c *errorList, field string, d *OptDuration, max time.Duration) 
 
 // samePayload warns of an on_same_payload that no window makes work.
 func (c *errorList) samePayload(r *Rules) {
-	anyWindow := r.Defaults.SamePayloadWindow != nil && *r.Defaults.SamePayloadWindow != 0
+	windows := make([]bool, len(r.Routes))
+	anyWindow := false
 	for i := range r.Routes {
-		rt := &r.Routes[i]
-		w := cmp.Or(rt.SamePayloadWindow, r.Defaults.SamePayloadWindow, new(OptDuration(0)))
-		anyWindow = anyWindow || *w != 0
-		if rt.OnSamePayload != "" && *w == 0 {
-			c.warn("routes["+strconv.Itoa(i)+"].on_same_payload", "does nothing: the route has no same_payload_window")
-		}
+		w := cmp.Or(r.Routes[i].SamePayloadWindow, r.Defaults.SamePayloadWindow, new(OptDuration(0)))
+		windows[i] = *w != 0
+		anyWindow = anyWindow || windows[i]
 	}
 	if r.Defaults.OnSamePayload != "" && !anyWindow {
 		c.warn("defaults.on_same_payload", "does nothing: no route has a same_payload_window")
+	}
+	for i := range r.Routes {
+		if r.Routes[i].OnSamePayload != "" && !windows[i] {
+			c.warn("routes["+strconv.Itoa(i)+"].on_same_payload", "does nothing: the route has no same_payload_window")
+		}
 	}
 }
