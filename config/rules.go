@@ -341,7 +341,7 @@ type Resolved struct {
 	Path      string
 
 	Key         []keying.Template
-	Scope       []keying.Template // nil when the scope is an explicit []
+	Scope       []keying.Template // nil when the scope is an explicit [] or ScopeSender
 	Fingerprint keying.FingerprintRule
 	ExternalID  string
 

@@ -206,95 +206,104 @@ func TestWarnings(t *testing.T) {
 	}
 }
 
+// webhookHead and webhookRoute begin documents of one route, without
+// and with a key.
+const (
+	webhookHead  = "routes:\n  - name: r\n    match: { path: /r }\n"
+	webhookRoute = webhookHead + "    key: [\"{header.K}\"]\n"
+)
+
+// webhookErrorTests are invalid signature, sender, status and retention
+// fields and the exact errors Parse reports (also FuzzParse's seeds).
+var webhookErrorTests = []struct {
+	name, yaml string
+	want       []string
+}{
+	{"no scheme", webhookRoute + "    signature: { secrets: [\"{env.S}\"] }\n", []string{
+		`r.yaml:5: routes[0].signature.scheme: is required: stripe, standard-webhooks, github or hmac`}},
+	{"unknown scheme", webhookRoute + "    signature: { scheme: paypal, secrets: [\"{env.S}\"] }\n", []string{
+		`r.yaml:5: routes[0].signature.scheme: "paypal" is not one of stripe, standard-webhooks, github, hmac`}},
+	{"no secrets", webhookRoute + "    signature:\n      scheme: stripe\n", []string{
+		`r.yaml:5: routes[0].signature: needs secrets (one sender) or senders (several), e.g. secrets: ["{env.WEBHOOK_SECRET}"]`}},
+	{"secrets and senders", webhookRoute + "    signature:\n      scheme: stripe\n      secrets: [\"{env.S}\"]\n      senders: { a: [\"{env.A}\"] }\n", []string{
+		`r.yaml:8: routes[0].signature.senders: is set beside secrets: use secrets for one sender, senders for several`}},
+	{"a literal secret is never shown", webhookRoute + "    signature:\n      scheme: github\n      secrets:\n        - \"{env.GH}\"\n        - whsec_live_a1b2c3\n        - \"{env.GH}\"\n        - \"{env.GH\"\n", []string{
+		`r.yaml:9: routes[0].signature.secrets[1]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`,
+		`r.yaml:10: routes[0].signature.secrets[2]: {env.GH} is already listed at [0]`,
+		`r.yaml:11: routes[0].signature.secrets[3]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`}},
+	{"text around a placeholder", webhookRoute + "    signature: { scheme: github, secrets: [\"whsec_{env.S}\"] }\n", []string{
+		`r.yaml:5: routes[0].signature.secrets[0]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`}},
+	{"too many secrets", webhookRoute + "    signature: { scheme: github, secrets: [\"{env.A}\", \"{env.B}\", \"{env.C}\", \"{env.D}\", \"{env.E}\", \"{env.F}\", \"{env.G}\", \"{env.H}\", \"{env.I}\"] }\n", []string{
+		`r.yaml:5: routes[0].signature.secrets: lists 9 secrets, at most 8 (the old and the new one during a rotation)`}},
+	{"empty secrets", webhookRoute + "    signature: { scheme: github, secrets: [] }\n", []string{
+		`r.yaml:5: routes[0].signature.secrets: must list at least one secret, e.g. ["{env.WEBHOOK_SECRET}"]`}},
+	{"senders", webhookRoute + "    signature:\n      scheme: github\n      senders:\n        \"a b\": [\"{env.A}\"]\n        ok: []\n        plain: \"{env.P}\"\n", []string{
+		`r.yaml:7: routes[0].signature.senders: "a b" is not a sender name: use 1 to 64 of A-Z a-z 0-9 _ . : -`,
+		`r.yaml:9: routes[0].signature.senders.ok: must list at least one secret, e.g. ["{env.WEBHOOK_SECRET}"]`,
+		`r.yaml:10: routes[0].signature.senders.plain: must be a list of strings, not the string "{env.P}"`}},
+	{"empty senders", webhookRoute + "    signature: { scheme: github, senders: {} }\n", []string{
+		`r.yaml:5: routes[0].signature.senders: must not be empty: name each sender and its secrets`}},
+	{"tolerance", webhookRoute + "    signature: { scheme: stripe, secrets: [\"{env.S}\"], tolerance: 48h }\n", []string{
+		`r.yaml:5: routes[0].signature.tolerance: must be at most 24h0m0s, got 48h0m0s`}},
+	{"tolerance without a timestamp", webhookRoute + "    signature: { scheme: github, secrets: [\"{env.S}\"], tolerance: 5m }\n", []string{
+		`r.yaml:5: routes[0].signature.tolerance: is set, but the github scheme signs no timestamp`}},
+	{"hmac fields on another scheme", webhookRoute + "    signature:\n      scheme: stripe\n      secrets: [\"{env.S}\"]\n      header: X-Sig\n      prefix: \"\"\n", []string{
+		`r.yaml:8: routes[0].signature.header: is a field of the hmac scheme; the stripe scheme fixes its own`,
+		`r.yaml:9: routes[0].signature.prefix: is a field of the hmac scheme; the stripe scheme fixes its own`}},
+	{"hmac without a header", webhookRoute + "    signature: { scheme: hmac, secrets: [\"{env.S}\"] }\n", []string{
+		`r.yaml:5: routes[0].signature.header: is required: the header holding the signature, e.g. X-Signature`}},
+	{"hmac fields", webhookRoute + "    signature:\n      scheme: hmac\n      secrets: [\"{env.S}\"]\n      header: \"X Sig\"\n      algorithm: md5\n      encoding: base32\n      prefix: \"sha 256=\"\n      signed: \"{timestamp}.{body}.{body}\"\n", []string{
+		`r.yaml:5: routes[0].signature.timestamp_header: is required: signed has {timestamp}, and this header holds its unix seconds`,
+		`r.yaml:8: routes[0].signature.header: "X Sig" is not a valid header name`,
+		`r.yaml:9: routes[0].signature.algorithm: "md5" is not one of sha256, sha512`,
+		`r.yaml:10: routes[0].signature.encoding: "base32" is not one of hex, base64`,
+		`r.yaml:11: routes[0].signature.prefix: "sha 256=" must be visible ASCII, without spaces`,
+		`r.yaml:12: routes[0].signature.signed: "{timestamp}.{body}.{body}": must have {body} once`}},
+	{"hmac signed placeholders", webhookRoute + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, signed: \"{id}.{body}\" }\n", []string{
+		`r.yaml:5: routes[0].signature.signed: "{id}.{body}": placeholder {id} is not {timestamp} or {body}`}},
+	{"hmac signed braces", webhookRoute + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, signed: \"{body\" }\n", []string{
+		`r.yaml:5: routes[0].signature.signed: "{body": unbalanced braces: the template takes text, {timestamp} and {body}`}},
+	{"hmac timestamp header without a timestamp", webhookRoute + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, timestamp_header: X-T, tolerance: 1m }\n", []string{
+		`r.yaml:5: routes[0].signature.tolerance: is set, but signed has no {timestamp}: nothing is signed with a time`,
+		`r.yaml:5: routes[0].signature.timestamp_header: is set, but signed has no {timestamp}`}},
+	{"key still required but for standard-webhooks", webhookHead + "    signature: { scheme: stripe, secrets: [\"{env.S}\"] }\n", []string{
+		`r.yaml:2: routes[0].key: at least one key template is required, e.g. ["{header.Idempotency-Key}"]`}},
+	{"signature of the wrong kind", webhookRoute + "    signature: stripe\n", []string{
+		`r.yaml:5: routes[0].signature: must be a mapping, not the string "stripe"`}},
+	{"signature under defaults", "defaults:\n  signature: { scheme: stripe }\n" + webhookRoute, []string{
+		`r.yaml:2: defaults.signature: unknown field`}},
+	{"unknown sender", webhookRoute + "    sender: paypal\n", []string{
+		`r.yaml:5: routes[0].sender: "paypal" is not one of github, shopify, standard-webhooks, stripe, svix`}},
+	{"empty sender", webhookRoute + "    sender: \"\"\n", []string{
+		`r.yaml:5: routes[0].sender: "" is not one of github, shopify, standard-webhooks, stripe, svix`}},
+	{"store_statuses", "defaults:\n  retry_statuses: [404, 429]\n  store_statuses: [404, 503, 307, 200, 404]\n" + webhookRoute, []string{
+		`r.yaml:3: defaults.store_statuses[0]: 404 is also in defaults.retry_statuses: a status is either released or stored; remove it from one list`,
+		`r.yaml:3: defaults.store_statuses[1]: 503 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
+		`r.yaml:3: defaults.store_statuses[2]: 307 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
+		`r.yaml:3: defaults.store_statuses[3]: 200 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
+		`r.yaml:3: defaults.store_statuses[4]: 404 is already listed at [0]`}},
+	{"store_statuses in both lists of a route", webhookRoute + "    retry_statuses: [401, 429]\n    store_statuses:\n      - 401\n", []string{
+		`r.yaml:7: routes[0].store_statuses[0]: 401 is also in routes[0].retry_statuses: a status is either released or stored; remove it from one list`}},
+	{"tombstone_ttl", webhookRoute + "    tombstone_ttl: 9000h\n", []string{
+		`r.yaml:5: routes[0].tombstone_ttl: must be at most 8760h0m0s, got 9000h0m0s`}},
+	{"tombstone_ttl under 1s", webhookRoute + "    tombstone_ttl: 10ms\n", []string{
+		`r.yaml:5: routes[0].tombstone_ttl: must be at least 1s, got 10ms`}},
+	{"tombstone_ttl negative", webhookRoute + "    tombstone_ttl: -1h\n", []string{
+		`r.yaml:5: routes[0].tombstone_ttl: must be positive or 0s (off), got -1h0m0s`}},
+	{"tombstone_ttl without a unit", webhookRoute + "    tombstone_ttl: 30\n", []string{
+		`r.yaml:5: routes[0].tombstone_ttl: 30 has no unit: write a Go duration such as 30s, 15m or 24h`}},
+	{"after_expiry", webhookRoute + "    after_expiry: replay\n", []string{
+		`r.yaml:5: routes[0].after_expiry: "replay" is not one of execute, reject`}},
+	{"reject without tombstones", webhookRoute + "    after_expiry: reject\n    tombstone_ttl: 0s\n", []string{
+		`r.yaml:5: routes[0].after_expiry: is reject, but tombstone_ttl is 0s: without tombstones no retry is known to be late`}},
+	{"same_payload_window", "defaults:\n  same_payload_window: 1000h\n" + webhookRoute, []string{
+		`r.yaml:2: defaults.same_payload_window: must be at most 720h0m0s, got 1000h0m0s`}},
+	{"on_same_payload", webhookRoute + "    same_payload_window: 1h\n    on_same_payload: block\n", []string{
+		`r.yaml:6: routes[0].on_same_payload: "block" is not one of warn, hold, reject`}},
+}
+
 func TestWebhookErrors(t *testing.T) {
-	head := "routes:\n  - name: r\n    match: { path: /r }\n"
-	keyed := head + "    key: [\"{header.K}\"]\n"
-	for _, tt := range []struct {
-		name, yaml string
-		want       []string
-	}{
-		{"no scheme", keyed + "    signature: { secrets: [\"{env.S}\"] }\n", []string{
-			`r.yaml:5: routes[0].signature.scheme: is required: stripe, standard-webhooks, github or hmac`}},
-		{"unknown scheme", keyed + "    signature: { scheme: paypal, secrets: [\"{env.S}\"] }\n", []string{
-			`r.yaml:5: routes[0].signature.scheme: "paypal" is not one of stripe, standard-webhooks, github, hmac`}},
-		{"no secrets", keyed + "    signature:\n      scheme: stripe\n", []string{
-			`r.yaml:5: routes[0].signature: needs secrets (one sender) or senders (several), e.g. secrets: ["{env.WEBHOOK_SECRET}"]`}},
-		{"secrets and senders", keyed + "    signature:\n      scheme: stripe\n      secrets: [\"{env.S}\"]\n      senders: { a: [\"{env.A}\"] }\n", []string{
-			`r.yaml:8: routes[0].signature.senders: is set beside secrets: use secrets for one sender, senders for several`}},
-		{"a literal secret is never shown", keyed + "    signature:\n      scheme: github\n      secrets:\n        - \"{env.GH}\"\n        - whsec_live_a1b2c3\n        - \"{env.GH}\"\n        - \"{env.GH\"\n", []string{
-			`r.yaml:9: routes[0].signature.secrets[1]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`,
-			`r.yaml:10: routes[0].signature.secrets[2]: {env.GH} is already listed at [0]`,
-			`r.yaml:11: routes[0].signature.secrets[3]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`}},
-		{"text around a placeholder", keyed + "    signature: { scheme: github, secrets: [\"whsec_{env.S}\"] }\n", []string{
-			`r.yaml:5: routes[0].signature.secrets[0]: must be a placeholder {env.NAME} or {file.PATH}, not the secret itself (a secret in the rules file ends up in a repository)`}},
-		{"too many secrets", keyed + "    signature: { scheme: github, secrets: [\"{env.A}\", \"{env.B}\", \"{env.C}\", \"{env.D}\", \"{env.E}\", \"{env.F}\", \"{env.G}\", \"{env.H}\", \"{env.I}\"] }\n", []string{
-			`r.yaml:5: routes[0].signature.secrets: lists 9 secrets, at most 8 (the old and the new one during a rotation)`}},
-		{"empty secrets", keyed + "    signature: { scheme: github, secrets: [] }\n", []string{
-			`r.yaml:5: routes[0].signature.secrets: must list at least one secret, e.g. ["{env.WEBHOOK_SECRET}"]`}},
-		{"senders", keyed + "    signature:\n      scheme: github\n      senders:\n        \"a b\": [\"{env.A}\"]\n        ok: []\n        plain: \"{env.P}\"\n", []string{
-			`r.yaml:7: routes[0].signature.senders: "a b" is not a sender name: use 1 to 64 of A-Z a-z 0-9 _ . : -`,
-			`r.yaml:9: routes[0].signature.senders.ok: must list at least one secret, e.g. ["{env.WEBHOOK_SECRET}"]`,
-			`r.yaml:10: routes[0].signature.senders.plain: must be a list of strings, not the string "{env.P}"`}},
-		{"empty senders", keyed + "    signature: { scheme: github, senders: {} }\n", []string{
-			`r.yaml:5: routes[0].signature.senders: must not be empty: name each sender and its secrets`}},
-		{"tolerance", keyed + "    signature: { scheme: stripe, secrets: [\"{env.S}\"], tolerance: 48h }\n", []string{
-			`r.yaml:5: routes[0].signature.tolerance: must be at most 24h0m0s, got 48h0m0s`}},
-		{"tolerance without a timestamp", keyed + "    signature: { scheme: github, secrets: [\"{env.S}\"], tolerance: 5m }\n", []string{
-			`r.yaml:5: routes[0].signature.tolerance: is set, but the github scheme signs no timestamp`}},
-		{"hmac fields on another scheme", keyed + "    signature:\n      scheme: stripe\n      secrets: [\"{env.S}\"]\n      header: X-Sig\n      prefix: \"\"\n", []string{
-			`r.yaml:8: routes[0].signature.header: is a field of the hmac scheme; the stripe scheme fixes its own`,
-			`r.yaml:9: routes[0].signature.prefix: is a field of the hmac scheme; the stripe scheme fixes its own`}},
-		{"hmac without a header", keyed + "    signature: { scheme: hmac, secrets: [\"{env.S}\"] }\n", []string{
-			`r.yaml:5: routes[0].signature.header: is required: the header holding the signature, e.g. X-Signature`}},
-		{"hmac fields", keyed + "    signature:\n      scheme: hmac\n      secrets: [\"{env.S}\"]\n      header: \"X Sig\"\n      algorithm: md5\n      encoding: base32\n      prefix: \"sha 256=\"\n      signed: \"{timestamp}.{body}.{body}\"\n", []string{
-			`r.yaml:5: routes[0].signature.timestamp_header: is required: signed has {timestamp}, and this header holds its unix seconds`,
-			`r.yaml:8: routes[0].signature.header: "X Sig" is not a valid header name`,
-			`r.yaml:9: routes[0].signature.algorithm: "md5" is not one of sha256, sha512`,
-			`r.yaml:10: routes[0].signature.encoding: "base32" is not one of hex, base64`,
-			`r.yaml:11: routes[0].signature.prefix: "sha 256=" must be visible ASCII, without spaces`,
-			`r.yaml:12: routes[0].signature.signed: "{timestamp}.{body}.{body}": must have {body} once`}},
-		{"hmac signed placeholders", keyed + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, signed: \"{id}.{body}\" }\n", []string{
-			`r.yaml:5: routes[0].signature.signed: "{id}.{body}": placeholder {id} is not {timestamp} or {body}`}},
-		{"hmac signed braces", keyed + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, signed: \"{body\" }\n", []string{
-			`r.yaml:5: routes[0].signature.signed: "{body": unbalanced braces: the template takes text, {timestamp} and {body}`}},
-		{"hmac timestamp header without a timestamp", keyed + "    signature: { scheme: hmac, secrets: [\"{env.S}\"], header: X-S, timestamp_header: X-T, tolerance: 1m }\n", []string{
-			`r.yaml:5: routes[0].signature.tolerance: is set, but signed has no {timestamp}: nothing is signed with a time`,
-			`r.yaml:5: routes[0].signature.timestamp_header: is set, but signed has no {timestamp}`}},
-		{"key still required but for standard-webhooks", head + "    signature: { scheme: stripe, secrets: [\"{env.S}\"] }\n", []string{
-			`r.yaml:2: routes[0].key: at least one key template is required, e.g. ["{header.Idempotency-Key}"]`}},
-		{"signature of the wrong kind", keyed + "    signature: stripe\n", []string{
-			`r.yaml:5: routes[0].signature: must be a mapping, not the string "stripe"`}},
-		{"signature under defaults", "defaults:\n  signature: { scheme: stripe }\n" + keyed, []string{
-			`r.yaml:2: defaults.signature: unknown field`}},
-		{"unknown sender", keyed + "    sender: paypal\n", []string{
-			`r.yaml:5: routes[0].sender: "paypal" is not one of github, shopify, standard-webhooks, stripe, svix`}},
-		{"empty sender", keyed + "    sender: \"\"\n", []string{
-			`r.yaml:5: routes[0].sender: "" is not one of github, shopify, standard-webhooks, stripe, svix`}},
-		{"store_statuses", "defaults:\n  retry_statuses: [404, 429]\n  store_statuses: [404, 503, 307, 200, 404]\n" + keyed, []string{
-			`r.yaml:3: defaults.store_statuses[0]: 404 is also in defaults.retry_statuses: a status is either released or stored; remove it from one list`,
-			`r.yaml:3: defaults.store_statuses[1]: 503 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
-			`r.yaml:3: defaults.store_statuses[2]: 307 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
-			`r.yaml:3: defaults.store_statuses[3]: 200 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,
-			`r.yaml:3: defaults.store_statuses[4]: 404 is already listed at [0]`}},
-		{"store_statuses in both lists of a route", keyed + "    retry_statuses: [401, 429]\n    store_statuses:\n      - 401\n", []string{
-			`r.yaml:7: routes[0].store_statuses[0]: 401 is also in routes[0].retry_statuses: a status is either released or stored; remove it from one list`}},
-		{"tombstone_ttl", keyed + "    tombstone_ttl: 9000h\n", []string{
-			`r.yaml:5: routes[0].tombstone_ttl: must be at most 8760h0m0s, got 9000h0m0s`}},
-		{"tombstone_ttl under 1s", keyed + "    tombstone_ttl: 10ms\n", []string{
-			`r.yaml:5: routes[0].tombstone_ttl: must be at least 1s, got 10ms`}},
-		{"tombstone_ttl negative", keyed + "    tombstone_ttl: -1h\n", []string{
-			`r.yaml:5: routes[0].tombstone_ttl: must be positive or 0s (off), got -1h0m0s`}},
-		{"tombstone_ttl without a unit", keyed + "    tombstone_ttl: 30\n", []string{
-			`r.yaml:5: routes[0].tombstone_ttl: 30 has no unit: write a Go duration such as 30s, 15m or 24h`}},
-		{"after_expiry", keyed + "    after_expiry: replay\n", []string{
-			`r.yaml:5: routes[0].after_expiry: "replay" is not one of execute, reject`}},
-		{"reject without tombstones", keyed + "    after_expiry: reject\n    tombstone_ttl: 0s\n", []string{
-			`r.yaml:5: routes[0].after_expiry: is reject, but tombstone_ttl is 0s: without tombstones no retry is known to be late`}},
-		{"same_payload_window", "defaults:\n  same_payload_window: 1000h\n" + keyed, []string{
-			`r.yaml:2: defaults.same_payload_window: must be at most 720h0m0s, got 1000h0m0s`}},
-		{"on_same_payload", keyed + "    same_payload_window: 1h\n    on_same_payload: block\n", []string{
-			`r.yaml:6: routes[0].on_same_payload: "block" is not one of warn, hold, reject`}},
-	} {
+	for _, tt := range webhookErrorTests {
 		t.Run(tt.name, func(t *testing.T) { wantParseErrors(t, tt.yaml, tt.want) })
 	}
 }

@@ -17,11 +17,7 @@ const (
 	githubPrefix = "sha256="
 )
 
-func (github) read(h http.Header, body []byte) (message, Reason) {
-	v, reason := header(h, githubHeader)
-	if reason != "" {
-		return message{}, reason
-	}
+func (github) read(v string, h http.Header, body []byte) (message, Reason) {
 	hexSig, ok := strings.CutPrefix(v, githubPrefix)
 	sig, err := hex.DecodeString(hexSig)
 	if !ok || err != nil || len(sig) != sha256.Size {
@@ -29,5 +25,7 @@ func (github) read(h http.Header, body []byte) (message, Reason) {
 	}
 	return message{parts: [][]byte{body}, sigs: [][]byte{sig}}, ""
 }
+
+func (github) header() string { return githubHeader }
 
 func (github) key(secret string) ([]byte, error) { return []byte(secret), nil }

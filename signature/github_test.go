@@ -19,30 +19,20 @@ const (
 
 func TestGitHub(t *testing.T) {
 	v := newVerifier(t, flat(config.SchemeGitHub, "{file./run/secrets/github}"), env{"{file./run/secrets/github}": githubSecret})
-	sig := func(value string) http2 { return http2{"X-Hub-Signature-256", value} }
+	sig := func(value string) []string { return []string{"X-Hub-Signature-256", value} }
 	other := "sha256=" + strings.Repeat("0", 64)
-	for _, tt := range []struct {
-		name   string
-		h      http2
-		body   string
-		sender string
-		reason Reason
-	}{
-		{"published example", sig(githubSig), githubBody, "github:default", ""},
-		{"tampered body", sig(githubSig), "Hello, World?", "", Mismatch},
-		{"tampered signature", sig(other), githubBody, "", Mismatch},
-		{"missing header", nil, githubBody, "", Missing},
-		{"the SHA-1 header only", http2{"X-Hub-Signature", "sha1=" + strings.Repeat("0", 40)}, githubBody, "", Missing},
-		{"no prefix", sig(strings.TrimPrefix(githubSig, "sha256=")), githubBody, "", Malformed},
-		{"wrong prefix", sig("sha1=" + strings.TrimPrefix(githubSig, "sha256=")), githubBody, "", Malformed},
-		{"not hex", sig("sha256=" + strings.Repeat("g", 64)), githubBody, "", Malformed},
-		{"too long", sig(githubSig + "00"), githubBody, "", Malformed},
-		{"oversized header", sig("sha256=" + strings.Repeat("0", MaxHeaderLen)), githubBody, "", Malformed},
-	} {
-		// GitHub signs no timestamp: any time verifies.
-		check(t, v, []vector{{tt.name, headers(tt.h...), tt.body, time.Unix(0, 0), tt.sender, tt.reason}})
-	}
+	// GitHub signs no timestamp: any time verifies.
+	anyTime := time.Unix(0, 0)
+	check(t, v, []vector{
+		{"published example", sig(githubSig), githubBody, anyTime, "github:default", ""},
+		{"tampered body", sig(githubSig), "Hello, World?", anyTime, "", Mismatch},
+		{"tampered signature", sig(other), githubBody, anyTime, "", Mismatch},
+		{"missing header", nil, githubBody, anyTime, "", Missing},
+		{"the SHA-1 header only", []string{"X-Hub-Signature", "sha1=" + strings.Repeat("0", 40)}, githubBody, anyTime, "", Missing},
+		{"no prefix", sig(strings.TrimPrefix(githubSig, "sha256=")), githubBody, anyTime, "", Malformed},
+		{"wrong prefix", sig("sha1=" + strings.TrimPrefix(githubSig, "sha256=")), githubBody, anyTime, "", Malformed},
+		{"not hex", sig("sha256=" + strings.Repeat("g", 64)), githubBody, anyTime, "", Malformed},
+		{"too long", sig(githubSig + "00"), githubBody, anyTime, "", Malformed},
+		{"oversized header", sig("sha256=" + strings.Repeat("0", MaxHeaderLen)), githubBody, anyTime, "", Malformed},
+	})
 }
-
-// http2 is a header name and value, for tables.
-type http2 = []string

@@ -17,7 +17,8 @@ import (
 // {timestamp}, the unix seconds of the timestamp header. The secret is
 // the key as it is.
 type hmacScheme struct {
-	header, prefix  string
+	headerName      string
+	prefix          string
 	base64          bool
 	hash            func() hash.Hash
 	size            int
@@ -33,19 +34,15 @@ func newHMAC(rule *config.SignatureRule) (*hmacScheme, error) {
 	if rule.Encoding != "hex" && rule.Encoding != "base64" {
 		return nil, fmt.Errorf("signature: unknown encoding %q", rule.Encoding)
 	}
-	s := &hmacScheme{header: rule.Header, prefix: rule.Prefix, base64: rule.Encoding == "base64",
+	s := &hmacScheme{headerName: rule.Header, prefix: rule.Prefix, base64: rule.Encoding == "base64",
 		hash: h, size: h().Size(), parts: rule.SignedParts(), timestampHeader: rule.TimestampHeader}
-	if s.header == "" || len(s.parts) == 0 {
+	if s.headerName == "" || len(s.parts) == 0 {
 		return nil, fmt.Errorf("signature: the hmac scheme needs a header and a signed template")
 	}
 	return s, nil
 }
 
-func (s *hmacScheme) read(h http.Header, body []byte) (message, Reason) {
-	v, reason := header(h, s.header)
-	if reason != "" {
-		return message{}, reason
-	}
+func (s *hmacScheme) read(v string, h http.Header, body []byte) (message, Reason) {
 	enc, ok := strings.CutPrefix(v, s.prefix)
 	if !ok {
 		return message{}, Malformed
@@ -56,6 +53,7 @@ func (s *hmacScheme) read(h http.Header, body []byte) (message, Reason) {
 	}
 	m := message{sigs: [][]byte{sig}}
 	var ts string
+	var reason Reason
 	if s.timestampHeader != "" {
 		switch ts, reason = header(h, s.timestampHeader); reason {
 		case Missing:
@@ -92,5 +90,7 @@ func (s *hmacScheme) decode(enc string) ([]byte, error) {
 	}
 	return base64.RawStdEncoding.DecodeString(enc)
 }
+
+func (s *hmacScheme) header() string { return s.headerName }
 
 func (s *hmacScheme) key(secret string) ([]byte, error) { return []byte(secret), nil }

@@ -83,9 +83,11 @@ type sender struct {
 
 // scheme reads what a request signs and the signatures it carries.
 type scheme interface {
-	// read returns the request's signed message and signatures, or why
-	// they cannot be had.
-	read(h http.Header, body []byte) (message, Reason)
+	// header names the header that carries the signatures.
+	header() string
+	// read returns the signed message and the signatures of a request
+	// whose signature header is sig, or why they cannot be had.
+	read(sig string, h http.Header, body []byte) (message, Reason)
 	// key turns a resolved secret into the HMAC key, or says why it is
 	// not a secret of the scheme (never quoting it).
 	key(secret string) ([]byte, error)
@@ -169,7 +171,11 @@ func timed(s scheme) bool {
 // signatures; sender is then that sender's identity, the route's
 // default scope. Otherwise reason says why, for the metric only.
 func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
-	m, reason := v.scheme.read(h, body)
+	sig, reason := header(h, v.scheme.header())
+	if reason != "" {
+		return "", reason, false
+	}
+	m, reason := v.scheme.read(sig, h, body)
 	if reason != "" {
 		return "", reason, false
 	}

@@ -23,11 +23,7 @@ const (
 	swPrefix    = "whsec_"
 )
 
-func (standardWebhooks) read(h http.Header, body []byte) (message, Reason) {
-	v, reason := header(h, swSignature)
-	if reason != "" {
-		return message{}, reason
-	}
+func (standardWebhooks) read(v string, h http.Header, body []byte) (message, Reason) {
 	id, reason := header(h, swID)
 	if reason != "" {
 		return message{}, Malformed // the id is signed: without it nothing can match
@@ -63,6 +59,8 @@ func (standardWebhooks) read(h http.Header, body []byte) (message, Reason) {
 }
 
 // key decodes a whsec_<base64> secret (the prefix may be left out).
+func (standardWebhooks) header() string { return swSignature }
+
 func (standardWebhooks) key(secret string) ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, swPrefix))
 	switch {

@@ -43,14 +43,7 @@ func TestStandardWebhooks(t *testing.T) {
 		return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 	}()
 	other := "v1," + base64.StdEncoding.EncodeToString(make([]byte, 32))
-	tests := []struct {
-		name   string
-		h      []string
-		body   string
-		now    time.Time
-		sender string
-		reason Reason
-	}{
+	tests := []vector{
 		{"published vector", req(swSig), swBody, now, "standard-webhooks:default", ""},
 		{"among other versions and signatures", req("v1a,bm90IGEga2V5 " + other + "  " + swSig + " v2,abc"), swBody, now, "standard-webhooks:default", ""},
 		{"signed with the newer secret, old and new listed", req(newSig + " " + swSig), swBody, now, "standard-webhooks:default", ""},
@@ -78,16 +71,16 @@ func TestStandardWebhooks(t *testing.T) {
 			if tt.name == "signed with the newer secret, old and new listed" {
 				continue
 			}
-			check(t, v, []vector{{tt.name, headers(tt.h...), tt.body, tt.now, tt.sender, tt.reason}})
+			check(t, v, []vector{tt})
 		}
 	}
 	v := newVerifier(t, flat(config.SchemeStandardWebhooks, "{env.SW_NEW}", "{env.SW}"), e)
 	for _, tt := range tests {
-		check(t, v, []vector{{tt.name, headers(tt.h...), tt.body, tt.now, tt.sender, tt.reason}})
+		check(t, v, []vector{tt})
 	}
 	onlyNew := newVerifier(t, flat(config.SchemeStandardWebhooks, "{env.SW_NEW}"), e)
 	check(t, onlyNew, []vector{
-		{"the old signature alone, once the old secret is removed", headers(req(swSig)...), swBody, now, "", Mismatch},
-		{"the new signature", headers(req(newSig)...), swBody, now, "standard-webhooks:default", ""},
+		{"the old signature alone, once the old secret is removed", req(swSig), swBody, now, "", Mismatch},
+		{"the new signature", req(newSig), swBody, now, "standard-webhooks:default", ""},
 	})
 }

@@ -16,11 +16,7 @@ type stripe struct{}
 
 const stripeHeader = "Stripe-Signature"
 
-func (stripe) read(h http.Header, body []byte) (message, Reason) {
-	v, reason := header(h, stripeHeader)
-	if reason != "" {
-		return message{}, reason
-	}
+func (stripe) read(v string, h http.Header, body []byte) (message, Reason) {
 	var m message
 	t, seenT := "", false
 	for _, item := range strings.Split(v, ",") {
@@ -54,4 +50,6 @@ func (stripe) read(h http.Header, body []byte) (message, Reason) {
 
 // key is the secret as it is: Stripe keys the HMAC with the whole
 // whsec_… string.
+func (stripe) header() string { return stripeHeader }
+
 func (stripe) key(secret string) ([]byte, error) { return []byte(secret), nil }
