@@ -132,7 +132,7 @@ func fieldNamed(v reflect.Value, name string) (reflect.Value, bool) {
 		return reflect.New(v.Type().Elem()).Elem(), true
 	}
 	for _, f := range reflect.VisibleFields(v.Type()) {
-		if !f.Anonymous && jsonName(f) == name {
+		if !f.Anonymous && f.IsExported() && name != "" && jsonName(f) == name {
 			return v.FieldByIndex(f.Index), true
 		}
 	}
@@ -203,6 +203,9 @@ func describeNode(n *yaml.Node) string {
 func describeType(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Map:
+		if t.Elem().Kind() == reflect.Slice {
+			return "a mapping of names to lists of " + kinds[t.Elem().Elem().Kind()][2]
+		}
 		return "a mapping of names to " + kinds[t.Elem().Kind()][2]
 	case reflect.Slice:
 		return "a list of " + kinds[t.Elem().Kind()][2]

@@ -10,6 +10,12 @@
 //
 //	routes.yaml:4: routes[0].nmae: unknown field; did you mean name?
 //
+// What is allowed but probably wrong, such as a ttl shorter than the
+// route's webhook sender's retry window, is a warning in the same form
+// (Rules.Warnings), for the handler to log:
+//
+//	routes.yaml:9: routes[1].ttl: routes[1]'s ttl 24h0m0s is shorter than stripe's retry window, 72h0m0s (...)
+//
 // Each policy field of a route falls back to the same field under
 // "defaults:", then to a built-in default. See the package example for a
 // routes.yaml with every field.

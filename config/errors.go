@@ -64,6 +64,7 @@ func (l ErrorList) Unwrap() []error {
 // fields of a YAML file.
 type errorList struct {
 	list   ErrorList
+	warns  ErrorList       // what is allowed but probably wrong (see Rules.Warnings)
 	lines  map[string]int  // field path → line in the file; nil for JSON or Go
 	failed map[string]bool // fields of the file that did not decode
 }
@@ -74,11 +75,20 @@ func (c *errorList) isWritten(field string) bool { _, ok := c.lines[field]; retu
 // closest parent that has one, unless one of them failed to decode: the
 // problem is then a consequence.
 func (c *errorList) add(field, format string, args ...any) {
+	c.record(&c.list, field, format, args...)
+}
+
+// warn records a warning at field, as add records a problem.
+func (c *errorList) warn(field, format string, args ...any) {
+	c.record(&c.warns, field, format, args...)
+}
+
+func (c *errorList) record(list *ErrorList, field, format string, args ...any) {
 	line := 0
 	for f := field; !c.failed[f]; f = parent(f) {
 		line = cmp.Or(line, c.lines[f])
 		if f == "" {
-			c.list = append(c.list, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+			*list = append(*list, &Error{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 			return
 		}
 	}

@@ -15,7 +15,11 @@ func Example() {
   max_response: 1MiB       # larger responses are streamed and stored as status+headers+digest
   scope: ["{header.Authorization}"]   # hashed into every key: clients never share keys
   forward_key_header: Idempotency-Key # send the derived key upstream ("" = don't)
-  retry_statuses: [429, 503]          # upstream said "not done": release, let retries execute
+  retry_statuses: [401, 403, 404, 405, 408, 413, 415, 425, 429, 431, 503]  # "not done": release, let retries execute
+  store_statuses: []                  # of those, stored and replayed all the same (e.g. [404])
+  tombstone_ttl: 720h                 # an expired record's tombstone: a late retry is counted (0s: none)
+  after_expiry: execute               # a late retry: execute | reject (409 expired)
+  same_payload_window: 0s             # off; e.g. 24h: flag a new key with a payload already done
   on_redirect: release                # 307/308: release (the redirected request executes) | store
   on_unknown_outcome: hold            # hold | release | store
   on_store_error: fail_closed         # fail_closed (503) | fail_open (forward unguarded)
@@ -80,5 +84,5 @@ routes:
 	// retry_crm_deal create_crm_deal [POST PUT PATCH DELETE] /internal/crm/deals/*/retry 24h0m0s hold
 	// capture_payment capture_payment [POST] /payments/*/capture 24h0m0s release
 	// ingest_event ingest_event [POST PUT] /events 24h0m0s hold
-	// routes.yaml:56: routes[3].on_store_error: is set twice (first on line 53)
+	// routes.yaml:60: routes[3].on_store_error: is set twice (first on line 57)
 }

@@ -16,6 +16,9 @@ func FuzzParse(f *testing.F) {
 	for _, tt := range parseErrorTests {
 		f.Add([]byte(tt.yaml))
 	}
+	for _, tt := range webhookErrorTests {
+		f.Add([]byte(tt.yaml))
+	}
 	f.Add([]byte(richRules))
 	f.Add([]byte("routes:\n" + route))
 	f.Add([]byte("routes:\n  - &r\n    name: a\n    match: {path: /a}\n    key: [\"{header.K}\"]\n  - <<: *r\n    name: b\n"))

@@ -25,9 +25,15 @@ func Load(path string, l Limits) (*Rules, error) {
 // Parse decodes YAML rules from data and validates them against l, like
 // Load; name is the file name used in error messages. The document must
 // hold a single mapping; each field may be set once per mapping.
+//
+// What is allowed but probably wrong is not an error: the rules'
+// Warnings name it, with file, line and field.
 func Parse(name string, data []byte, l Limits) (*Rules, error) {
 	r, errs := parse(data, l)
 	if len(errs) == 0 {
+		if len(r.warnings) > 0 {
+			r.warnings = located(name, r.warnings)
+		}
 		return r, nil
 	}
 	return nil, located(name, errs)
@@ -48,6 +54,7 @@ func parse(data []byte, l Limits) (*Rules, ErrorList) {
 	if errs := r.check(l, &d.errorList); len(errs) > 0 {
 		return nil, errs
 	}
+	r.warnings, r.parsed = d.warns, true
 	return &r, nil
 }
 

@@ -105,6 +105,8 @@ var parseErrorTests = []struct {
 		[]string{`r.yaml:5: routes[0].TTL: field names are lower case: write "ttl"`}},
 	{"key set twice", "routes:\n" + route + "    ttl: 1h\n    ttl: 2h\n",
 		[]string{`r.yaml:6: routes[0].ttl: is set twice (first on line 5)`}},
+	{"empty key", "\"\": x\nroutes:\n" + route, // never an unexported field of Rules
+		[]string{`r.yaml:1: unknown field`}},
 	{"number as key", "routes:\n" + route + "    1: x\n",
 		[]string{`r.yaml:5: routes[0]: 1 is not a field name`}},
 	{"unknown field in merged list", "routes:\n" + route + "    <<: [{ttl: 1h}, {tll: 2h}]\n",

@@ -73,8 +73,14 @@ var (
 	defaultShowUnparsed     = false
 	defaultRequireKey       = true
 	defaultForwardKeyHeader = "Idempotency-Key"
-	defaultRetryStatuses    = []int{429, 503}
-	defaultMethods          = []string{"POST", "PUT", "PATCH", "DELETE"}
+	// defaultRetryStatuses are the answers that say the upstream did not
+	// carry the request out: not authenticated or not allowed (401, 403),
+	// no such resource or method here (404, 405), the request timed out
+	// or was too large, of a type or too early or with headers too large
+	// to be read (408, 413, 415, 425, 431), and come back later (429,
+	// 503). 400 and 422 are results: the request was read and refused.
+	defaultRetryStatuses = []int{401, 403, 404, 405, 408, 413, 415, 425, 429, 431, 503}
+	defaultMethods       = []string{"POST", "PUT", "PATCH", "DELETE"}
 )
 
 // Policy is the part of a route's rules that can also be set under
@@ -103,9 +109,43 @@ type Policy struct {
 	// ForwardKeyHeader carries the derived key upstream ("" forwards none); not a
 	// header the request needs itself, nor hop-by-hop. Default Idempotency-Key.
 	ForwardKeyHeader *string `json:"forward_key_header,omitempty"`
-	// RetryStatuses are upstream statuses (3xx to 5xx) that mean "not done":
-	// the claim is released for the next retry; [] means none. Default [429, 503].
+	// RetryStatuses are upstream statuses (3xx to 5xx) that mean "not
+	// done": the upstream did not carry the request out, so the claim is
+	// released for the next retry (counted against retry.max_executions);
+	// [] means none. Default [401, 403, 404, 405, 408, 413, 415, 425,
+	// 429, 431, 503]: not authenticated, not allowed, not found, not
+	// read, come back later. Any other status below 500 (400 and 422
+	// among them: the request was read and refused) is a result, stored
+	// and replayed.
 	RetryStatuses []int `json:"retry_statuses,omitzero"`
+	// StoreStatuses are 4xx statuses stored and replayed as results even
+	// though retry_statuses lists them, such as [404] for an upstream
+	// whose 404 is final. The effective set released is retry_statuses
+	// minus store_statuses. A status in both lists of one policy is an
+	// error; one not released anyway is a warning. Default none.
+	StoreStatuses []int `json:"store_statuses,omitzero"`
+	// TombstoneTTL is how long a small tombstone (the record id, when it
+	// completed, its outcome; never the body) outlives an expired
+	// record, so that a retry arriving after the ttl is seen: counted in
+	// idemgate_late_retries_total, logged, and handled by after_expiry.
+	// 1s to 8760h, or 0s for no tombstones. Default 720h.
+	TombstoneTTL *OptDuration `json:"tombstone_ttl,omitempty"`
+	// AfterExpiry is what a retry that finds a tombstone gets: execute
+	// (default: it runs again, as a new operation) or reject (409
+	// problem+json expired, nothing forwarded).
+	AfterExpiry AfterExpiry `json:"after_expiry,omitempty"`
+	// SamePayloadWindow, when set, flags a request whose fingerprint
+	// equals that of an operation completed on the same route and scope
+	// within the window under another key (a sender that mints a new id
+	// for every emission); on_same_payload says what then. 1s to 720h,
+	// or 0s (the default): off.
+	SamePayloadWindow *OptDuration `json:"same_payload_window,omitempty"`
+	// OnSamePayload is what a request flagged by same_payload_window
+	// gets: warn (default: it executes, counted and logged with both
+	// record ids; identical orders happen), hold (held for an operator)
+	// or reject (409 problem+json, nothing forwarded). Set without a
+	// window it does nothing, with a warning.
+	OnSamePayload OnSamePayload `json:"on_same_payload,omitempty"`
 	// OnUnknownOutcome is hold (default), release or store.
 	OnUnknownOutcome OnUnknown `json:"on_unknown_outcome,omitempty"`
 	// OnRedirect is what a 307 or 308 from the upstream does: release
@@ -176,6 +216,33 @@ type Policy struct {
 	InFlightWait Duration `json:"in_flight_wait,omitempty"`
 }
 
+// AfterExpiry is a value of Policy.AfterExpiry: what a retry gets when
+// it arrives after its record expired and finds its tombstone.
+type AfterExpiry string
+
+const (
+	AfterExpiryExecute AfterExpiry = "execute" // it executes again, counted as a late retry (default)
+	AfterExpiryReject  AfterExpiry = "reject"  // 409 problem+json expired, nothing forwarded
+)
+
+// OnSamePayload is a value of Policy.OnSamePayload: what a request gets
+// whose payload equals that of an operation completed within
+// same_payload_window under another key.
+type OnSamePayload string
+
+const (
+	OnSamePayloadWarn   OnSamePayload = "warn"   // it executes; counted and logged with both record ids (default)
+	OnSamePayloadHold   OnSamePayload = "hold"   // held for an operator
+	OnSamePayloadReject OnSamePayload = "reject" // 409 problem+json, nothing forwarded
+)
+
+// Built-in defaults and limits of retention.
+const (
+	defaultTombstoneTTL  = 720 * time.Hour
+	maxTombstoneTTL      = 8760 * time.Hour
+	maxSamePayloadWindow = 720 * time.Hour
+)
+
 // Match selects the requests a route guards.
 type Match struct {
 	// Methods are the guarded methods, in any case; not GET, HEAD, OPTIONS
@@ -221,6 +288,20 @@ type Route struct {
 	// Verify, when set, says how to look the operation up by its key when
 	// its outcome is unknown, before an operator is needed (see Verify).
 	Verify *Verify `json:"verify,omitempty"`
+	// Signature, when set, is the webhook signature every request must
+	// carry, checked before anything is claimed (see Signature). The
+	// verified sender is then the route's scope, unless the route sets
+	// scope itself (defaults.scope does not apply: it names API
+	// clients, and a webhook carries no credentials of theirs). A
+	// standard-webhooks route without a key is keyed by
+	// {header.webhook-id}.
+	Signature *Signature `json:"signature,omitempty"`
+	// Sender names the webhook sender whose retry window the route
+	// follows: stripe, standard-webhooks, svix, github or shopify (see
+	// Senders). A ttl shorter than its window is a warning. Default: the
+	// sender that signature.scheme implies (stripe, standard-webhooks,
+	// github), else none.
+	Sender string `json:"sender,omitempty"`
 	// Policy holds the route's own policy fields, inline beside the above.
 	Policy
 }
@@ -232,6 +313,23 @@ type Rules struct {
 	Defaults Policy `json:"defaults,omitzero"`
 	// Routes are the route rules, matched in order. At least one.
 	Routes []Route `json:"routes,omitempty"`
+
+	warnings ErrorList // from Parse, located
+	parsed   bool      // read by Parse: warnings are its
+}
+
+// Warnings returns what the rules allow but is probably wrong, such as a
+// ttl shorter than the route's sender's retry window: nil when none.
+// For rules from Load or Parse each names file, line and field, like
+// their errors; for other rules (Caddy's JSON) the field. A handler logs
+// them when it provisions.
+func (r *Rules) Warnings() ErrorList {
+	if r.parsed {
+		return r.warnings
+	}
+	c := &errorList{}
+	r.check(Limits{}, c)
+	return c.warns
 }
 
 // Resolved is a route with every policy field filled in and its templates
@@ -243,7 +341,7 @@ type Resolved struct {
 	Path      string
 
 	Key         []keying.Template
-	Scope       []keying.Template // nil when the scope is an explicit []
+	Scope       []keying.Template // nil when the scope is an explicit [] or ScopeSender
 	Fingerprint keying.FingerprintRule
 	ExternalID  string
 
@@ -272,6 +370,25 @@ type Resolved struct {
 	InFlightWait time.Duration
 
 	Verify *VerifyRule // nil when the route has no verify rule
+
+	// Signature is the route's signature check; nil when none.
+	Signature *SignatureRule
+	// ScopeSender: the route's scope is the verified sender's identity
+	// (Signature.Identity), as it has a signature and sets no scope
+	// itself; Scope is then nil.
+	ScopeSender bool
+	// Sender is the webhook sender the route follows ("" none: see
+	// Route.Sender) and SenderWindow its retry window (0 when none).
+	Sender       string
+	SenderWindow time.Duration
+
+	// Retention: how long a tombstone outlives an expired record (0:
+	// none), what a retry that finds one gets, and the same-payload
+	// detector's window (0: off) and action.
+	TombstoneTTL      time.Duration
+	AfterExpiry       AfterExpiry
+	SamePayloadWindow time.Duration
+	OnSamePayload     OnSamePayload
 
 	// The recovery path (see Retry): the budget of "not done"
 	// executions, the breaker (nil: none), the owner ("" none), whether
@@ -307,7 +424,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		Operation:  cmp.Or(rt.Operation, rt.Name),
 		Path:       rt.Match.Path,
 		ExternalID: rt.ExternalID,
-		Key:        compile(rt.Key),
+		Key:        compile(routeKey(rt)),
 		Scope:      compile(firstSlice(rt.Scope, def.Scope, []string{defaultScope})),
 		Fingerprint: keying.FingerprintRule{
 			Body:   cloneOrNil(rt.Fingerprint.Body),
@@ -323,7 +440,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		MaxBody:            int64(cmp.Or(rt.MaxBody, def.MaxBody, defaultMaxBody)),
 		MaxResponse:        int64(cmp.Or(rt.MaxResponse, def.MaxResponse, defaultMaxResponse)),
 		ForwardKeyHeader:   *cmp.Or(rt.ForwardKeyHeader, def.ForwardKeyHeader, &defaultForwardKeyHeader),
-		RetryStatuses:      cloneOrNil(firstSlice(rt.RetryStatuses, def.RetryStatuses, defaultRetryStatuses)),
+		RetryStatuses:      retryStatuses(&rt.Policy, def),
 		OnUnknownOutcome:   cmp.Or(rt.OnUnknownOutcome, def.OnUnknownOutcome, OnUnknownHold),
 		OnRedirect:         cmp.Or(rt.OnRedirect, def.OnRedirect, OnRedirectRelease),
 		OnStoreError:       cmp.Or(rt.OnStoreError, def.OnStoreError, OnStoreErrorFailClosed),
@@ -338,6 +455,7 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))
 	}
 	resolveRecovery(&res, &rt.Policy, def)
+	resolveWebhook(&res, rt, def)
 	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))
 	}

@@ -52,6 +52,40 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return errors.New("must be a duration such as 30s or 24h, not " + describeNode(n))
 }
 
+// OptDuration is a Duration in which zero is a value ("0s": off), not
+// "not set": fields of this type are pointers, and nil inherits.
+type OptDuration time.Duration
+
+// String returns the duration as Go formats it, like "720h0m0s".
+func (d OptDuration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON encodes d as a Go duration string ("0s" for off).
+func (d OptDuration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON decodes a duration string or a number of nanoseconds.
+func (d *OptDuration) UnmarshalJSON(b []byte) error {
+	return unmarshalJSON(b, d, func(s string) (OptDuration, error) {
+		v, err := parseDuration(s)
+		return OptDuration(v), err
+	}, `duration must be a string like "30s" ("0s": off) or an integer number of nanoseconds`)
+}
+
+// UnmarshalYAML decodes a duration string, or 0 for off.
+func (d *OptDuration) UnmarshalYAML(n *yaml.Node) error {
+	if n.ShortTag() == "!!int" || n.ShortTag() == "!!float" {
+		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && f == 0 {
+			*d = 0
+			return nil
+		}
+	}
+	if n.ShortTag() == "!!str" {
+		v, err := parseDuration(n.Value)
+		*d = OptDuration(v)
+		return err
+	}
+	return new(Duration).UnmarshalYAML(n)
+}
+
 func parseDuration(s string) (Duration, error) {
 	v, err := caddy.ParseDuration(strings.TrimSpace(s))
 	if err != nil {

@@ -61,7 +61,10 @@ func (r *Rules) check(l Limits, c *errorList) ErrorList {
 	for i := range r.Routes {
 		c.route(i, &r.Routes[i], names)
 		checkVerify(c, i, &r.Routes[i], &r.Defaults)
+		c.sender(i, &r.Routes[i], &r.Defaults)
+		c.statusLists(i, &r.Routes[i], &r.Defaults)
 	}
+	c.samePayload(r)
 	c.leases(r, l)
 	return c.list
 }
@@ -104,7 +107,7 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 		}
 	}
 
-	if len(rt.Key) == 0 {
+	if len(rt.Key) == 0 && (rt.Signature == nil || rt.Signature.Scheme != SchemeStandardWebhooks) {
 		c.add(f+"key", "at least one key template is required, e.g. [\"{header.Idempotency-Key}\"]")
 	}
 	c.templates(f+"key", rt.Key)
@@ -125,6 +128,7 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 	if rt.ExternalID == "" && c.isWritten(f+"external_id") {
 		c.add(f+"external_id", "must not be empty (leave it out to record no external id)")
 	}
+	c.signature(f, rt.Signature)
 	c.policy(f, &rt.Policy)
 }
 
@@ -175,6 +179,8 @@ func (c *errorList) policy(f string, p *Policy) {
 			c.add(at(f+"retry_statuses", j), "%d is a success status; only failures can be retried", s)
 		}
 	}
+	c.storeStatuses(f, p)
+	c.retention(f, p)
 	for j, name := range p.RedactFields {
 		if n := strings.TrimSpace(name); n == "" || len(n) > 128 || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			c.add(at(f+"redact_fields", j), "%s is not a field name (1 to 128 characters, no control characters)", quote(name))
