@@ -142,6 +142,9 @@ func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
 	if ttl < 0 {
 		return Result{}, 0, errors.New("store: negative TTL")
 	}
+	if err := checkCompletionRetention(req); err != nil {
+		return Result{}, 0, err
+	}
 	return KeptResult(req.Result), ttl, nil
 }
 
