@@ -120,7 +120,11 @@ func testNoTombstone(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("claim after a record without tombstone expired: claimed %v, tombstone %+v; want claimed, none", res.Claimed, res.Tombstone)
 	}
 	// A first delivery, and a record held then gone, report none either.
-	fresh := MustClaim(t, e, func() store.ClaimRequest { r := ClaimReq(NewID(t), "tok-C"); r.AfterExpiry = store.AfterExpiryReject; return r }())
+	fresh := MustClaim(t, e, func() store.ClaimRequest {
+		r := ClaimReq(NewID(t), "tok-C")
+		r.AfterExpiry = store.AfterExpiryReject
+		return r
+	}())
 	if !fresh.Claimed || fresh.Tombstone != nil {
 		t.Fatalf("first claim: claimed %v, tombstone %+v", fresh.Claimed, fresh.Tombstone)
 	}
