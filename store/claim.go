@@ -106,7 +106,9 @@ type ClaimRequest struct {
 	// expired) but a live tombstone of ID: AfterExpiryExecute (the
 	// default, also for "") claims as usual, AfterExpiryReject creates
 	// nothing and does not claim. Either way ClaimResult.Tombstone
-	// reports it. A claim that finds a live record ignores tombstones.
+	// reports it. A claim that finds a live record ignores tombstones,
+	// and so does one with neither a Tombstone nor AfterExpiryReject (its
+	// route keeps none: it pays no lookup).
 	AfterExpiry AfterExpiry
 	// Twin is the digest of the operation's route, scope and payload, a
 	// valid record id (the handler derives it like one); "" turns the
@@ -118,7 +120,8 @@ type ClaimRequest struct {
 	// default, also for ""), TwinHold or TwinReject.
 	OnTwin TwinAction
 	// Tombstone and TwinWindow are the Claim handle's, like TTL: its
-	// Complete passes them (with Twin) on as CompleteRequest's.
+	// Complete passes them (with Twin) on as CompleteRequest's. A
+	// Tombstone also makes the claim look for one (see AfterExpiry).
 	Tombstone, TwinWindow time.Duration
 }
 

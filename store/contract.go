@@ -59,6 +59,9 @@ type ClaimArgs struct {
 	OnExpired      Expired     // ExpiredHold or ExpiredRelease
 	AfterExpiry    AfterExpiry // AfterExpiryExecute or AfterExpiryReject
 	OnTwin         TwinAction  // TwinWarn, TwinHold or TwinReject
+	// Tombstones: the claim looks for a tombstone when it finds no
+	// record (its route keeps tombstones, or rejects after expiry).
+	Tombstones bool
 }
 
 // ValidateClaim validates a claim request as Claim does (ErrInvalidID, also

@@ -77,6 +77,15 @@ type Twin struct {
 	CompletedAt time.Time
 }
 
+// OnTombstone is what a tombstone found makes the claim do: AfterExpiry,
+// or "" when the claim looks for none (see ClaimArgs.Tombstones).
+func (a ClaimArgs) OnTombstone() AfterExpiry {
+	if !a.Tombstones {
+		return ""
+	}
+	return a.AfterExpiry
+}
+
 // Fresh is what a claim that finds no live record does, given what it
 // found of the id's past (a tombstone) and of the payload's (a twin).
 type Fresh int
@@ -141,6 +150,7 @@ func validateRetention(req ClaimRequest, a *ClaimArgs) error {
 	default:
 		return fmt.Errorf("%w: OnTwin %q is not warn, hold or reject", ErrInvalidArgument, req.OnTwin)
 	}
+	a.Tombstones = req.Tombstone > 0 || a.AfterExpiry == AfterExpiryReject
 	return nil
 }
 

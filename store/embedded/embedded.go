@@ -561,8 +561,10 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		switch {
 		case cur == nil:
 			var err error
-			if res.Tombstone, err = e.tombstone(req.ID, now); err != nil {
-				return mutation{err: err}
+			if a.Tombstones {
+				if res.Tombstone, err = e.tombstone(req.ID, now); err != nil {
+					return mutation{err: err}
+				}
 			}
 			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
 				return mutation{err: err}

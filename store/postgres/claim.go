@@ -40,7 +40,7 @@ const (
 //	$6 token, $7 lease ms, $8 hold ms, $9 on expiry release (bool),
 //	$10 max executions, $11 check method, $12 check url, $13 check
 //	after ms, $14 check match, $15 request, $16 twin digest ("": none),
-//	$17 after expiry, $18 on twin
+//	$17 after expiry ("": look for no tombstone), $18 on twin
 //
 // A record that is absent or gone (fresh) is decided first from the
 // id's live tombstone and the live twin entry naming another id (the
@@ -109,7 +109,7 @@ past AS (
 			ELSE 'create' END AS act
 	FROM c
 	CROSS JOIN LATERAL (SELECT NOT EXISTS (SELECT 1 FROM ` + records + ` WHERE id = $1 AND expire_at > c.now) AS fresh) f
-	LEFT JOIN ` + tombstones + ` t ON f.fresh AND t.id = $1 AND t.expire_at > c.now
+	LEFT JOIN ` + tombstones + ` t ON f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now
 	LEFT JOIN ` + twins + ` w ON f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1
 ),
 ins AS (
@@ -166,7 +166,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
 			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
-			req.Twin, string(a.AfterExpiry), string(a.OnTwin))
+			req.Twin, string(a.OnTombstone()), string(a.OnTwin))
 		if err != nil {
 			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
 		}

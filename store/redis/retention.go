@@ -111,8 +111,8 @@ func (s *Store) complete(ctx context.Context, req store.CompleteRequest, stored 
 			keys = append(keys, s.TwinKey(twin))
 		}
 	}
-	ok, err := s.fencedKeys(ctx, "complete", completeScript, c.ID, keys, c.Token, stored, ms(ttl), s.NoticeChannel(),
-		tomb, ca+":"+status+":", twinValue, ms(window))
+	ok, err := s.fencedKeys(ctx, "complete", completeScript, c.ID, keys, c.Token, stored, ms(ttl),
+		tomb, ca+":"+status+":", twinValue, ms(window), s.NoticeChannel())
 	if !ok || err != nil || twin == "" || !s.clustered {
 		return ok, err
 	}

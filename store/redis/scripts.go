@@ -106,7 +106,7 @@ func script(files ...string) *goredis.Script {
 //
 // KEYS[5] is the record's tombstone, KEYS[6] (single node, detector on)
 // the twin entry of ARGV 11's digest. ARGV 9 after expiry ("execute" |
-// "reject"), 10 on twin ("warn" | "hold" | "reject"), 11 the twin entry
+// "reject"; "": look for no tombstone), 10 on twin ("warn" | "hold" | "reject"), 11 the twin entry
 // as the caller read it (a Cluster, where it lives in another slot: ""
 // for none), 12 the record held for the same payload as the caller built
 // it ("" unless on twin is hold). A claim that finds no record replies
@@ -119,9 +119,10 @@ var claimScript = script("now_lazy", "record", "claim")
 var renewScript = script("now", "record", "renew")
 
 // completeScript: ARGV 2 token, 3 the completed record as the caller built
-// it from its claim, 4 ttl ms, 5 the notice channel, 6 tombstone ms past
-// the record (0: none), 7 the tombstone, 8 the twin entry and 9 its
-// lifetime ms (KEYS[6], the twin entry's key: single node only). A record that is gone
+// it from its claim, 4 ttl ms, 5 tombstone ms past the record (0: none),
+// 6 the tombstone, 7 the twin entry and 8 its lifetime ms (KEYS[6], the
+// twin entry's key: single node only), 9 the notice channel (last, as
+// notice.lua wants it). A record that is gone
 // (a failover lost the claim) is written anew from ARGV[3], with one
 // attempt and one execution.
 // It never reads the clock; now_lazy only declares the now that record.lua's

@@ -459,7 +459,7 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 		var err error
 		v, short, err = s.runClaim(ctx, req.ID, keys,
 			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease),
-			strconv.FormatInt(req.MaxExecutions, 10), string(args.AfterExpiry), string(args.OnTwin), twin, held)
+			strconv.FormatInt(req.MaxExecutions, 10), string(args.OnTombstone()), string(args.OnTwin), twin, held)
 		if err != nil {
 			return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}

@@ -12,8 +12,10 @@ if not old then
   -- What the id and the payload left behind: the id's tombstone
   -- (KEYS[5]) and the twin entry of the payload's digest (KEYS[6] on a
   -- single node, else read by the caller into ARGV[11]); one naming
-  -- this id is no twin. ARGV[9] after expiry, ARGV[10] on twin.
-  local tomb = redis.call('GET', KEYS[5]) or ''
+  -- this id is no twin. ARGV[9] after expiry ("": the route keeps no
+  -- tombstones, none is looked for), ARGV[10] on twin.
+  local tomb = ''
+  if ARGV[9] and ARGV[9] ~= '' then tomb = redis.call('GET', KEYS[5]) or '' end
   local twin = ARGV[11] or ''
   if KEYS[6] then twin = redis.call('GET', KEYS[6]) or '' end
   if twin ~= '' and string.sub(twin, string.find(twin, ':', 1, true) + 1) == id then twin = '' end

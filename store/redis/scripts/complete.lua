@@ -1,15 +1,15 @@
 local key, blob = KEYS[1], ARGV[3]
 -- done leaves what the completion asks for beside the record, in this
--- same step: its tombstone (ARGV[6]: ms past the record, 0: none; ARGV[7]
--- the value) and its twin entry (KEYS[6], on a single node: ARGV[8] the
--- value, ARGV[9] its lifetime ms).
+-- same step: its tombstone (ARGV[5]: ms past the record, 0: none; ARGV[6]
+-- the value) and its twin entry (KEYS[6], on a single node: ARGV[7] the
+-- value, ARGV[8] its lifetime ms).
 local function done()
-  local tomb = tonumber(ARGV[6]) or 0
+  local tomb = tonumber(ARGV[5]) or 0
   if tomb > 0 then
-    redis.call('SET', KEYS[5], ARGV[7], 'PX', tonumber(ARGV[4]) + tomb)
+    redis.call('SET', KEYS[5], ARGV[6], 'PX', tonumber(ARGV[4]) + tomb)
   end
   if KEYS[6] then
-    redis.call('SET', KEYS[6], ARGV[8], 'PX', ARGV[9])
+    redis.call('SET', KEYS[6], ARGV[7], 'PX', ARGV[8])
   end
   notice()
   return 1
