@@ -210,7 +210,8 @@ func BenchmarkRSSMillionTombstones(b *testing.B) {
 			State: store.StateCompleted, Token: "tok", StartedAt: time.UnixMilli(now), CompletedAt: time.UnixMilli(now),
 			Attempts: 1, Executions: 1, Result: store.Result{Status: 200, Body: body, Digest: "d"},
 		}, ExpireAt: now + 2000}
-		if err := putRecord(batch, nil, r); err == nil {
+		err := putRecord(batch, nil, r)
+		if err == nil {
 			err = e.retain(batch, r, retention{tomb: time.Hour.Milliseconds()})
 		}
 		if err != nil {

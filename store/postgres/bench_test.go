@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,31 +111,7 @@ func BenchmarkTombstoneSize(b *testing.B) {
 	}
 	e := openIn(b, pgtest.Shared(b).CreateDatabase(b), Options{PoolSize: 64})
 	ctx := context.Background()
-	ids := make(chan string, n)
-	for i := range n {
-		ids <- fmt.Sprintf("%032x", i)
-	}
-	close(ids)
-	res := benchResult()
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			for id := range ids {
-				req := storetest.ClaimReq(id, store.NewToken())
-				req.TTL, req.Tombstone = time.Second, time.Hour
-				c, err := e.Claim(ctx, req)
-				if err != nil || !c.Claimed {
-					b.Errorf("claim: %+v, %v", c, err)
-					return
-				}
-				if ok, err := c.Claim.Complete(ctx, res); !ok || err != nil {
-					b.Errorf("complete: %v, %v", ok, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	storetest.CompleteExpiring(b, e, n, benchResult(), time.Second, time.Hour)
 	time.Sleep(1100 * time.Millisecond) // the last records expire
 	swept, err := e.Sweep(ctx)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -167,43 +166,26 @@ func BenchmarkTombstoneMemory(b *testing.B) {
 		return m
 	}
 	before := usedMemory()
-	ids := make(chan string, n)
-	for i := range n {
-		ids <- fmt.Sprintf("%032x", i)
-	}
-	close(ids)
-	var wg sync.WaitGroup
-	res := benchResult(300)
-	for range 64 {
-		wg.Go(func() {
-			for id := range ids {
-				req := storetest.ClaimReq(id, store.NewToken())
-				req.TTL, req.Tombstone = time.Second, time.Hour
-				c, err := s.Claim(ctx, req)
-				if err != nil || !c.Claimed {
-					b.Errorf("claim: %+v, %v", c, err)
-					return
-				}
-				if ok, err := c.Claim.Complete(ctx, res); !ok || err != nil {
-					b.Errorf("complete: %v, %v", ok, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	storetest.CompleteExpiring(b, s, n, benchResult(300), time.Second, time.Hour)
 	loaded := usedMemory()
-	// Redis deletes expired keys by itself, a sample at a time: wait for
-	// the records to go (a bounded wait), the tombstones staying.
+	// Redis deletes expired keys by itself, a sample at a time, and each
+	// expired key SCAN meets: once the records' TTL is over, a SCAN of the
+	// whole key space (bounded: a few passes) leaves the tombstones.
+	time.Sleep(1100 * time.Millisecond)
 	var keys int64
-	for range 600 {
+	for range 10 {
+		it := admin.Scan(ctx, 0, "", 1000).Iterator()
+		for it.Next(ctx) {
+		}
+		if err := it.Err(); err != nil {
+			b.Fatal(err)
+		}
 		if keys, err = admin.DBSize(ctx).Result(); err != nil {
 			b.Fatal(err)
 		}
 		if keys <= int64(n)+3 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	after := usedMemory()
 	tombs, err := admin.Keys(ctx, s.Prefix()+"{*}"+tombstoneInfix+"*").Result()

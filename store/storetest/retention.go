@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,4 +393,35 @@ func testRetentionArguments(t *testing.T, h Harness, e store.Engine) {
 	if _, ok, err := e.EndCheck(ctx, o); ok || !errors.Is(err, store.ErrInvalidArgument) {
 		t.Fatalf("EndCheck with a negative tombstone: %v, %v; want false, ErrInvalidArgument", ok, err)
 	}
+}
+
+// CompleteExpiring claims and completes n records (ids "%032x" of 0 to
+// n-1) through e's contract, by 64 callers, each living ttl and leaving a
+// tombstone of tomb: what the engines' tombstone measurements load.
+func CompleteExpiring(tb testing.TB, e store.Engine, n int, res store.Result, ttl, tomb time.Duration) {
+	ctx := context.Background()
+	ids := make(chan string, n)
+	for i := range n {
+		ids <- fmt.Sprintf("%032x", i)
+	}
+	close(ids)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for id := range ids {
+				req := ClaimReq(id, store.NewToken())
+				req.TTL, req.Tombstone = ttl, tomb
+				c, err := e.Claim(ctx, req)
+				if err != nil || !c.Claimed {
+					tb.Errorf("claim: %+v, %v", c, err)
+					return
+				}
+				if ok, err := c.Claim.Complete(ctx, res); !ok || err != nil {
+					tb.Errorf("complete: %v, %v", ok, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
