@@ -203,6 +203,9 @@ type CheckReport struct {
 	Next time.Duration
 	// TTL is how long a completed or released record lives (default 24h).
 	TTL time.Duration
+	// Tombstone is how long the tombstone of a record an applied verdict
+	// completes outlives it (0: none; see CompleteRequest.Tombstone).
+	Tombstone time.Duration
 	// Operator, when set, is who asked for the check and why: kept on the
 	// record as an audit entry (action "verify") in the same step, when
 	// the check is recorded.
@@ -280,7 +283,7 @@ func (o CheckOutcome) Validate() error {
 		return bad("status %d is not an HTTP status", o.Entry.Status)
 	case o.NotFoundChecks < 1:
 		return bad("not found checks %d is below 1", o.NotFoundChecks)
-	case o.Every < 0 || o.Next < 0 || o.TTL < 0:
+	case o.Every < 0 || o.Next < 0 || o.TTL < 0 || o.Tombstone < 0:
 		return bad("negative duration")
 	case o.Entry.Verdict == VerdictApplied && (o.Result.Status < 100 || o.Result.Status > 599):
 		return bad("result status %d is not an HTTP status", o.Result.Status)

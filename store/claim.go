@@ -40,7 +40,10 @@ func (c *Claim) Renew(ctx context.Context) (bool, error) {
 // Complete stores the upstream's result; see CompleteRequest, also for a
 // record that a failover lost.
 func (c *Claim) Complete(ctx context.Context, res Result) (bool, error) {
-	return c.engine.Complete(ctx, CompleteRequest{Claim: c.req, StartedAt: c.StartedAt, Result: res, TTL: c.TTL})
+	return c.engine.Complete(ctx, CompleteRequest{
+		Claim: c.req, StartedAt: c.StartedAt, Result: res, TTL: c.TTL,
+		Tombstone: c.req.Tombstone, Twin: c.req.Twin, TwinWindow: c.req.TwinWindow,
+	})
 }
 
 // Release says the call had no effect: the next retry executes.
@@ -98,6 +101,28 @@ type ClaimRequest struct {
 	// the one kept before) and dropped when the record completes; nil
 	// for a route that keeps none.
 	Request []byte
+
+	// AfterExpiry decides a claim that finds no record (absent or
+	// expired) but a live tombstone of ID: AfterExpiryExecute (the
+	// default, also for "") claims as usual, AfterExpiryReject creates
+	// nothing and does not claim. Either way ClaimResult.Tombstone
+	// reports it. A claim that finds a live record ignores tombstones,
+	// and so does one with neither a Tombstone nor AfterExpiryReject (its
+	// route keeps none: it pays no lookup).
+	AfterExpiry AfterExpiry
+	// Twin is the digest of the operation's route, scope and payload, a
+	// valid record id (the handler derives it like one); "" turns the
+	// same-payload detector off. When the claim would create the record
+	// and a live twin entry of Twin names another record id,
+	// ClaimResult.Twin reports it and OnTwin applies.
+	Twin string
+	// OnTwin is what a claim reporting a twin does: TwinWarn (the
+	// default, also for ""), TwinHold or TwinReject.
+	OnTwin TwinAction
+	// Tombstone and TwinWindow are the Claim handle's, like TTL: its
+	// Complete passes them (with Twin) on as CompleteRequest's. A
+	// Tombstone also makes the claim look for one (see AfterExpiry).
+	Tombstone, TwinWindow time.Duration
 }
 
 // ClaimResult is the outcome of Claim.
@@ -112,10 +137,19 @@ type ClaimResult struct {
 	// in-flight one whose lease ran out (executions were incremented).
 	TakeOver bool
 	// Record is the record as the claim left it (with the full body when
-	// completed). Always set when err is nil.
+	// completed). Set when err is nil, but for a claim that created
+	// nothing (AfterExpiryReject with a tombstone, TwinReject with a
+	// twin): nil.
 	Record *Record
 	// Now is the store's clock when the claim was decided: the clock the
 	// store decided lease expiry by. Compare Record.LeaseUntil with Now,
 	// never with the local clock, so gateways with skewed clocks agree.
 	Now time.Time
+	// Tombstone is the live tombstone of the id that a claim finding no
+	// record found (whatever AfterExpiry did with it); nil otherwise.
+	Tombstone *Tombstone
+	// Twin is the record another key completed with the same payload,
+	// found by a claim that would create the record (whatever OnTwin did
+	// with it); nil otherwise, and never the claim's own id.
+	Twin *Twin
 }

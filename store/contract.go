@@ -56,12 +56,18 @@ const (
 // the defaults applied.
 type ClaimArgs struct {
 	Lease, HoldTTL time.Duration
-	OnExpired      Expired // ExpiredHold or ExpiredRelease
+	OnExpired      Expired     // ExpiredHold or ExpiredRelease
+	AfterExpiry    AfterExpiry // AfterExpiryExecute or AfterExpiryReject
+	OnTwin         TwinAction  // TwinWarn, TwinHold or TwinReject
+	// Tombstones: the claim looks for a tombstone when it finds no
+	// record (its route keeps tombstones, or rejects after expiry).
+	Tombstones bool
 }
 
-// ValidateClaim validates a claim request as Claim does (ErrInvalidID, a
-// missing token, negative durations, an unknown OnExpired) and applies
-// the defaults.
+// ValidateClaim validates a claim request as Claim does (ErrInvalidID, also
+// for a twin digest that is no record id, a missing token, negative
+// durations, an unknown OnExpired, AfterExpiry or OnTwin) and applies the
+// defaults.
 func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if !validID(req.ID) {
 		return ClaimArgs{}, ErrInvalidID
@@ -83,6 +89,9 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 		a.OnExpired = ExpiredRelease
 	default:
 		return ClaimArgs{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
+	}
+	if err := validateRetention(req, &a); err != nil {
+		return ClaimArgs{}, err
 	}
 	return a, nil
 }

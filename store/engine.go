@@ -19,7 +19,14 @@ type Engine interface {
 	// Claim takes the right to execute an operation, or returns its record:
 	//
 	//   - absent: create it in flight (attempts=1, executions=1, lease from now,
-	//     record lifetime = HoldTTL); Claimed.
+	//     record lifetime = HoldTTL); Claimed. Unless (see ClaimRequest):
+	//     a live tombstone of the id under AfterExpiryReject, or a live twin
+	//     entry naming another record under TwinReject: nothing is created
+	//     (Record nil); not claimed. A live twin entry naming another record
+	//     under TwinHold: created held as outcome_unknown with
+	//     ReasonSamePayload (HeldSamePayload, lifetime HoldTTL); not claimed.
+	//     Whatever it does, the result reports the tombstone and the twin
+	//     it found.
 	//   - in flight with req.Token (a retried Claim): Claimed, nothing changes.
 	//   - otherwise attempts+1, and then:
 	//   - in flight, lease run out, OnExpired hold: becomes outcome_unknown with
@@ -55,6 +62,9 @@ type Engine interface {
 	// OperatorRelease and OperatorComplete resolve a record on an
 	// operator's word, atomically against claims, under a new token, and
 	// append act to the record's audit trail in the same step.
+	// OperatorComplete also leaves a tombstone of DefaultTombstone;
+	// OperatorRelease removes the record's tombstone, if any (the
+	// operator says the operation did not take effect).
 	OperatorRelease(ctx context.Context, id string, act Action, ttl time.Duration) (*Record, error)
 	OperatorComplete(ctx context.Context, id string, res Result, act Action, ttl time.Duration) (*Record, error)
 
@@ -75,7 +85,8 @@ type Engine interface {
 	//
 	//   - applied: completed with o.Result (CompletedAt now, Reason
 	//     "verified", the check token as the record's token, so the held
-	//     claim's late finisher can no longer overwrite it), lifetime o.TTL;
+	//     claim's late finisher can no longer overwrite it), lifetime o.TTL,
+	//     and a tombstone outliving it by o.Tombstone (0: none);
 	//   - not applied: the streak of counted "not applied" answers grows by
 	//     one, when it is the first or comes at least o.Every after the last
 	//     counted one; once it reaches o.NotFoundChecks the record is
@@ -126,6 +137,17 @@ type CompleteRequest struct {
 	Result Result
 	// TTL is how long the completed record is replayed (default 24h).
 	TTL time.Duration
+	// Tombstone is how long a tombstone of the completed record outlives
+	// it (0: none): the record's id, completion time, status and reason,
+	// reported by a claim that finds the record gone (see
+	// ClaimRequest.AfterExpiry). Written in the completion's own step.
+	Tombstone time.Duration
+	// Twin, with TwinWindow, writes (or refreshes) the twin entry Twin →
+	// this record and its completion time, living TwinWindow, in the
+	// completion's own step (see ClaimRequest.Twin). "" or a zero window:
+	// none.
+	Twin       string
+	TwinWindow time.Duration
 }
 
 // Action is who resolved a record by hand and why: it is kept on the

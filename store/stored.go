@@ -135,14 +135,23 @@ func CheckRenew(id string, lease time.Duration) (time.Duration, error) {
 // CheckComplete validates a Complete's arguments and returns the result
 // to store (KeptResult) and its TTL.
 func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
+	if err := ValidateComplete(req); err != nil {
+		return Result{}, 0, err
+	}
+	return KeptResult(req.Result), orDefault(req.TTL, DefaultTTL), nil
+}
+
+// ValidateComplete validates a Complete's arguments as every engine
+// does: the record id (ErrInvalidID, also for a twin digest that is no
+// record id), negative durations.
+func ValidateComplete(req CompleteRequest) error {
 	if !validID(req.Claim.ID) {
-		return Result{}, 0, ErrInvalidID
+		return ErrInvalidID
 	}
-	ttl := orDefault(req.TTL, DefaultTTL)
-	if ttl < 0 {
-		return Result{}, 0, errors.New("store: negative TTL")
+	if req.TTL < 0 {
+		return errors.New("store: negative TTL")
 	}
-	return KeptResult(req.Result), ttl, nil
+	return checkCompletionRetention(req)
 }
 
 // CheckRelease validates a Release's arguments and returns its TTL.

@@ -15,7 +15,7 @@ func (e *Engine) BeginCheck(ctx context.Context, id, claimToken, checkToken stri
 	if err := store.ValidateBeginCheck(id, claimToken, checkToken, lease); err != nil {
 		return nil, false, err
 	}
-	return e.checkChange(ctx, "begin check", id, func(cur *rec, now int64) (*rec, bool) {
+	return e.checkChange(ctx, "begin check", id, 0, func(cur *rec, now int64) (*rec, bool) {
 		return cur.BeginCheck(now, claimToken, checkToken, lease, due)
 	})
 }
@@ -26,7 +26,7 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 	if err != nil {
 		return nil, false, err
 	}
-	return e.checkChange(ctx, "end check", o.ID, func(cur *rec, now int64) (*rec, bool) {
+	return e.checkChange(ctx, "end check", o.ID, store.Millis(o.Tombstone), func(cur *rec, now int64) (*rec, bool) {
 		return cur.EndCheck(now, o)
 	})
 }
@@ -34,7 +34,8 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 // checkChange runs a check's change of an existing record: f returns the
 // new record (nil: none) and whether the call succeeds. It returns the
 // record as left, once on disk.
-func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec, now int64) (*rec, bool)) (*store.Record, bool, error) {
+// A change that completes the record leaves a tombstone of tomb ms (0: none).
+func (e *Engine) checkChange(ctx context.Context, op, id string, tomb int64, f func(cur *rec, now int64) (*rec, bool)) (*store.Record, bool, error) {
 	ok := false
 	out, _, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
 		if cur == nil {
@@ -42,7 +43,11 @@ func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec
 		}
 		var r *rec
 		r, ok = f(cur, now)
-		return mutation{next: r, dur: synced}
+		m := mutation{next: r, dur: synced}
+		if r != nil && r.State == store.StateCompleted {
+			m.ret.tomb = tomb
+		}
+		return m
 	})
 	if err != nil || out == nil {
 		return nil, false, err

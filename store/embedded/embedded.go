@@ -384,6 +384,7 @@ type mutation struct {
 	undo  bool
 	count bool // only next's attempt count changed
 	err   error
+	ret   retention // the tombstone and twin entry written with next
 }
 
 // update runs f on record id (nil when it does not exist or expired)
@@ -434,7 +435,11 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 	if m.count {
 		write = func(b *pebble.Batch, _, next *rec) error { return putAttempts(b, next) }
 	}
-	if err := write(b, raw, m.next); err != nil {
+	err = write(b, raw, m.next)
+	if err == nil && !m.count {
+		err = e.retain(b, m.next, m.ret)
+	}
+	if err != nil {
 		_ = b.Close()
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
@@ -551,10 +556,28 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	}
 	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
 	var res store.ClaimResult
-	out, _, err := e.update(ctx, "claim", req.ID, func(cur *rec, now int64) mutation {
+	out, m, err := e.update(ctx, "claim", req.ID, func(cur *rec, now int64) mutation {
 		res = store.ClaimResult{Now: time.UnixMilli(now)}
 		switch {
 		case cur == nil:
+			var err error
+			if a.Tombstones {
+				if res.Tombstone, err = e.tombstone(req.ID, now); err != nil {
+					return mutation{err: err}
+				}
+			}
+			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
+				return mutation{err: err}
+			}
+			if res.Twin != nil && res.Twin.ID == req.ID {
+				res.Twin = nil // a retry of the record itself
+			}
+			switch a.Fresh(res.Tombstone, res.Twin) {
+			case store.FreshReject:
+				return mutation{}
+			case store.FreshHold:
+				return mutation{dur: synced, next: &rec{Record: store.HeldSamePayload(req, time.UnixMilli(now)), ExpireAt: now + hold}}
+			}
 			res.Claimed = true
 			return mutation{dur: synced, undo: true, next: &rec{
 				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
@@ -595,8 +618,14 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			return mutation{next: out, count: true} // only counted: no fsync to wait for
 		}
 	})
+	if err == nil {
+		err = m.err
+	}
 	if err != nil {
 		return store.ClaimResult{}, err
+	}
+	if out == nil {
+		return res, nil // nothing created: a tombstone or a twin refused it
 	}
 	res.Record = out.View()
 	if res.Claimed {
@@ -633,7 +662,8 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	// the claim back (synced before the request was forwarded), whose
 	// lease runs out into outcome unknown or a check: never a missing
 	// record a retry would execute again.
-	return e.settled(id)(e.change(ctx, "complete", id, applied, func(cur *rec, now int64) *rec {
+	changed := false
+	_, _, err = e.update(ctx, "complete", id, func(cur *rec, now int64) mutation {
 		var r *rec
 		switch {
 		case cur == nil:
@@ -653,7 +683,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 				Executions:      1,
 			}}
 		case cur.Token != token:
-			return nil
+			return mutation{}
 		default:
 			r = cur.Clone()
 		}
@@ -662,8 +692,12 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		r.SetResult(result)
 		r.Request = nil // a completed record keeps no request
 		r.ExpireAt = now + store.Millis(ttl)
-		return r
-	}))
+		changed = true
+		// The tombstone and the twin entry go in the completion's own
+		// batch: no write of their own.
+		return mutation{next: r, dur: applied, ret: completion(req, now)}
+	})
+	return e.settled(id)(changed && err == nil, err)
 }
 
 // Release marks the record released: the next claim executes again.
@@ -736,7 +770,7 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 	if err != nil {
 		return nil, err
 	}
-	return e.operator(ctx, "release", id, act, func(cur *rec, now int64) (*rec, error) {
+	return e.operator(ctx, "release", id, act, retention{dropTomb: true}, func(cur *rec, now int64) (*rec, error) {
 		return cur.OperatorRelease(now, ttl)
 	})
 }
@@ -749,23 +783,23 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 		return nil, err
 	}
 	result := store.KeptResult(res)
-	return e.operator(ctx, "complete", id, act, func(cur *rec, now int64) (*rec, error) {
+	return e.operator(ctx, "complete", id, act, retention{tomb: store.Millis(store.DefaultTombstone)}, func(cur *rec, now int64) (*rec, error) {
 		return cur.OperatorComplete(now, result, ttl)
 	})
 }
 
 // operator runs an operator's change on an existing record: f returns the
 // new record or the conflict; the audit entry is added in the same step.
-func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
+func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, ret retention, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
 	if err := store.CheckOperator(id, act); err != nil {
 		return nil, err
 	}
-	return e.audited(ctx, action, id, act, f)
+	return e.audited(ctx, action, id, act, ret, f)
 }
 
 // audited runs f on an existing record under its lock and appends act to
 // the audit trail of the record it returns, in the same write.
-func (e *Engine) audited(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
+func (e *Engine) audited(ctx context.Context, action, id string, act store.Action, ret retention, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
 	out, m, err := e.update(ctx, "operator "+action, id, func(cur *rec, now int64) mutation {
 		if cur == nil {
 			return mutation{err: fmt.Errorf("%w: %s", store.ErrNotFound, id)}
@@ -775,7 +809,7 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 			return mutation{err: err}
 		}
 		r.AddAudit(now, act.Actor, action, act.Reason)
-		return mutation{next: r, dur: synced}
+		return mutation{next: r, dur: synced, ret: ret}
 	})
 	switch {
 	case err != nil:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // sweepBatch bounds the expiry keys one sweep step reads.
@@ -81,7 +83,11 @@ func (e *Engine) sweep() (int, error) {
 		return 0, e.readErr(err)
 	}
 	for _, d := range dues {
-		if err := e.expire(d.id, d.at, now); err != nil {
+		expire := e.expire
+		if !store.ValidID(d.id) {
+			expire = e.expireRetained // a tombstone's or a twin entry's
+		}
+		if err := expire(d.id, d.at, now); err != nil {
 			return len(dues), err
 		}
 	}

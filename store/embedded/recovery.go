@@ -33,7 +33,7 @@ func (e *Engine) Redrive(ctx context.Context, req store.RedriveRequest) (*store.
 	if err != nil {
 		return nil, err
 	}
-	return e.audited(ctx, store.AuditRun, req.ID, req.Act, func(cur *rec, now int64) (*rec, error) {
+	return e.audited(ctx, store.AuditRun, req.ID, req.Act, retention{}, func(cur *rec, now int64) (*rec, error) {
 		return cur.Redrive(now, req)
 	})
 }

@@ -3,8 +3,10 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -150,4 +152,121 @@ func BenchmarkRSSMillionsOfRecords(b *testing.B) {
 		executes+replays, callers, time.Since(began).Round(time.Millisecond), failed.Load())
 	report(fmt.Sprintf("%d records, after traffic", records+int(seq.Load())))
 	b.ReportMetric(rssMiB(b), "MiB-RSS")
+}
+
+// dirMiB is the size of the files under dir in MiB.
+func dirMiB(b *testing.B, dir string) float64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(n) / (1 << 20)
+}
+
+// BenchmarkRSSMillionTombstones prints the resident memory and the disk
+// size of an engine holding the tombstones of 1,000,000 completed records
+// that expired (IDEMGATE_TOMBSTONES changes the count): the records and
+// their tombstones are written in batches as completions write them
+// (putRecord, retain), the records living 2s and their tombstones an hour
+// more; the sweep deletes the records, and claims through the contract
+// then find the tombstones.
+//
+//	go test -run '^$' -bench RSSMillionTombstones -benchtime 1x ./store/embedded/
+func BenchmarkRSSMillionTombstones(b *testing.B) {
+	n := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("IDEMGATE_TOMBSTONES")); err == nil && v > 0 {
+		n = v
+	}
+	dir := b.TempDir()
+	e, err := Open(Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	report := func(stage string) {
+		runtime.GC()
+		m := e.db.Metrics()
+		fmt.Printf("%-44s RSS %6.1f MiB  block cache %5.1f MiB  DIR %6.1f MiB (tables %6.1f MiB)\n",
+			stage, rssMiB(b), float64(m.BlockCache.Size)/(1<<20), dirMiB(b, dir), float64(m.Total().TablesSize)/(1<<20))
+	}
+	report("open, empty")
+	began := time.Now()
+	now := e.now()
+	body := []byte(strings.Repeat("b", 100))
+	batch := e.db.NewBatch()
+	for i := range n {
+		r := &rec{Record: store.Record{
+			ID: fmt.Sprintf("%032x", i), Route: "webhooks", Operation: "event", Fingerprint: "fp",
+			State: store.StateCompleted, Token: "tok", StartedAt: time.UnixMilli(now), CompletedAt: time.UnixMilli(now),
+			Attempts: 1, Executions: 1, Result: store.Result{Status: 200, Body: body, Digest: "d"},
+		}, ExpireAt: now + 2000}
+		err := putRecord(batch, nil, r)
+		if err == nil {
+			err = e.retain(batch, r, retention{tomb: time.Hour.Milliseconds()})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if batch.Len() > 4<<20 {
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			batch.Reset()
+		}
+	}
+	if err := batch.Commit(pebble.Sync); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("wrote %d completed records with their tombstones in %s\n", n, time.Since(began).Round(time.Millisecond))
+	report(fmt.Sprintf("%d records and tombstones", n))
+
+	// The sweep deletes the records once they expire; the tombstones stay.
+	began = time.Now()
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(time.Second) {
+		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		left := it.First()
+		_ = it.Close()
+		if !left {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the sweep did not delete the expired records in 10 minutes")
+		}
+	}
+	fmt.Printf("the sweep deleted the %d records in %s\n", n, time.Since(began).Round(time.Second))
+	if err := e.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+		b.Fatal(err)
+	}
+	report(fmt.Sprintf("%d tombstones of expired records", n))
+
+	// Late retries through the contract find the tombstones.
+	ctx := context.Background()
+	found := 0
+	for i := 0; i < n; i += max(n/10_000, 1) {
+		res, err := e.Claim(ctx, store.ClaimRequest{ID: fmt.Sprintf("%032x", i), Token: "late", AfterExpiry: store.AfterExpiryReject})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Claimed || res.Tombstone == nil || res.Tombstone.Status != 200 {
+			b.Fatalf("late claim of %032x: claimed %v, tombstone %+v", i, res.Claimed, res.Tombstone)
+		}
+		found++
+	}
+	fmt.Printf("%d late claims under reject each found its tombstone\n", found)
+	report(fmt.Sprintf("%d tombstones, after the late claims", n))
+	b.ReportMetric(rssMiB(b), "MiB-RSS")
+	b.ReportMetric(dirMiB(b, dir), "MiB-DIR")
 }

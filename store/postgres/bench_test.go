@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -92,4 +94,38 @@ func BenchmarkReplay(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkTombstoneSize measures what tombstones cost Postgres: n records
+// (IDEMGATE_TOMBSTONES, default 100,000) are claimed and completed through
+// the contract with a 1 s TTL and a 1 h tombstone, by 64 callers; once the
+// records have expired and the sweep deleted them, the size of the table
+// tombstones with its indexes (pg_total_relation_size) is divided by the
+// tombstones it holds.
+//
+//	IDEMGATE_REQUIRE_POSTGRES=1 go test -run '^$' -bench TombstoneSize -benchtime 1x ./store/postgres/
+func BenchmarkTombstoneSize(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("IDEMGATE_TOMBSTONES")); err == nil && v > 0 {
+		n = v
+	}
+	e := openIn(b, pgtest.Shared(b).CreateDatabase(b), Options{PoolSize: 64})
+	ctx := context.Background()
+	storetest.CompleteExpiring(b, e, n, benchResult(), time.Second, time.Hour)
+	time.Sleep(1100 * time.Millisecond) // the last records expire
+	swept, err := e.Sweep(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tombs, size, recSize int64
+	q := "SELECT (SELECT count(*) FROM " + e.sql.tombstones + "), pg_total_relation_size('" + e.sql.tombstones + "'), pg_total_relation_size('" + e.sql.records + "')"
+	if _, err := e.pool.Exec(ctx, "VACUUM "+e.sql.tombstones); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, q).Scan(&tombs, &size, &recSize); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("%d records completed and expired, %d rows swept: %d tombstones, table tombstones with its indexes %.1f MiB: %.0f bytes per tombstone (records table %.1f MiB before vacuum)\n",
+		n, swept, tombs, float64(size)/(1<<20), float64(size)/float64(tombs), float64(recSize)/(1<<20))
+	b.ReportMetric(float64(size)/float64(tombs), "B/tombstone")
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -37,8 +39,17 @@ const (
 //	$1 id, $2 route, $3 operation, $4 fingerprint, $5 fingerprint rule,
 //	$6 token, $7 lease ms, $8 hold ms, $9 on expiry release (bool),
 //	$10 max executions, $11 check method, $12 check url, $13 check
-//	after ms, $14 check match, $15 request
-func claimSQL(records, fences string) string {
+//	after ms, $14 check match, $15 request, $16 twin digest ("": none),
+//	$17 after expiry ("": look for no tombstone), $18 on twin
+//
+// A record that is absent or gone (fresh) is decided first from the
+// id's live tombstone and the live twin entry naming another id (the
+// CTE past, in the same statement): rejected (nothing inserted), held
+// for the same payload (inserted as outcome unknown, counted, never
+// executed) or created. The statement returns one row whatever it did:
+// the decision and what it found, then the record (NULL when nothing was
+// written: a rejection, or a claim retried by its own claimant).
+func claimSQL(records, fences, tombstones, twins string) string {
 	const (
 		now     = "excluded.started_at"
 		gone    = "r.expire_at <= " + now
@@ -67,12 +78,12 @@ func claimSQL(records, fences string) string {
 	keep := func(col string) string { return col + " = " + branch("excluded."+col, "r."+col) }
 	set := []string{
 		tk("route"), keep("operation"), keep("fingerprint"), keep("fingerprint_rule"),
-		"state = " + branch("'in_flight'", hold, "'unknown'", exhausted, "'unknown'", takeOver, "'in_flight'", "r.state"),
+		"state = " + branch("excluded.state", hold, "'unknown'", exhausted, "'unknown'", takeOver, "'in_flight'", "r.state"),
 		tk("token"), tk("fence"), tk("started_at"), tk("completed_at"), tk("lease_until"),
 		"attempts = " + branch("1", "r.attempts + 1"),
-		"executions = " + branch("1", hold, "r.executions", exhausted, "r.executions", takeOver, "r.executions + 1", "r.executions"),
+		"executions = " + branch("excluded.executions", hold, "r.executions", exhausted, "r.executions", takeOver, "r.executions + 1", "r.executions"),
 		tk("status"), tk("header"), tk("body"), tk("body_omitted"), tk("digest"), tk("external_id"),
-		"reason = " + branch("''", hold, "'lease_expired'", exhausted, fmt.Sprintf("'%s'", store.ReasonRetriesExhausted), takeOver, "''", "r.reason"),
+		"reason = " + branch("excluded.reason", hold, "'lease_expired'", exhausted, fmt.Sprintf("'%s'", store.ReasonRetriesExhausted), takeOver, "''", "r.reason"),
 		keep("audit"),
 		tk("check_method"), tk("check_url"), tk("check_after"), tk("check_match"),
 		keep("checks"), tk("check_count"),
@@ -85,20 +96,50 @@ func claimSQL(records, fences string) string {
 		keep("answers"), tk("request"),
 		"expire_at = " + branch("excluded.expire_at", hold, "excluded.expire_at", exhausted, "excluded.expire_at", takeOver, "excluded.expire_at", "r.expire_at"),
 		"claimed_at = " + now,
-		"claim_outcome = " + branch(fmt.Sprint(outcomeCreated), hold, fmt.Sprint(outcomeCounted), exhausted, fmt.Sprint(outcomeCounted),
+		"claim_outcome = " + branch("excluded.claim_outcome", hold, fmt.Sprint(outcomeCounted), exhausted, fmt.Sprint(outcomeCounted),
 			takeOver, fmt.Sprint(outcomeTakeOver), fmt.Sprint(outcomeCounted)),
 	}
-	return "INSERT INTO " + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
-	started_at, lease_until, check_method, check_url, check_after, check_match, request, expire_at, claimed_at, claim_outcome)
-SELECT $1, $2, $3, $4, $5, 'in_flight', $6, nextval('` + fences + `'),
-	c.now, c.now + $7, $11, $12, $13, $14, $15, c.now + $8, c.now, ` + fmt.Sprint(outcomeCreated) + `
-FROM (SELECT ` + nowSQL + ` AS now) c
-ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
-WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
-RETURNING ` + recCols() + `,
-	set_config('synchronous_commit', CASE WHEN r.claim_outcome = ` + fmt.Sprint(outcomeCounted) + ` THEN 'off'
-		ELSE current_setting('synchronous_commit') END, true)`
+	held := "p.act = 'hold'"
+	return `WITH c AS (SELECT ` + nowSQL + ` AS now),
+past AS (
+	SELECT c.now, f.fresh, t.completed_at AS t_ca, t.status AS t_sc, t.reason AS t_rsn, w.id AS w_id, w.completed_at AS w_ca,
+		CASE WHEN NOT f.fresh THEN 'create'
+			WHEN (t.id IS NOT NULL AND $17 = 'reject') OR (w.id IS NOT NULL AND $18 = 'reject') THEN 'reject'
+			WHEN w.id IS NOT NULL AND $18 = 'hold' THEN 'hold'
+			ELSE 'create' END AS act
+	FROM c
+	CROSS JOIN LATERAL (SELECT NOT EXISTS (SELECT 1 FROM ` + records + ` WHERE id = $1 AND expire_at > c.now) AS fresh) f
+	LEFT JOIN ` + tombstones + ` t ON f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now
+	LEFT JOIN ` + twins + ` w ON f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1
+),
+ins AS (
+	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
+	started_at, lease_until, executions, reason, check_method, check_url, check_after, check_match, request, expire_at,
+	claimed_at, claim_outcome)
+	SELECT $1, $2, $3, $4, $5, CASE WHEN ` + held + ` THEN 'unknown' ELSE 'in_flight' END, $6, nextval('` + fences + `'),
+		c.now, CASE WHEN ` + held + ` THEN 0 ELSE c.now + $7 END, CASE WHEN ` + held + ` THEN 0 ELSE 1 END,
+		CASE WHEN ` + held + ` THEN '` + store.ReasonSamePayload + `' ELSE '' END,
+		CASE WHEN ` + held + ` THEN '' ELSE $11 END, CASE WHEN ` + held + ` THEN '' ELSE $12 END,
+		CASE WHEN ` + held + ` THEN 0 ELSE $13 END, CASE WHEN ` + held + ` THEN '' ELSE $14 END,
+		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END
+	FROM c, past p WHERE p.act <> 'reject'
+	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
+	WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
+	RETURNING ` + recCols() + `,
+		set_config('synchronous_commit', CASE WHEN r.claim_outcome = ` + fmt.Sprint(outcomeCounted) + ` THEN 'off'
+			ELSE current_setting('synchronous_commit') END, true)
+)
+SELECT p.act, ins.id IS NOT NULL, p.now, p.t_ca, p.t_sc, p.t_rsn, p.w_id, p.w_ca, ins.* FROM past p LEFT JOIN ins ON true`
 }
+
+// claimRow scans a claim's row: what it decided and found (past), then
+// the record.
+type claimRow struct {
+	rows pgx.Rows
+	past []any
+}
+
+func (c claimRow) Scan(dest ...any) error { return c.rows.Scan(append(c.past, dest...)...) }
 
 // Claim takes the right to execute an operation, or returns its record
 // (see store.Engine.Claim for the rules, which are the same).
@@ -112,20 +153,55 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	defer cancel()
 	var syncCommit string // what the claim's transaction committed with
 	for range maxRetries {
-		r, err := scanRec(e.pool.QueryRow(ctx, e.sql.claim,
+		var (
+			act          string
+			wrote        bool
+			now          int64
+			tca, tsc     *int64
+			trsn, twinID *string
+			wca          *int64
+		)
+		past := []any{&act, &wrote, &now, &tca, &tsc, &trsn, &twinID, &wca}
+		rows, err := e.pool.Query(ctx, e.sql.claim,
 			req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
-			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)), &syncCommit)
+			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
+			req.Twin, string(a.OnTombstone()), string(a.OnTwin))
+		if err != nil {
+			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+		}
+		var r *rec
+		if rows.Next() {
+			skip := make([]any, len(rows.FieldDescriptions())-len(past)) // nil: not read
+			if err = rows.Scan(append(past, skip...)...); err == nil && wrote {
+				r, err = scanRec(claimRow{rows, past}, &syncCommit)
+			}
+		}
+		rows.Close()
 		if err == nil {
-			res := store.ClaimResult{Record: r.View(), Now: time.UnixMilli(r.claimedAt)}
+			err = rows.Err()
+		}
+		if err != nil {
+			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+		}
+		var res store.ClaimResult
+		if tca != nil {
+			res.Tombstone = &store.Tombstone{ID: req.ID, CompletedAt: time.UnixMilli(*tca), Status: int(*tsc), Reason: *trsn}
+		}
+		if twinID != nil {
+			res.Twin = &store.Twin{ID: *twinID, CompletedAt: time.UnixMilli(*wca)}
+		}
+		if act == "reject" {
+			res.Now = time.UnixMilli(now)
+			return res, nil
+		}
+		if r != nil {
+			res.Record, res.Now = r.View(), time.UnixMilli(r.claimedAt)
 			if r.claimOutcome != outcomeCounted {
 				res.Claimed, res.TakeOver = true, r.claimOutcome == outcomeTakeOver
 				res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
 			}
 			return res, nil
-		}
-		if !isNoRows(err) {
-			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
 		}
 		// A claim retried by its claimant: already the caller's, unchanged.
 		cur, now, err := e.get(ctx, req.ID)

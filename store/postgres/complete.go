@@ -16,8 +16,12 @@ import (
 //	$1 id, $2 token, $3 status, $4 header, $5 body, $6 body omitted,
 //	$7 digest, $8 external id, $9 ttl ms, $10 route, $11 operation,
 //	$12 fingerprint, $13 fingerprint rule, $14 started at ms (0: now),
-//	$15 the notices' channel
-func completeSQL(records string) string {
+//	$15 the notices' channel, $16 tombstone ms past the record (0: none),
+//	$17 twin digest ("": none), $18 twin window ms
+//
+// The tombstone and the twin entry are written by the same statement,
+// once the result is stored.
+func completeSQL(records, tombstones, twins string) string {
 	set := make([]string, 0, len(writeCols))
 	for _, c := range writeCols[1:] {
 		set = append(set, c+" = excluded."+c)
@@ -42,7 +46,18 @@ ins AS (
 	RETURNING r.id
 ),
 done AS (SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins) AS n),
-notice AS (SELECT pg_notify($15, $1) FROM done WHERE n > 0)
+notice AS (SELECT pg_notify($15, $1) FROM done WHERE n > 0),
+tomb AS (
+	INSERT INTO ` + tombstones + ` (id, completed_at, status, reason, expire_at)
+	SELECT $1, c.now, $3, '', c.now + $9 + $16 FROM c, done WHERE done.n > 0 AND $16::bigint > 0
+	ON CONFLICT (id) DO UPDATE SET completed_at = excluded.completed_at, status = excluded.status,
+		reason = excluded.reason, expire_at = excluded.expire_at
+),
+twin AS (
+	INSERT INTO ` + twins + ` (twin, id, completed_at, expire_at)
+	SELECT $17, $1, c.now, c.now + $18 FROM c, done WHERE done.n > 0 AND $17::text <> '' AND $18::bigint > 0
+	ON CONFLICT (twin) DO UPDATE SET id = excluded.id, completed_at = excluded.completed_at, expire_at = excluded.expire_at
+)
 SELECT done.n, set_config('synchronous_commit', 'off', true), (SELECT count(*) FROM notice) FROM done`
 }
 
@@ -54,6 +69,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	if err != nil {
 		return false, err
 	}
+	twin, window := req.TwinEntry()
 	var started int64
 	if !req.StartedAt.IsZero() {
 		started = req.StartedAt.UnixMilli()
@@ -67,7 +83,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	err = e.pool.QueryRow(ctx, e.sql.complete,
 		id, token, res.Status, store.EncodeHeader(res.Header), res.Body, res.BodyOmitted, res.Digest, res.ExternalID,
 		store.Millis(ttl), req.Claim.Route, req.Claim.Operation, req.Claim.Fingerprint, req.Claim.FingerprintRule,
-		started, e.notices.channel).Scan(&n, &sync, &notified)
+		started, e.notices.channel, store.Millis(req.Tombstone), twin, store.Millis(window)).Scan(&n, &sync, &notified)
 	if err != nil {
 		return false, e.opErr("complete", id, err)
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Expired records are gone for every call at once (each reads
-// expire_at); the sweep deletes them in batches of SweepBatch rows, each
+// Expired records (and tombstones, and twin entries) are gone for every
+// call at once (each reads expire_at); the sweep deletes them in batches of SweepBatch rows, each
 // its own short transaction that skips rows a claim holds, so autovacuum
 // reuses their space and the table stays bounded.
 
@@ -27,9 +27,23 @@ func (e *Engine) sweepLoop() {
 	}
 }
 
-// Sweep deletes the expired records, batch by batch, and says how many.
+// Sweep deletes the expired records, then the expired tombstones and twin
+// entries, batch by batch, and says how many rows.
 func (e *Engine) Sweep(ctx context.Context) (int64, error) {
-	q := "DELETE FROM " + e.sql.records + " WHERE id IN (SELECT id FROM " + e.sql.records +
+	var total int64
+	for _, t := range [...]struct{ table, key string }{{e.sql.records, "id"}, {e.sql.tombstones, "id"}, {e.sql.twins, "twin"}} {
+		n, err := e.sweep(ctx, t.table, t.key)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// sweep deletes the expired rows of table (keyed by key).
+func (e *Engine) sweep(ctx context.Context, table, key string) (int64, error) {
+	q := "DELETE FROM " + table + " WHERE " + key + " IN (SELECT " + key + " FROM " + table +
 		" WHERE expire_at <= " + nowSQL + " ORDER BY expire_at LIMIT $1 FOR UPDATE SKIP LOCKED) AND expire_at <= " + nowSQL
 	var total int64
 	for {

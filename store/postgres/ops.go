@@ -109,7 +109,7 @@ func (e *Engine) OperatorRelease(ctx context.Context, id string, act store.Actio
 	if err != nil {
 		return nil, err
 	}
-	return e.operator(ctx, store.AuditRelease, id, act, func(cur *rec, now int64) (*rec, error) {
+	return e.operator(ctx, store.AuditRelease, id, act, mutation{dropTomb: true}, func(cur *rec, now int64) (*rec, error) {
 		next, err := cur.OperatorRelease(now, ttl)
 		return cur.with(next), err
 	})
@@ -123,7 +123,7 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 		return nil, err
 	}
 	result := store.KeptResult(res)
-	return e.operator(ctx, store.AuditComplete, id, act, func(cur *rec, now int64) (*rec, error) {
+	return e.operator(ctx, store.AuditComplete, id, act, mutation{tomb: store.Millis(store.DefaultTombstone)}, func(cur *rec, now int64) (*rec, error) {
 		next, err := cur.OperatorComplete(now, result, ttl)
 		return cur.with(next), err
 	})
@@ -132,16 +132,17 @@ func (e *Engine) OperatorComplete(ctx context.Context, id string, res store.Resu
 // operator runs an operator's change on an existing record: f returns
 // the new record or the conflict; the audit entry is added in the same
 // transaction.
-func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
+// ret says what it does to the record's tombstone.
+func (e *Engine) operator(ctx context.Context, action, id string, act store.Action, ret mutation, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
 	if err := store.CheckOperator(id, act); err != nil {
 		return nil, err
 	}
-	return e.audited(ctx, action, id, act, f)
+	return e.audited(ctx, action, id, act, ret, f)
 }
 
 // audited runs f on an existing record and appends act to the audit
 // trail of the record it returns, in the same transaction.
-func (e *Engine) audited(ctx context.Context, action, id string, act store.Action, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
+func (e *Engine) audited(ctx context.Context, action, id string, act store.Action, ret mutation, f func(cur *rec, now int64) (*rec, error)) (*store.Record, error) {
 	var refused error
 	out, err := e.update(ctx, "operator "+action, id, func(cur *rec, now int64) mutation {
 		refused = nil
@@ -155,7 +156,8 @@ func (e *Engine) audited(ctx context.Context, action, id string, act store.Actio
 			return mutation{}
 		}
 		r.AddAudit(now, act.Actor, action, act.Reason)
-		return mutation{next: r}
+		ret.next = r
+		return ret
 	})
 	switch {
 	case err != nil:
@@ -174,7 +176,7 @@ func (e *Engine) BeginCheck(ctx context.Context, id, claimToken, checkToken stri
 	if err := store.ValidateBeginCheck(id, claimToken, checkToken, lease); err != nil {
 		return nil, false, err
 	}
-	return e.checkChange(ctx, "begin check", id, func(cur *rec, now int64) (*rec, bool) {
+	return e.checkChange(ctx, "begin check", id, 0, func(cur *rec, now int64) (*rec, bool) {
 		next, ok := cur.BeginCheck(now, claimToken, checkToken, lease, due)
 		return cur.with(next), ok
 	})
@@ -187,7 +189,7 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 	if err != nil {
 		return nil, false, err
 	}
-	return e.checkChange(ctx, "end check", o.ID, func(cur *rec, now int64) (*rec, bool) {
+	return e.checkChange(ctx, "end check", o.ID, store.Millis(o.Tombstone), func(cur *rec, now int64) (*rec, bool) {
 		next, ok := cur.EndCheck(now, o)
 		return cur.with(next), ok
 	})
@@ -195,8 +197,9 @@ func (e *Engine) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Rec
 
 // checkChange runs a check's change of an existing record: f returns the
 // new record (nil: none) and whether the call succeeds. It returns the
-// record as left.
-func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec, now int64) (*rec, bool)) (*store.Record, bool, error) {
+// record as left. A change that completes the record leaves a tombstone
+// of tomb ms (0: none).
+func (e *Engine) checkChange(ctx context.Context, op, id string, tomb int64, f func(cur *rec, now int64) (*rec, bool)) (*store.Record, bool, error) {
 	ok := false
 	out, err := e.update(ctx, op, id, func(cur *rec, now int64) mutation {
 		ok = false
@@ -205,7 +208,11 @@ func (e *Engine) checkChange(ctx context.Context, op, id string, f func(cur *rec
 		}
 		var r *rec
 		r, ok = f(cur, now)
-		return mutation{next: r}
+		m := mutation{next: r}
+		if r != nil && r.State == store.StateCompleted {
+			m.tomb = tomb
+		}
+		return m
 	})
 	if err != nil || out == nil {
 		return nil, false, err
@@ -239,7 +246,7 @@ func (e *Engine) Redrive(ctx context.Context, req store.RedriveRequest) (*store.
 	if err != nil {
 		return nil, err
 	}
-	return e.audited(ctx, store.AuditRun, req.ID, req.Act, func(cur *rec, now int64) (*rec, error) {
+	return e.audited(ctx, store.AuditRun, req.ID, req.Act, mutation{}, func(cur *rec, now int64) (*rec, error) {
 		next, err := cur.Redrive(now, req)
 		return cur.with(next), err
 	})

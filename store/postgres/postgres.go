@@ -213,6 +213,10 @@ type mutation struct {
 	next   *rec
 	async  bool
 	notify bool
+	// tomb: next leaves a tombstone outliving it by tomb ms; dropTomb:
+	// next's tombstone is deleted. Both in the same transaction.
+	tomb     int64
+	dropTomb bool
 }
 
 // maxRetries bounds the rounds of a change whose insert of a missing
@@ -286,6 +290,12 @@ func (e *Engine) updateOnce(ctx context.Context, id string, f func(cur *rec, now
 	if m.notify {
 		w.Queue("SELECT pg_notify($1, $2)", e.notices.channel, id)
 	}
+	switch n := m.next; {
+	case m.tomb > 0:
+		w.Queue(e.sql.bury, id, ms(n.CompletedAt), n.Status, n.Reason, n.ExpireAt+m.tomb)
+	case m.dropTomb:
+		w.Queue(e.sql.unbury, id)
+	}
 	wr := tx.SendBatch(ctx, &w)
 	if m.async {
 		if _, err := wr.Exec(); err != nil {
@@ -320,6 +330,9 @@ func (e *Engine) opErr(op, id string, err error) error {
 // queries are the statements on the tables of one schema.
 type queries struct {
 	records, secret string
+	tombstones      string
+	twins           string
+	bury, unbury    string // a tombstone written, deleted
 	lock            string // the record, locked
 	get             string
 	insert, update  string
@@ -344,8 +357,14 @@ func newQueries(schema string) queries {
 		set = append(set, fmt.Sprintf("%s = $%d", c, i+2))
 	}
 	q.update = "UPDATE " + q.records + " SET " + joinCols(set) + " WHERE id = $1"
-	q.claim = claimSQL(q.records, pgx.Identifier{schema, "fences"}.Sanitize())
-	q.complete = completeSQL(q.records)
+	q.tombstones = pgx.Identifier{schema, "tombstones"}.Sanitize()
+	q.twins = pgx.Identifier{schema, "twins"}.Sanitize()
+	q.claim = claimSQL(q.records, pgx.Identifier{schema, "fences"}.Sanitize(), q.tombstones, q.twins)
+	q.complete = completeSQL(q.records, q.tombstones, q.twins)
+	q.bury = "INSERT INTO " + q.tombstones + " (id, completed_at, status, reason, expire_at) VALUES ($1, $2, $3, $4, $5)" +
+		" ON CONFLICT (id) DO UPDATE SET completed_at = excluded.completed_at, status = excluded.status," +
+		" reason = excluded.reason, expire_at = excluded.expire_at"
+	q.unbury = "DELETE FROM " + q.tombstones + " WHERE id = $1"
 	return q
 }
 

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -132,4 +133,68 @@ func (c counters) report(b *testing.B, before counters, n int, memory bool) {
 	if memory {
 		b.ReportMetric(float64(c.memory-before.memory)/float64(n), "B/record")
 	}
+}
+
+// BenchmarkTombstoneMemory measures what a tombstone costs Redis: n
+// records (IDEMGATE_TOMBSTONES, default 100,000) are claimed and completed
+// through the contract with a 1 s TTL and a 1 h tombstone, by 64 callers;
+// once the records have expired, used_memory (INFO memory) is compared
+// with what it was before, per tombstone left.
+//
+//	IDEMGATE_REQUIRE_REDIS=1 go test -run '^$' -bench TombstoneMemory -benchtime 1x ./store/redis/
+func BenchmarkTombstoneMemory(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("IDEMGATE_TOMBSTONES")); err == nil && v > 0 {
+		n = v
+	}
+	srv := redistest.Start(b)
+	s, err := Open(Options{Addrs: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	admin := srv.Client(b)
+	ctx := context.Background()
+	usedMemory := func() int64 {
+		info, err := admin.Info(ctx, "memory").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(info, "used_memory:")
+		v, _, _ := strings.Cut(rest, "\r\n")
+		m, _ := strconv.ParseInt(v, 10, 64)
+		return m
+	}
+	before := usedMemory()
+	storetest.CompleteExpiring(b, s, n, benchResult(300), time.Second, time.Hour)
+	loaded := usedMemory()
+	// Redis deletes expired keys by itself, a sample at a time, and each
+	// expired key SCAN meets: once the records' TTL is over, a SCAN of the
+	// whole key space (bounded: a few passes) leaves the tombstones.
+	time.Sleep(1100 * time.Millisecond)
+	var keys int64
+	for range 10 {
+		it := admin.Scan(ctx, 0, "", 1000).Iterator()
+		for it.Next(ctx) {
+		}
+		if err := it.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if keys, err = admin.DBSize(ctx).Result(); err != nil {
+			b.Fatal(err)
+		}
+		if keys <= int64(n)+3 {
+			break
+		}
+	}
+	after := usedMemory()
+	tombs, err := admin.Keys(ctx, s.Prefix()+"{*}"+tombstoneInfix+"*").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, _ := admin.Get(ctx, tombs[0]).Result()
+	fmt.Printf("%d records with 300-byte answers and their tombstones: used_memory %+.1f MiB; records expired: %d keys left, %d of them tombstones (value %q, %d bytes, key %d bytes); used_memory %+.1f MiB over the start: %.0f bytes per tombstone\n",
+		n, float64(loaded-before)/(1<<20), keys, len(tombs), v, len(v), len(tombs[0]),
+		float64(after-before)/(1<<20), float64(after-before)/float64(len(tombs)))
+	b.ReportMetric(float64(after-before)/float64(len(tombs)), "B/tombstone")
 }

@@ -69,7 +69,8 @@ func (s *Store) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Reco
 	return s.checkScript(ctx, "end check", endCheckScript, s.keys(o.ID), o.ID,
 		o.ClaimToken, o.CheckToken, strconv.Itoa(o.Entry.Status), o.Entry.Verdict,
 		strconv.Itoa(o.NotFoundChecks), ms(o.Every), ms(o.Next), ms(ttl),
-		strconv.Itoa(res.Status), store.EncodeHeader(res.Header), res.Body, res.Digest, res.ExternalID, entry)
+		strconv.Itoa(res.Status), store.EncodeHeader(res.Header), res.Body, res.Digest, res.ExternalID, entry,
+		strconv.FormatInt(store.Millis(o.Tombstone), 10))
 }
 
 // checkScript runs a check script (reply: code, now, record) and returns

@@ -108,7 +108,7 @@ func (s *Store) OperatorComplete(ctx context.Context, id string, res store.Resul
 	}
 	return s.operator(ctx, "complete", operatorCompleteScript, id, store.NewToken(),
 		strconv.Itoa(res.Status), store.EncodeHeader(res.Header), res.Body, omitted,
-		res.Digest, res.ExternalID, ms(ttl), entry)
+		res.Digest, res.ExternalID, ms(ttl), entry, ms(store.DefaultTombstone))
 }
 
 // operator runs an operator script (reply: code + record) and maps its code

@@ -26,7 +26,7 @@ func TestOneCommandPerCall(t *testing.T) {
 	admin := e.srv.Client(t) // INFO and CONFIG RESETSTAT go through here
 	sent := &redistest.CommandLog{}
 	e.s.Client().AddHook(sent)
-	insideScripts := []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish"}
+	insideScripts := []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish", "del"}
 
 	id := storetest.NewID(t)
 	steps := []struct {

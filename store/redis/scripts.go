@@ -18,6 +18,8 @@ const (
 	codeTakeOver = 2 // claimed a released record or one whose lease ran out
 	codeOwned    = 3 // already held with this token (a retried Claim)
 	codeLate     = 4 // the claim reached Redis after its caller gave up: refused, nothing changed
+	codeRejected = 5 // no record, and a tombstone or a twin refused the claim: nothing created
+	codeHeld     = 6 // no record, and a twin held the new one (store.TwinHold): not claimed
 )
 
 // Operator script codes, the first element of their replies.
@@ -46,6 +48,8 @@ var luaConstants = strings.NewReplacer(
 	"$codeTakeOver", strconv.Itoa(codeTakeOver),
 	"$codeOwned", strconv.Itoa(codeOwned),
 	"$codeLate", strconv.Itoa(codeLate),
+	"$codeRejected", strconv.Itoa(codeRejected),
+	"$codeHeld", strconv.Itoa(codeHeld),
 	"$codeDone", strconv.Itoa(codeDone),
 	"$codeNotFound", strconv.Itoa(codeNotFound),
 	"$codeConflict", strconv.Itoa(codeConflict),
@@ -82,8 +86,9 @@ func script(files ...string) *goredis.Script {
 // complete, release and mark unknown publish the record id on the notice
 // channel when they act (notice.lua; see Store.Notices).
 //
-// Every script but renew and begin check gets KEYS = the record and its
-// tag's three state indexes (in flight, unknown, released: Store.keys),
+// Every script but renew and begin check gets KEYS = the record, its
+// tag's three state indexes (in flight, unknown, released) and the
+// record's tombstone (Store.keys),
 // and ARGV[1] = the record id. Fenced scripts reply 1 when they acted, else
 // 0; the others reply {code, now ms, record} with the record in its stored
 // form (false when there is none).
@@ -98,6 +103,15 @@ func script(files ...string) *goredis.Script {
 // (the clock was not read), record, attempts}, with the attempts the
 // record has now (the record itself may be as it was before this attempt
 // was counted).
+//
+// KEYS[5] is the record's tombstone, KEYS[6] (single node, detector on)
+// the twin entry of ARGV 11's digest. ARGV 9 after expiry ("execute" |
+// "reject"; "": look for no tombstone), 10 on twin ("warn" | "hold" | "reject"), 11 the twin entry
+// as the caller read it (a Cluster, where it lives in another slot: ""
+// for none), 12 the record held for the same payload as the caller built
+// it ("" unless on twin is hold). A claim that finds no record replies
+// {created code, now, tombstone, twin}, {rejected code, now, tombstone,
+// twin} or {held code, now, record, 1, tombstone, twin} ("": none).
 var claimScript = script("now_lazy", "record", "claim")
 
 // renewScript: KEYS = the record. ARGV 2 token, 3 lease ms. The key's
@@ -105,7 +119,10 @@ var claimScript = script("now_lazy", "record", "claim")
 var renewScript = script("now", "record", "renew")
 
 // completeScript: ARGV 2 token, 3 the completed record as the caller built
-// it from its claim, 4 ttl ms, 5 the notice channel. A record that is gone
+// it from its claim, 4 ttl ms, 5 tombstone ms past the record (0: none),
+// 6 the tombstone, 7 the twin entry and 8 its lifetime ms (KEYS[6], the
+// twin entry's key: single node only), 9 the notice channel (last, as
+// notice.lua wants it). A record that is gone
 // (a failover lost the claim) is written anew from ARGV[3], with one
 // attempt and one execution.
 // It never reads the clock; now_lazy only declares the now that record.lua's
@@ -121,13 +138,15 @@ var releaseScript = script("now", "record", "notice", "release")
 var markUnknownScript = script("now", "record", "notice", "mark_unknown")
 
 // operatorReleaseScript: ARGV 2 new token, 3 ttl ms, 4 audit entry.
-// Any state but a live in-flight claim becomes released under a new token.
+// Any state but a live in-flight claim becomes released under a new token;
+// its tombstone (KEYS[5]) is deleted.
 var operatorReleaseScript = script("now", "record", "audit", "operator_release")
 
 // operatorCompleteScript: ARGV 2 new token, 3 status, 4 header, 5 body,
-// 6 body omitted, 7 digest, 8 external id, 9 ttl ms, 10 audit entry.
+// 6 body omitted, 7 digest, 8 external id, 9 ttl ms, 10 audit entry,
+// 11 tombstone ms past the record (store.DefaultTombstone).
 // Unknown, released and lease-expired in-flight records become completed.
-var operatorCompleteScript = script("now", "record", "audit", "operator_complete")
+var operatorCompleteScript = script("now", "record", "audit", "retain", "operator_complete")
 
 // beginCheckScript: KEYS = the record. ARGV 2 claim token, 3 check token,
 // 4 lease ms, 5 due ("1": only when the next check is due). Code 1 when
@@ -137,8 +156,9 @@ var beginCheckScript = script("now", "record", "begin_check")
 // endCheckScript: ARGV 2 claim token, 3 check token, 4 entry status,
 // 5 verdict, 6 not found checks, 7 every ms, 8 next ms (0: none), 9 ttl ms,
 // 10 result status, 11 result header, 12 result body, 13 result digest,
-// 14 external id, 15 audit entry of an operator's check ("" for none).
-var endCheckScript = script("now", "record", "audit", "end_check")
+// 14 external id, 15 audit entry of an operator's check ("" for none),
+// 16 tombstone ms past the record (0: none).
+var endCheckScript = script("now", "record", "audit", "retain", "end_check")
 
 // notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
 // budget (0: none), 7 "1" for an unknown outcome let go, 8 the notice

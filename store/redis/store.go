@@ -396,17 +396,18 @@ const (
 	idxReleased = "idx:released"
 )
 
-// keys returns the keys of a state-changing script: the record and its
-// tag's three state indexes, in the order the scripts expect (KEYS[1]
-// record, KEYS[2..4] in_flight, unknown, released), cut from one string.
+// keys returns the keys of a state-changing script: the record, its
+// tag's three state indexes and its tombstone, in the order the scripts
+// expect (KEYS[1] record, KEYS[2..4] in_flight, unknown, released, KEYS[5]
+// tombstone: TombstoneKey), cut from one string.
 func (s *Store) keys(id string) []string {
 	base := s.prefix + "{" + Shard(id) + "}"
 	ib := base + ":" // the indexes' prefix
 	if !s.clustered {
 		ib = s.prefix
 	}
-	all := base + id + ib + idxInFlight + ib + idxUnknown + ib + idxReleased
-	k := make([]string, 4)
+	all := base + id + ib + idxInFlight + ib + idxUnknown + ib + idxReleased + base + tombstoneInfix + id
+	k := make([]string, 5)
 	i := len(base) + len(id)
 	k[0] = all[:i]
 	for j, suffix := range [...]string{idxInFlight, idxUnknown, idxReleased} {
@@ -414,6 +415,7 @@ func (s *Store) keys(id string) []string {
 		k[j+1] = all[i : i+n]
 		i += n
 	}
+	k[4] = all[i:]
 	return k
 }
 
@@ -447,13 +449,17 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 	// A refusal while this caller still waits means the store's idea of the
 	// Redis clock was off (the Redis clock jumped); the reply corrected it,
 	// and the refused script changed nothing, so one more try is safe.
+	keys, twin, held, err := s.claimRetention(ctx, req, args)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
+	}
 	var short *WaitShortfall // the claim took the record, but too few replicas have it
 	for try := 0; ; try++ {
 		sent := time.Now()
 		var err error
-		v, short, err = s.runClaim(ctx, req.ID, s.keys(req.ID),
+		v, short, err = s.runClaim(ctx, req.ID, keys,
 			req.ID, req.Token, stored, s.notAfter(ctx), ms(args.HoldTTL), string(args.OnExpired), ms(args.Lease),
-			strconv.FormatInt(req.MaxExecutions, 10))
+			strconv.FormatInt(req.MaxExecutions, 10), string(args.OnTombstone()), string(args.OnTwin), twin, held)
 		if err != nil {
 			return store.ClaimResult{}, fmt.Errorf("store: claim %s: %w", req.ID, err)
 		}
@@ -479,12 +485,20 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 		return store.ClaimResult{}, s.refuseShort(req, *short)
 	}
 	code, _ := v[0].(int64)
-	if code == codeCreated {
-		created := store.NewRecord(req, now, args.Lease)
-		rec := &created
-		return store.ClaimResult{Claimed: true, Claim: store.NewClaim(s, req, rec.StartedAt, req.TTL), Record: rec, Now: now}, nil
+	switch code {
+	case codeCreated, codeRejected:
+		res := store.ClaimResult{Now: now}
+		if err := pastOf(&res, req.ID, v[2:]); err != nil {
+			return store.ClaimResult{}, err
+		}
+		if code == codeCreated {
+			created := store.NewRecord(req, now, args.Lease)
+			res.Record, res.Claimed = &created, true
+			res.Claim = store.NewClaim(s, req, created.StartedAt, req.TTL)
+		}
+		return res, nil
 	}
-	if len(v) != 4 {
+	if len(v) != 4 && !(code == codeHeld && len(v) == 6) {
 		return store.ClaimResult{}, errShortReply
 	}
 	raw, _ := v[2].(string)
@@ -494,6 +508,11 @@ func (s *Store) claim(ctx context.Context, req store.ClaimRequest, args store.Cl
 	}
 	rec.Attempts, _ = v[3].(int64)
 	res := store.ClaimResult{TakeOver: code == codeTakeOver, Record: rec, Now: now}
+	if code == codeHeld {
+		if err := pastOf(&res, req.ID, v[4:]); err != nil {
+			return store.ClaimResult{}, err
+		}
+	}
 	if code == codeTakeOver || code == codeOwned {
 		res.Claimed, res.Claim = true, store.NewClaim(s, req, rec.StartedAt, req.TTL)
 	}
@@ -609,8 +628,8 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 		return false, errors.New("store: negative TTL")
 	}
 	res, c := req.Result, req.Claim
-	if !store.ValidID(c.ID) {
-		return false, store.ErrInvalidID
+	if err := store.ValidateComplete(req); err != nil {
+		return false, err
 	}
 	omitted := "0"
 	if res.BodyOmitted {
@@ -635,7 +654,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 		claim:  claim,
 		result: &result, body: res.Body,
 	}
-	return s.fencedKeys(ctx, "complete", completeScript, c.ID, s.keys(c.ID), c.Token, b.encode(), ms(ttl), s.NoticeChannel())
+	return s.complete(ctx, req, b.encode(), ttl, now, result[rStatus])
 }
 
 // Release marks the record released (the attempt had no effect): the next

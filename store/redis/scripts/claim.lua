@@ -9,15 +9,36 @@ local function late()
 end
 if not old then
   if late() then return {$codeLate, now} end
+  -- What the id and the payload left behind: the id's tombstone
+  -- (KEYS[5]) and the twin entry of the payload's digest (KEYS[6] on a
+  -- single node, else read by the caller into ARGV[11]); one naming
+  -- this id is no twin. ARGV[9] after expiry ("": the route keeps no
+  -- tombstones, none is looked for), ARGV[10] on twin.
+  local tomb = ''
+  if ARGV[9] and ARGV[9] ~= '' then tomb = redis.call('GET', KEYS[5]) or '' end
+  local twin = ARGV[11] or ''
+  if KEYS[6] then twin = redis.call('GET', KEYS[6]) or '' end
+  if twin ~= '' and string.sub(twin, string.find(twin, ':', 1, true) + 1) == id then twin = '' end
+  if (tomb ~= '' and ARGV[9] == 'reject') or (twin ~= '' and ARGV[10] == 'reject') then
+    return {$codeRejected, now, tomb, twin}
+  end
   -- The record the caller built, stamped with the Redis clock: expiry,
   -- started at, lease until (fixed-width, in that order at 23..61).
   local hold = tonumber(ARGV[5])
+  if twin ~= '' and ARGV[10] == 'hold' then
+    -- held as the caller built it (ARGV[12]): no lease
+    local blob = string.sub(ARGV[12], 1, 22) .. string.format('%013d%013d%013d', now + hold, now, 0)
+      .. string.sub(ARGV[12], 62)
+    redis.call('SET', key, blob, 'PX', hold)
+    settle(nil, 'u', now + hold)
+    return {$codeHeld, now, blob, 1, tomb, twin}
+  end
   local blob = ARGV[3]
   blob = string.sub(blob, 1, 22) .. string.format('%013d%013d%013d', now + hold, now, now + tonumber(ARGV[7]))
     .. string.sub(blob, 62)
   redis.call('SET', key, blob, 'PX', hold)
   redis.call('ZADD', KEYS[2], now + hold, id)
-  return {$codeCreated, now}
+  return {$codeCreated, now, tomb, twin}
 end
 -- A completed or held record: the attempt is counted in place, best
 -- effort: a master that refuses writes (min-replicas-to-write without its

@@ -30,6 +30,8 @@ if verdict == 'applied' then
   r.st, r.tok, r.ca, r.sc, r.hd, r.bd = 'c', ARGV[3], now, ARGV[10], ARGV[11], ARGV[12]
   r.bo, r.dg, r.eid, r.rsn, r.exp = '0', ARGV[13], ARGV[14], '$ReasonVerified', now + ttl
   code = $codeCheckApplied
+  local tomb = tonumber(ARGV[16]) or 0
+  if tomb > 0 then bury(now, ARGV[10], '$ReasonVerified', r.exp + tomb) end
 elseif verdict == 'not_applied' and streak >= tonumber(ARGV[6]) then
   clearResult(r)
   r.chn, r.ndu = '', '' -- found not applied: no earlier execution took effect

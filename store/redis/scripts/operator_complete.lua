@@ -14,6 +14,7 @@ else
   r.bo, r.dg, r.eid, r.rsn, r.exp = ARGV[6], ARGV[7], ARGV[8], '$ReasonOperator', now + tonumber(ARGV[9])
   r.req = '' -- a completed record keeps no request
   audit(r, ARGV[10])
+  bury(now, ARGV[3], '$ReasonOperator', r.exp + tonumber(ARGV[11]))
   s = save(r)
   settle(was, 'c', r.exp)
 end

@@ -14,6 +14,7 @@ else
   r.st, r.tok, r.rsn, r.exp = 'r', ARGV[2], '$ReasonOperator', now + tonumber(ARGV[3])
   r.ndc, r.ndu = '', '' -- an operator's release gives the operation a fresh retry budget
   audit(r, ARGV[4])
+  redis.call('DEL', KEYS[5]) -- known not to have taken effect: no tombstone
   s = save(r)
   settle(was, 'r', r.exp)
 end
