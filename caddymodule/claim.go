@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -179,7 +180,7 @@ func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 }
 
 // storeFailed handles a store that could not be reached at claim time.
-func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, err error) error {
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
 	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
@@ -195,7 +196,7 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 	}
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
-		body.forward(r)
+		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	}
 	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))

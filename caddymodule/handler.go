@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/store"
 )
@@ -85,8 +86,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	body, err := readBody(r, rt.MaxBody)
-	defer body.release()
+	body, err := exchange.ReadBody(r, rt.MaxBody)
+	defer body.Release()
 	if err != nil {
 		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}
@@ -151,12 +152,12 @@ type decision struct {
 // decide takes the request's key, fingerprint and id onto g and claims
 // the key, and says what to do with the request. It sends nothing to the
 // client.
-func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body *requestBody) decision {
+func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body *exchange.Body) decision {
 	rt := g.rt
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
 	g.method = strings.ToUpper(r.Method)
-	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body.bytes())
+	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body.Bytes())
 	g.in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, g.in)
@@ -184,7 +185,7 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
 	g.check = h.resolveCheck(rt, key, g.id, g.in)
 	if rt.KeepRequest {
-		g.sealed = h.keep(g, r, key, body.bytes())
+		g.sealed = h.keep(g, r, key, body.Bytes())
 		h.remember(rt, next, r)
 	}
 
@@ -227,14 +228,14 @@ func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
 // act carries out decision d: the one place a guarded request is
 // answered, forwarded or executed. On a route that observes, a decision
 // that enforce would answer itself forwards the request unguarded.
-func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody) error {
+func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body) error {
 	if d.would != "" && g.rt.observing() {
 		return h.observe(g, w, r, next, body, d.would)
 	}
 	switch d.kind {
 	case decidePass:
 		g.outcome = outcomeBypassed
-		body.forward(r)
+		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	case decideProblem:
 		g.outcome = d.outcome

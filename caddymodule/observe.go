@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -31,12 +32,12 @@ const (
 // duplicate, and switching the route to enforce replays what the first
 // request recorded. The upstream gets the request's key (g.key, "" when
 // none) as it would under enforce.
-func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, would string) error {
+func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, would string) error {
 	g.outcome, g.would = outcomeObserved, would
 	h.metrics.observed.WithLabelValues(g.rt.Name, would).Inc()
 	observedCounts.add(g.rt.Name, would)
 	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
-	prepareUpstream(r, g.rt, g.key, body)
+	body.ForUpstream(r, g.rt.ForwardKeyHeader, g.key)
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams; notes the status for the decision line
 	err := next.ServeHTTP(rec, r)
 	g.status = rec.Status()

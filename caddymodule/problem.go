@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
 )
 
@@ -75,7 +76,7 @@ func (p problem) with(detail, route string) problem {
 // reject answers a request whose body or key cannot be used.
 func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
 	switch {
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, exchange.ErrTooLarge):
 		return h.problem(g, w, probTooLarge.with(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
 	case errors.Is(err, keying.ErrTooDeep):
 		return h.problem(g, w, probTooDeep.with(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -31,41 +32,41 @@ func completing(c *store.Claim, res store.Result) recording {
 // unknown outcome that on_unknown_outcome: release lets go, count against
 // the route's retry budget; exhausted is told when one used the budget up
 // and the record is held.
-func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, exhausted func()) recording {
-	v := out.verdict
-	if v == verdictUnknown {
+func recordingFor(rt *route, c *store.Claim, out exchange.Result, res store.Result, exhausted func()) recording {
+	v := out.Verdict
+	if v == exchange.VerdictUnknown {
 		switch rt.OnUnknownOutcome {
 		case config.OnUnknownRelease:
-			v = verdictRelease
+			v = exchange.VerdictRelease
 		case config.OnUnknownStore:
-			if !out.cutOff {
-				v = verdictComplete
+			if !out.CutOff {
+				v = exchange.VerdictComplete
 			}
 		}
 	}
 	switch v {
-	case verdictComplete:
+	case exchange.VerdictComplete:
 		return completing(c, res)
-	case verdictRelease:
+	case exchange.VerdictRelease:
 		result := "released"
-		if out.reason == "not_sent" {
+		if out.Reason == "not_sent" {
 			result = "not_sent"
 		}
 		// "Not done", or unknown and let go by the route's policy: either
 		// counts against the budget, and the record says which.
 		notDone := c.NotDone
-		if out.verdict != verdictRelease {
+		if out.Verdict != exchange.VerdictRelease {
 			notDone = c.LetGo
 		}
 		return recording{"not_done", result, func(ctx context.Context) (bool, error) {
-			o, err := notDone(ctx, out.status, int64(rt.MaxExecutions))
+			o, err := notDone(ctx, out.Status, int64(rt.MaxExecutions))
 			if o == store.NotDoneExhausted {
 				exhausted()
 			}
 			return o != store.NotDoneLost, err
 		}}
 	default:
-		return recording{"hold", "held", func(ctx context.Context) (bool, error) { return c.MarkUnknown(ctx, out.reason) }}
+		return recording{"hold", "held", func(ctx context.Context) (bool, error) { return c.MarkUnknown(ctx, out.Reason) }}
 	}
 }
 
@@ -77,23 +78,23 @@ func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, e
 // whose claim a failover lost is written anew (see store.CompleteRequest).
 // It returns what the outcome left on the record: completed, released,
 // not_sent, held or exhausted.
-func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.Result) string {
+func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res store.Result) string {
 	g.outcome = outcomeExecuted
-	g.status = out.status
+	g.status = out.Status
 	var held atomic.Bool
 	rec := recordingFor(g.rt, c, out, res, func() {
 		held.Store(true)
 		h.retriesExhausted(g.rt, c.ID())
 	})
 	if rec.op == "hold" {
-		g.note = "held: " + out.reason
+		g.note = "held: " + out.Reason
 		if !g.check.IsZero() {
 			h.verifier.Schedule(&g.rt.Resolved, c)
 		}
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	if g.brk != nil {
-		g.brk.done(g.probe, out.verdict != verdictComplete)
+		g.brk.done(g.probe, out.Verdict != exchange.VerdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
 	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
@@ -135,8 +136,8 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	}
 	sink := &discard{h: http.Header{}}
 	r = caddyhttp.PrepareRequest(r.WithContext(context.Background()), caddy.NewReplacer(), sink, ch.server)
-	body, err := readBody(r, max(rt.MaxBody, int64(len(kr.Body))))
-	defer body.release()
+	body, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))))
+	defer body.Release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
 		g.brk.cancel(g.probe)

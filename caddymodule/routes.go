@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
 )
 
 // route is one resolved rule, compiled for the request path: config
@@ -20,9 +21,9 @@ type route struct {
 
 	methods   map[string]bool
 	path      pathPattern
-	fpRule    string // the encoded fingerprint rule, stored with each record
-	templates string // the key templates, for the "missing key" problem
-	retry     map[int]bool
+	fpRule    string         // the encoded fingerprint rule, stored with each record
+	templates string         // the key templates, for the "missing key" problem
+	answers   exchange.Rules // what the upstream's answers mean (retry statuses, on_redirect, external_id)
 	// keepHeaders are the request headers a kept request carries (see
 	// keptHeaderSet), canonical.
 	keepHeaders map[string]bool
@@ -85,13 +86,10 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			idx:      i,
 			methods:  make(map[string]bool, len(res.Methods)),
 			fpRule:   res.Fingerprint.Encode(),
-			retry:    make(map[int]bool, len(res.RetryStatuses)),
+			answers:  exchange.RulesOf(&res),
 		}
 		for _, m := range res.Methods {
 			rt.methods[strings.ToUpper(m)] = true
-		}
-		for _, s := range res.RetryStatuses {
-			rt.retry[s] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
 		rt.keepHeaders = keptHeaderSet(&res)
