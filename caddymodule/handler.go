@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/idemgate/idemgate/breaker"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
@@ -43,7 +44,7 @@ const (
 // metrics say about it.
 type guarded struct {
 	rt  *route
-	brk *breaker // the route's breaker; nil: none
+	brk *breaker.Breaker // the route's breaker; nil: none
 	// The request as the key and the fingerprint read it: its method
 	// (upper case), its parsed input, its key ("" until valid) and its
 	// fingerprint.
@@ -97,7 +98,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // routeRuntime is what a provisioned handler keeps at run time for one of
 // its routes.
 type routeRuntime struct {
-	breaker *breaker // nil: the route has no retry.breaker
+	breaker *breaker.Breaker // nil: the route has no retry.breaker
 	// chain is the rest of the handler chain after the idempotency
 	// handler (reverse_proxy and whatever the site puts before it), as
 	// the route's last guarded request saw it: where a re-drive goes
@@ -190,20 +191,20 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	}
 
 	if g.brk != nil {
-		g.probe, g.refused = g.brk.admit()
+		g.probe, g.refused = g.brk.Admit()
 		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
 			return decision{kind: decideBreakerOpen}
 		}
 	}
 	claim, err := h.claim(r.Context(), g)
 	if (claim == nil || err != nil) && g.brk != nil {
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 	}
 	if claim != nil && err == nil && g.brk != nil && !g.probe && g.refused == 0 && !rt.observing() {
 		// The breaker may have opened between its answer and the claim
 		// (an execution that failed meanwhile released the record): it
 		// is asked again, now that the claim is held.
-		g.probe, g.refused = g.brk.admit()
+		g.probe, g.refused = g.brk.Admit()
 	}
 	switch {
 	case errors.Is(err, errBreakerOpen):

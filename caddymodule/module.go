@@ -139,7 +139,7 @@ func (h *Handler) Validate() error {
 // calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
-	breakers.unload(h.breakerKeys)
+	breakers.Unload(h.breakerKeys)
 	h.breakerKeys = nil
 	if h.use == nil {
 		return nil

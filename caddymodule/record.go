@@ -94,7 +94,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res st
 	}
 	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	if g.brk != nil {
-		g.brk.done(g.probe, out.Verdict != exchange.VerdictComplete)
+		g.brk.Done(g.probe, out.Verdict != exchange.VerdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
 	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)

@@ -101,7 +101,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
 	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID, key: kr.Key}
-	if g.probe, g.refused = g.brk.admit(); g.refused > 0 {
+	if g.probe, g.refused = g.brk.Admit(); g.refused > 0 {
 		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
@@ -110,7 +110,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
 	h.metrics.ObserveStore("redrive", began, err)
 	if err != nil {
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
@@ -140,7 +140,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	defer body.Release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
 	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)

@@ -68,7 +68,7 @@ func (h *Handler) provisionBreakers(ctx caddy.Context) error {
 		if rt.Breaker == nil {
 			continue
 		}
-		b, key, err := breakers.load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
+		b, key, err := breakers.Load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
 		if err != nil {
 			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
 		}
