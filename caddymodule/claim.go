@@ -183,7 +183,7 @@ func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, err error) error {
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
-	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
+	h.metrics.StoreErrors.WithLabelValues(g.rt.Name, "claim").Inc()
 	if errors.Is(err, store.ErrReplicasShort) {
 		// wait_strict: the store is up, a replica is not; forwarding
 		// unguarded would defeat the mode on every route.

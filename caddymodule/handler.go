@@ -303,7 +303,7 @@ const (
 // decided writes the decision's log line, counts it, sets it on the
 // request's placeholders, and on the request's span when tracing is on.
 func (h *Handler) decided(g *guarded) {
-	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
+	h.metrics.Requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
 	if g.repl != nil {
 		g.repl.Set(placeholderRoute, g.rt.Name)
 		g.repl.Set(placeholderRecordID, g.id)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -38,7 +39,7 @@ var errKeptUnwritten = errors.New("this gateway keeps the key's result, which th
 
 // kept is the process's kept completions: one bound per gateway, across
 // its sites and config reloads.
-var kept = newKeptCompletions(maxKeptCompletions, maxKeptBytes, processMetrics.kept, processMetrics.keptBytes)
+var kept = newKeptCompletions(maxKeptCompletions, maxKeptBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
 
 // keptKey names a record: its store and its id.
 type keptKey struct {

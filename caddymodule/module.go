@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
 	"github.com/idemgate/idemgate/verify"
@@ -76,7 +77,7 @@ type Handler struct {
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
 	logger      *zap.Logger
-	metrics     *metrics
+	metrics     *metrics.Set
 	redriveTo   *redriveTo // where re-drives go (see redrive_chain.go)
 }
 
@@ -104,7 +105,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
+	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications)
 
 	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {

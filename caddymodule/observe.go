@@ -34,7 +34,7 @@ const (
 // none) as it would under enforce.
 func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, would string) error {
 	g.outcome, g.would = outcomeObserved, would
-	h.metrics.observed.WithLabelValues(g.rt.Name, would).Inc()
+	h.metrics.Observed.WithLabelValues(g.rt.Name, would).Inc()
 	observedCounts.add(g.rt.Name, would)
 	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
 	body.ForUpstream(r, g.rt.ForwardKeyHeader, g.key)

@@ -30,7 +30,7 @@ routes:
 			h, logs := newHandler(t, fmt.Sprintf(rules, st.name, "observe"), sc)
 			up := &counting{}
 			before := Observed(route)
-			beforeMetric := counterValue(t, h.metrics.observed.WithLabelValues(route, wouldReplay))
+			beforeMetric := counterValue(t, h.metrics.Observed.WithLabelValues(route, wouldReplay))
 			send := func(key, body string) int {
 				return serve(h, up.next, "POST", "/deals", body, "Idempotency-Key", key).Code
 			}
@@ -70,7 +70,7 @@ routes:
 			if got.Mismatch-before.Mismatch != 1 || got.MissingKey-before.MissingKey != 1 || got.Invalid-before.Invalid != 1 {
 				t.Errorf("observed %+v (before %+v): want one mismatch, one missing key, one invalid", got, before)
 			}
-			if v := counterValue(t, h.metrics.observed.WithLabelValues(route, wouldReplay)) - beforeMetric; v != 2 {
+			if v := counterValue(t, h.metrics.Observed.WithLabelValues(route, wouldReplay)) - beforeMetric; v != 2 {
 				t.Errorf("idemgate_observed_total{would=replay} grew by %v, want 2", v)
 			}
 

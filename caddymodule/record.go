@@ -92,7 +92,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res st
 			h.verifier.Schedule(&g.rt.Resolved, c)
 		}
 	}
-	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
+	h.metrics.Executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	if g.brk != nil {
 		g.brk.Done(g.probe, out.Verdict != exchange.VerdictComplete)
 	}
@@ -129,7 +129,7 @@ func (h *Handler) recordOnce(route, id string, rec recording) (bool, error) {
 	ok, err := rec.call(context.Background())
 	h.metrics.ObserveStore(rec.op, began, err)
 	if err != nil {
-		h.metrics.storeErrors.WithLabelValues(route, rec.op).Inc()
+		h.metrics.StoreErrors.WithLabelValues(route, rec.op).Inc()
 	}
 	return ok, err
 }
@@ -258,7 +258,7 @@ func (h *Handler) renewKept(c *store.Claim) {
 // retriesExhausted counts and logs an operation held because its
 // executions used up the route's retry budget.
 func (h *Handler) retriesExhausted(rt *route, id string) {
-	h.metrics.exhausted.WithLabelValues(rt.Name).Inc()
+	h.metrics.Exhausted.WithLabelValues(rt.Name).Inc()
 	h.logger.Warn("retries exhausted: the operation is held for an operator; nothing is forwarded until one acts",
 		zap.String("route", rt.Name), zap.String("record_id", id), zap.String("owner", rt.Owner),
 		zap.Int("max_executions", rt.MaxExecutions))

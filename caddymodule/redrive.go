@@ -74,7 +74,7 @@ func (d *discard) WriteHeader(int)             {}
 // through the route's chain (forwardOnce, as a client's execute).
 func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
-		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+		h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
 	h.use.Enter()
@@ -144,7 +144,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
 	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)
-	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+	h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),
 		zap.String("actor", act.Actor), zap.Int("status", g.status), zap.String("result", result))

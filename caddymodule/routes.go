@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/metrics"
 )
 
 // route is one resolved rule, compiled for the request path: config
@@ -68,7 +69,7 @@ func (h *Handler) provisionBreakers(ctx caddy.Context) error {
 		if rt.Breaker == nil {
 			continue
 		}
-		b, key, err := breakers.Load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
+		b, key, err := breakers.Load(ctx, rt.Name, *rt.Breaker, metrics.Process.BreakerOpen)
 		if err != nil {
 			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
 		}
