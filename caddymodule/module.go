@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
@@ -69,10 +70,10 @@ type Handler struct {
 	seal     *sealer        // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule    // the loaded Store module
 	store    store.Engine
-	notices  store.Notices    // completion notices, when a route waits for them
-	use      *storepool.Use   // the handler's use of the store (see package storepool)
-	verifier *verify.Verifier // settles held records with the upstream (package verify)
-	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
+	notices  store.Notices                     // completion notices, when a route waits for them
+	use      *storepool.Use                    // the handler's use of the store (see package storepool)
+	verifier *verify.Verifier                  // settles held records with the upstream (package verify)
+	kept     *kept.Completions[keptCompletion] // results kept for want of room: the process's (see record.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
@@ -119,7 +120,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Store: h.store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
 		Logger: h.logger, Metrics: h.metrics,
 	})
-	h.kept = kept
+	h.kept = keptResults
 	h.provisionRedrive(ctx)
 	h.provisionNotices()
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/kept"
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -112,7 +115,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res st
 			// ends: the background tries keep a copy of their own.
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
-			size = resultSize(res)
+			size = kept.ResultSize(res)
 		}
 		h.use.Enter()
 		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
@@ -140,6 +143,31 @@ const (
 	recordRetryMax   = time.Second
 )
 
+// A completion the store refused for want of room is kept past its
+// claim's lease, within the process's bound (package kept), and written
+// once the store has room again, its claim renewed meanwhile (see
+// keepRecording). A retry of its key on this gateway writes it first (see
+// writeKept).
+
+// errKeptUnwritten: a retry found its key's result kept, and the store
+// still refuses it. The retry fails closed whatever the route's
+// on_store_error: forwarding it would execute the operation again.
+var errKeptUnwritten = errors.New("this gateway keeps the key's result, which the store has no room for yet")
+
+// keptResults are the process's kept completions: one bound per gateway,
+// across its sites and config reloads.
+var keptResults = kept.New[keptCompletion](kept.MaxCount, kept.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
+
+// keptCompletion is one completion kept past its claim's lease.
+type keptCompletion struct {
+	key   kept.Key
+	route string
+	rec   recording // completing: it keeps its own copy of the body
+
+	mu   sync.Mutex // held while it is written: one try at a time
+	done bool       // under mu: written, or its claim was lost
+}
+
 // keepRecording tries rec again, with growing pauses, until it lands or
 // deadline passes; err is why the last try failed. It runs in the
 // background and leaves the handler when done.
@@ -159,7 +187,7 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	var kc *keptCompletion
 	defer func() {
 		if kc != nil {
-			h.kept.forget(kc)
+			h.kept.Forget(kc)
 		}
 	}()
 	full := false // the bound kept a refused completion out; said once
@@ -167,15 +195,16 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
-			kc = &keptCompletion{key: keptKey{h.store, c.ID()}, route: route, rec: rec, size: size}
-			if !h.kept.keep(kc) {
+			kc = &keptCompletion{key: kept.Key{Engine: h.store, ID: c.ID()}, route: route, rec: rec}
+			if !h.kept.Keep(kc.key, kc, size) {
 				kc = nil
 				if !full {
 					full = true
-					n, b := h.kept.count()
+					n, b := h.kept.Count()
+					maxN, maxB := h.kept.Bound()
 					h.logger.Warn("the store has no room for the upstream's result and this gateway keeps no more: it is tried until the lease runs out, then the record is held as outcome unknown",
 						zap.String("route", route), zap.String("record_id", c.ID()),
-						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", h.kept.maxCount), zap.Int64("max_kept_bytes", h.kept.maxBytes))
+						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", maxN), zap.Int64("max_kept_bytes", maxB))
 				}
 			} else {
 				h.logger.Warn("the store has no room for the upstream's result: the gateway keeps it, renewing its claim, and writes it once the store has room again",
@@ -231,13 +260,13 @@ func (h *Handler) writeKept(kc *keptCompletion, how zap.Field) (done bool, err e
 	if kc.done {
 		return true, nil
 	}
-	ok, err := h.recordOnce(kc.route, kc.key.id, kc.rec)
+	ok, err := h.recordOnce(kc.route, kc.key.ID, kc.rec)
 	if err != nil {
 		return false, err
 	}
 	kc.done = true
-	h.kept.forget(kc)
-	h.recorded(kc.route, kc.key.id, kc.rec.op, ok, how)
+	h.kept.Forget(kc)
+	h.recorded(kc.route, kc.key.ID, kc.rec.op, ok, how)
 	return true, nil
 }
 
