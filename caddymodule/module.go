@@ -21,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
 	"github.com/idemgate/idemgate/verify"
@@ -67,7 +68,7 @@ type Handler struct {
 	routes   []*route
 	live     []routeRuntime // by route, as routes
 	ids      *keying.IDKey  // derives record ids under the deployment secret
-	seal     *sealer        // encrypts kept requests under a key derived from the configured secret; nil without one
+	seal     *sealed.Sealer // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule    // the loaded Store module
 	store    store.Engine
 	notices  store.Notices                     // completion notices, when a route waits for them

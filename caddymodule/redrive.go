@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -62,6 +63,24 @@ func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
 	live.chain.Store(&chain{next: next, server: srv})
 }
 
+// keep seals the request for the record's re-drive, when its route keeps
+// requests; nil otherwise. A request that cannot be sealed is not kept
+// (the record then cannot be re-driven, and says so).
+func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []byte {
+	if !g.rt.KeepRequest || h.seal == nil {
+		return nil
+	}
+	kr := &sealed.Request{
+		Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host,
+		Header: sealed.Headers(g.rt.keepHeaders, r.Header), Body: body, Key: key,
+	}
+	out, err := h.seal.Seal(g.id, kr)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
 // discard is where a re-drive's response goes once recorded: nobody
 // waits for it but the operator, who gets the record.
 type discard struct{ h http.Header }
@@ -89,7 +108,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if h.seal == nil { // keep_request routes need a configured secret: never here
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: no secret is configured to open its kept request", store.ErrConflict, rec.ID))
 	}
-	kr, err := h.seal.open(rec.ID, rec.Request)
+	kr, err := h.seal.Open(rec.ID, rec.Request)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))
 	}

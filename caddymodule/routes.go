@@ -12,6 +12,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/sealed"
 )
 
 // route is one resolved rule, compiled for the request path: config
@@ -93,7 +94,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			rt.methods[strings.ToUpper(m)] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.keepHeaders = keptHeaderSet(&res)
+		rt.keepHeaders = sealed.HeaderSet(&res)
 		if len(res.RedriveHeaders) > 0 {
 			repl := caddy.NewReplacer()
 			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))

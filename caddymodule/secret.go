@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/sealed"
 )
 
 // secretTimeout bounds reading (or creating) the secret kept in the store
@@ -120,6 +121,6 @@ func (h *Handler) provisionIDKey(ctx context.Context) error {
 	if err := h.checkSecretNotKept(ctx, secret); err != nil {
 		return err
 	}
-	h.seal, err = newSealer(secret)
+	h.seal, err = sealed.New(secret)
 	return err
 }
