@@ -28,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 	"github.com/idemgate/idemgate/store/redis"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 // testStores are the stores the in-process handler tests run against.
@@ -317,7 +318,7 @@ func storeJSON(m caddy.Module) json.RawMessage {
 	if m == nil {
 		return nil
 	}
-	return caddyconfig.JSONModuleObject(m, "engine", engineName(m), nil)
+	return caddyconfig.JSONModuleObject(m, "engine", storepool.EngineName(m), nil)
 }
 
 // TestResolveCheckMatch: the claim keeps found.match resolved from the

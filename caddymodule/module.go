@@ -127,6 +127,29 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// loadStore loads the Store module, the embedded store when none is
+// named; Caddy provisions and validates it.
+func (h *Handler) loadStore(ctx caddy.Context) error {
+	var (
+		mod any
+		err error
+	)
+	if len(h.Store) == 0 {
+		mod, err = ctx.LoadModuleByID(storepool.Namespace+"."+storepool.DefaultEngine, json.RawMessage("{}"))
+	} else {
+		mod, err = ctx.LoadModule(h, "Store")
+	}
+	if err != nil {
+		return err
+	}
+	sm, ok := mod.(StoreModule)
+	if !ok {
+		return fmt.Errorf("module %T is not a record store", mod)
+	}
+	h.storeMod = sm
+	return nil
+}
+
 // Validate checks the provisioned handler.
 func (h *Handler) Validate() error {
 	if len(h.routes) == 0 {
