@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/breaker"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -65,7 +66,7 @@ func (h *Handler) giveBackProbe(g *guarded) {
 // refuses: 503 with the seconds until the breaker lets a probe through.
 func (h *Handler) breakerOpen(g *guarded, w http.ResponseWriter) error {
 	g.outcome = outcomeBreakerOpen
-	p := probBreakerOpen.with("the upstream of route "+g.rt.Name+" failed repeatedly; new executions are paused and nothing was forwarded", g.rt.Name)
-	p.retryAfter = breaker.RetryAfter(g.refused)
+	p := problem.BreakerOpen.With("the upstream of route "+g.rt.Name+" failed repeatedly; new executions are paused and nothing was forwarded", g.rt.Name)
+	p.RetryAfter = breaker.RetryAfter(g.refused)
 	return h.problem(g, w, p)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/kept"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -188,17 +189,17 @@ func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request
 	if errors.Is(err, store.ErrReplicasShort) {
 		// wait_strict: the store is up, a replica is not; forwarding
 		// unguarded would defeat the mode on every route.
-		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+		return h.problem(g, w, problem.StoreDown.With("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
 	}
 	if errors.Is(err, errKeptUnwritten) && !g.rt.observing() {
 		// Forwarding it, even under fail_open, would execute the
 		// operation a second time.
-		return h.problem(g, w, probStoreDown.with("the store has no room yet for this key's result, which the gateway keeps; the request was not forwarded", g.rt.Name))
+		return h.problem(g, w, problem.StoreDown.With("the store has no room yet for this key's result, which the gateway keeps; the request was not forwarded", g.rt.Name))
 	}
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
 		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	}
-	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
+	return h.problem(g, w, problem.StoreDown.With("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -144,10 +145,10 @@ type decision struct {
 	// that observes, a decision with a would forwards the request
 	// unguarded instead (observe). "": the decision holds in both modes.
 	would   string
-	outcome string       // decideProblem: the decision's outcome
-	p       problem      // decideProblem
-	err     error        // decideReject, decideStoreFailed
-	claim   *store.Claim // decideExecute; decideBreakerOpen: a claim to give back unused
+	outcome string          // decideProblem: the decision's outcome
+	p       problem.Problem // decideProblem
+	err     error           // decideReject, decideStoreFailed
+	claim   *store.Claim    // decideExecute; decideBreakerOpen: a claim to give back unused
 }
 
 // decide takes the request's key, fingerprint and id onto g and claims
@@ -166,18 +167,18 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	case errors.Is(err, keying.ErrInvalidKey):
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	case err != nil:
 		return decision{kind: decideReject, would: wouldInvalid, err: err}
 	case idx < 0 && rt.RequireKey:
-		p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
+		p := problem.KeyMissing.With("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
 		p.Tried = rt.templateList()
 		return decision{kind: decideProblem, would: wouldMissingKey, outcome: outcomeMissingKey, p: p}
 	case idx < 0:
 		return decision{kind: decidePass}
 	}
 	if err := keying.ValidateKey(key); err != nil {
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	}
 	g.key = key
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
