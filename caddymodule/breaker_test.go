@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -64,7 +65,7 @@ routes:
 		w.WriteHeader(http.StatusCreated)
 		return nil
 	}
-	h.runtime(h.routes[0]).chain.Store(&chain{next: caddyhttp.HandlerFunc(ok)})
+	h.runtime(h.routes[0]).chain.Store(&redrive.Chain{Next: caddyhttp.HandlerFunc(ok)})
 	if _, status, err = h.redrive(context.Background(), h.routes[0], rec, act); err != nil || status != http.StatusCreated {
 		t.Fatalf("Run now after the cool-down = %d, %v; want the upstream's 201", status, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -104,7 +105,7 @@ type routeRuntime struct {
 	// handler (reverse_proxy and whatever the site puts before it), as
 	// the route's last guarded request saw it: where a re-drive goes
 	// when the config lookup does not find it.
-	chain atomic.Pointer[chain]
+	chain atomic.Pointer[redrive.Chain]
 }
 
 // runtime is what h keeps at run time for its route rt.

@@ -21,6 +21,7 @@ import (
 	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
@@ -80,7 +81,7 @@ type Handler struct {
 	breakerKeys []string
 	logger      *zap.Logger
 	metrics     *metrics.Set
-	redriveTo   *redriveTo // where re-drives go (see redrive_chain.go)
+	redriveTo   *redrive.To // where re-drives go (see package redrive)
 }
 
 // CaddyModule returns the Caddy module information.

@@ -1,13 +1,10 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 )
@@ -31,24 +29,18 @@ import (
 //
 // The rest of the chain is reverse_proxy and whatever the site puts
 // after the idempotency handler: the handler finds it in its config (see
-// redrive_chain.go), so a re-drive works right after a start or a reload.
+// package redrive), so a re-drive works right after a start or a reload.
 // The handlers before the idempotency handler (authentication,
 // request_body, request_header) are not run again: the operator is
 // authenticated by the admin endpoint or the console, and the caller's
 // credentials were never kept; redrive_headers give the upstream the
 // gateway's own.
 
-// chain is the rest of a route's handler chain and its server.
-type chain struct {
-	next   caddyhttp.Handler
-	server *caddyhttp.Server
-}
-
 // provisionRedrive lets the operator API reach this handler through its
 // routes, to run a re-drive on an operator's word, and keeps the HTTP app
 // whose routes hold the chain the re-drive goes through.
 func (h *Handler) provisionRedrive(ctx caddy.Context) {
-	h.redriveTo = newRedriveTo(ctx)
+	h.redriveTo = redrive.NewTo(ctx)
 }
 
 // remember keeps the chain after this handler for the route's re-drives
@@ -60,7 +52,7 @@ func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
 		return
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	live.chain.Store(&chain{next: next, server: srv})
+	live.chain.Store(&redrive.Chain{Next: next, Server: srv})
 }
 
 // keep seals the request for the record's re-drive, when its route keeps
@@ -80,14 +72,6 @@ func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []b
 	}
 	return out
 }
-
-// discard is where a re-drive's response goes once recorded: nobody
-// waits for it but the operator, who gets the record.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discard) WriteHeader(int)             {}
 
 // redrive claims rec for the run and forwards its kept request once
 // through the route's chain (forwardOnce, as a client's execute).
@@ -112,7 +96,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))
 	}
-	target, err := url.ParseRequestURI(kr.Target)
+	r, sink, err := redrive.Request(kr, rt.redriveHeader, ch.Server)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: the kept request target does not parse", store.ErrConflict, rec.ID))
 	}
@@ -139,22 +123,6 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	}
 	c := store.ClaimFor(h.store, claimed, req, rt.TTL)
 
-	r := &http.Request{
-		Method: kr.Method, URL: target, RequestURI: kr.Target, Host: kr.Host,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: kr.Header.Clone(), Body: http.NoBody, RemoteAddr: "127.0.0.1:0",
-	}
-	if r.Header == nil {
-		r.Header = http.Header{}
-	}
-	if len(kr.Body) > 0 {
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(kr.Body)), int64(len(kr.Body))
-	}
-	for name, vv := range rt.redriveHeader {
-		r.Header[name] = vv
-	}
-	sink := &discard{h: http.Header{}}
-	r = caddyhttp.PrepareRequest(r.WithContext(context.Background()), caddy.NewReplacer(), sink, ch.server)
 	body, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))))
 	defer body.Release()
 	if err != nil {
@@ -162,7 +130,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		g.brk.Cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
-	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)
+	result, _, _ := h.forwardOnce(g, c, sink, r, ch.Next, &body)
 	h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),
@@ -172,4 +140,16 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		after = claimed
 	}
 	return after, g.status, nil
+}
+
+// redriveChain is the chain a re-drive of rt goes through: the one found
+// in the config (kept once found), else the one rt's requests brought
+// (nil: neither).
+func (h *Handler) redriveChain(rt *route) *redrive.Chain {
+	if h.redriveTo != nil {
+		if ch := h.redriveTo.Find(h); ch != nil {
+			return ch
+		}
+	}
+	return h.runtime(rt).chain.Load()
 }
