@@ -23,6 +23,7 @@ import (
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/sealed"
+	"github.com/idemgate/idemgate/secret"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
 	"github.com/idemgate/idemgate/verify"
@@ -104,7 +105,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.checkKeepSecret(); err != nil {
+	if err := secret.NeededToKeep(h.Secret, h.keepingRoutes()); err != nil {
 		return err
 	}
 
@@ -115,7 +116,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.store = h.use.Engine()
-	if err := h.provisionIDKey(ctx); err != nil {
+	if h.ids, h.seal, err = secret.Provision(ctx, h.Secret, h.store, h.keepingRoutes(), h.logger); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = verify.New(verify.Config{

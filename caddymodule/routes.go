@@ -138,3 +138,21 @@ func (h *Handler) resolved() []config.Resolved {
 	}
 	return out
 }
+
+// keepingRoutes names the routes that keep requests ("route a" or
+// "routes a, b"), or is "" when none does.
+func (h *Handler) keepingRoutes() string {
+	var names []string
+	for _, rt := range h.routes {
+		if rt.KeepRequest {
+			names = append(names, rt.Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return "route " + names[0]
+	}
+	return "routes " + strings.Join(names, ", ")
+}
