@@ -89,12 +89,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	body, err := exchange.ReadBody(r, rt.MaxBody)
+	body, raw, err := exchange.ReadBody(r, rt.MaxBody)
 	defer body.Release()
 	if err != nil {
 		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}
-	return h.act(g, h.decide(g, r, next, target, &body), w, r, next, &body)
+	return h.act(g, h.decide(g, r, next, target, raw), w, r, next, &body)
 }
 
 // routeRuntime is what a provisioned handler keeps at run time for one of
@@ -155,12 +155,12 @@ type decision struct {
 // decide takes the request's key, fingerprint and id onto g and claims
 // the key, and says what to do with the request. It sends nothing to the
 // client.
-func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body *exchange.Body) decision {
+func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body []byte) decision {
 	rt := g.rt
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
 	g.method = strings.ToUpper(r.Method)
-	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body.Bytes())
+	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body)
 	g.in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, g.in)
@@ -188,7 +188,7 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
 	g.check = h.resolveCheck(rt, key, g.id, g.in)
 	if rt.KeepRequest {
-		g.sealed = h.keep(g, r, key, body.Bytes())
+		g.sealed = h.keep(g, r, key, body)
 		h.remember(rt, next, r)
 	}
 

@@ -60,14 +60,15 @@ type Body struct {
 // buffer of that size (and one byte more, to see its end), so it is held
 // once; a body of unknown length grows the buffer geometrically, never
 // beyond limit+1 bytes. A body longer than limit is not read beyond
-// limit+1 bytes.
-func ReadBody(r *http.Request, limit int64) (Body, error) {
+// limit+1 bytes. Read whole, the body's bytes come with it, for the key
+// and the fingerprint: they must not be used after Forward or Release.
+func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
 	rb := Body{buf: getBuffer()}
 	if r.ContentLength > limit {
-		return rb, ErrTooLarge
+		return rb, nil, ErrTooLarge
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return rb, nil
+		return rb, nil, nil
 	}
 	b := *rb.buf
 	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
@@ -93,19 +94,19 @@ func ReadBody(r *http.Request, limit int64) (Body, error) {
 	*rb.buf = b
 	switch {
 	case int64(len(b)) > limit:
-		return rb, ErrTooLarge
+		return rb, nil, ErrTooLarge
 	case err == io.EOF:
-		return rb, nil
+		return rb, b, nil
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return rb, ErrTooLarge
+		return rb, nil, ErrTooLarge
 	}
-	return rb, fmt.Errorf("reading request body: %w", err)
+	return rb, nil, fmt.Errorf("reading request body: %w", err)
 }
 
-// Bytes returns the body. It must not be used after forward or release.
-func (rb *Body) Bytes() []byte {
+// bytes returns the body. It must not be used after forward or release.
+func (rb *Body) bytes() []byte {
 	if rb.buf == nil {
 		return nil
 	}
@@ -118,7 +119,7 @@ func (rb *Body) Bytes() []byte {
 // and ServeHTTP returned. An empty body becomes http.NoBody and needs no
 // buffer.
 func (rb *Body) Forward(r *http.Request) {
-	body := rb.Bytes()
+	body := rb.bytes()
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
 	// No GetBody: the transport must never send the request again by itself.

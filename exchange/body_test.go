@@ -13,7 +13,7 @@ import (
 func readRequestBody(t *testing.T, body string) (*http.Request, Body) {
 	t.Helper()
 	r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
-	rb, err := ReadBody(r, 1<<20)
+	rb, _, err := ReadBody(r, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +52,8 @@ func TestRequestBodyGivenBack(t *testing.T) {
 
 	t.Run("never forwarded", func(t *testing.T) {
 		_, rb := readRequestBody(t, text)
-		if string(rb.Bytes()) != text {
-			t.Fatalf("read %q", rb.Bytes())
+		if string(rb.bytes()) != text {
+			t.Fatalf("read %q", rb.bytes())
 		}
 		rb.Release()
 		rb.Release()
