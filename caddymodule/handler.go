@@ -19,6 +19,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
@@ -168,22 +169,22 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	case errors.Is(err, keying.ErrInvalidKey):
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	case err != nil:
-		return decision{kind: decideReject, would: wouldInvalid, err: err}
+		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	case idx < 0 && rt.RequireKey:
 		p := problem.KeyMissing.With("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
 		p.Tried = rt.templateList()
-		return decision{kind: decideProblem, would: wouldMissingKey, outcome: outcomeMissingKey, p: p}
+		return decision{kind: decideProblem, would: metrics.WouldMissingKey, outcome: outcomeMissingKey, p: p}
 	case idx < 0:
 		return decision{kind: decidePass}
 	}
 	if err := keying.ValidateKey(key); err != nil {
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	}
 	g.key = key
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
-		return decision{kind: decideReject, would: wouldInvalid, err: err}
+		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	}
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
 	g.check = h.resolveCheck(rt, key, g.id, g.in)

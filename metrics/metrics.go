@@ -4,6 +4,8 @@ package metrics
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,4 +163,71 @@ func (m *Set) ObserveStore(op string, began time.Time, err error) {
 		result = "error"
 	}
 	m.StoreTime.WithLabelValues(op, result).Observe(time.Since(began).Seconds())
+}
+
+// What enforce would have done with a request that observe forwarded: the
+// would label of idemgate_observed_total and of the decision log line.
+const (
+	WouldReplay     = "replay"      // a completed record with the same payload: replayed
+	WouldConflict   = "conflict"    // the first request with the key still in flight: 409
+	WouldMismatch   = "mismatch"    // the key used before with another payload: 422
+	WouldUnknown    = "unknown"     // the key's outcome held as unknown: 409
+	WouldMissingKey = "missing_key" // no key could be derived and require_key: 400
+	WouldInvalid    = "invalid"     // a malformed key or a body a key or fingerprint rule cannot read: 400
+)
+
+// ObservedCounts are what enforce would have done with the requests a
+// route in observe mode forwarded, counted by this gateway since it
+// started: idemgate_observed_total by would, for the operator console.
+type ObservedCounts struct {
+	Replay, Conflict, Mismatch, Unknown, MissingKey, Invalid int64
+}
+
+// Total is every request that enforce would have answered itself.
+func (c ObservedCounts) Total() int64 {
+	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid
+}
+
+// Observed returns route's counts (zero when it never observed anything).
+func Observed(route string) ObservedCounts { return observedCounts.get(route) }
+
+// observedTable keeps ObservedCounts by route name.
+type observedTable struct{ m sync.Map } // route name → *observedRow
+
+type observedRow [6]atomic.Int64 // in the order of wouldLabels
+
+var wouldLabels = [...]string{WouldReplay, WouldConflict, WouldMismatch, WouldUnknown, WouldMissingKey, WouldInvalid}
+
+// observedCounts are the process's observe-mode counts by route name,
+// kept across reloads like the collectors they mirror, for the console.
+var observedCounts = &observedTable{}
+
+// CountObserved counts a request that route, in observe mode, forwarded
+// and enforce would have answered itself (would says how): in
+// idemgate_observed_total and in the counts the console shows.
+func (m *Set) CountObserved(route, would string) {
+	m.Observed.WithLabelValues(route, would).Inc()
+	observedCounts.add(route, would)
+}
+
+func (t *observedTable) add(route, would string) {
+	v, ok := t.m.Load(route)
+	if !ok {
+		v, _ = t.m.LoadOrStore(route, new(observedRow))
+	}
+	row := v.(*observedRow)
+	for i, l := range wouldLabels {
+		if l == would {
+			row[i].Add(1)
+		}
+	}
+}
+
+func (t *observedTable) get(route string) ObservedCounts {
+	v, ok := t.m.Load(route)
+	if !ok {
+		return ObservedCounts{}
+	}
+	row := v.(*observedRow)
+	return ObservedCounts{row[0].Load(), row[1].Load(), row[2].Load(), row[3].Load(), row[4].Load(), row[5].Load()}
 }
