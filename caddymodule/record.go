@@ -173,7 +173,7 @@ type keptCompletion struct {
 // background and leaves the handler when done.
 //
 // A completion the store refused for want of room (store.ErrNoRoom) is
-// kept past deadline, within the gateway's bound (see keptcompletion.go):
+// kept past deadline, within the gateway's bound (see package kept):
 // it is tried until it lands, its claim renewed every third of its lease
 // meanwhile, so the answer the client got is what a retry replays. A
 // store that had no room for the renewals either lets the lease run out,
