@@ -154,8 +154,8 @@ type decision struct {
 }
 
 // decide takes the request's key, fingerprint and id onto g and claims
-// the key, and says what to do with the request. It sends nothing to the
-// client.
+// the key, and says what to do with the request, whose body (read whole
+// within max_body) is body. It sends nothing to the client.
 func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body []byte) decision {
 	rt := g.rt
 	// The method as the route matched it: a retry sent as `post` is the
