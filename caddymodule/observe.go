@@ -22,7 +22,7 @@ const outcomeObserved = "observed"
 // none) as it would under enforce.
 func (h *Handler) observe(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, would string) error {
 	g.outcome, g.would = outcomeObserved, would
-	h.metrics.CountObserved(g.rt.Name, would)
+	h.metrics.Observed.WithLabelValues(g.rt.Name, would).Inc()
 	r = r.WithContext(r.Context()) // a copy: Caddy's logs keep the client's request
 	body.ForUpstream(r, g.rt.ForwardKeyHeader, g.key)
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams; notes the status for the decision line

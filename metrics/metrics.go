@@ -4,11 +4,10 @@ package metrics
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 )
 
@@ -188,46 +187,48 @@ func (c ObservedCounts) Total() int64 {
 	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid
 }
 
-// Observed returns route's counts (zero when it never observed anything).
-func Observed(route string) ObservedCounts { return observedCounts.get(route) }
-
-// observedTable keeps ObservedCounts by route name.
-type observedTable struct{ m sync.Map } // route name → *observedRow
-
-type observedRow [6]atomic.Int64 // in the order of wouldLabels
-
-var wouldLabels = [...]string{WouldReplay, WouldConflict, WouldMismatch, WouldUnknown, WouldMissingKey, WouldInvalid}
-
-// observedCounts are the process's observe-mode counts by route name,
-// kept across reloads like the collectors they mirror, for the console.
-var observedCounts = &observedTable{}
-
-// CountObserved counts a request that route, in observe mode, forwarded
-// and enforce would have answered itself (would says how): in
-// idemgate_observed_total and in the counts the console shows.
-func (m *Set) CountObserved(route, would string) {
-	m.Observed.WithLabelValues(route, would).Inc()
-	observedCounts.add(route, would)
-}
-
-func (t *observedTable) add(route, would string) {
-	v, ok := t.m.Load(route)
-	if !ok {
-		v, _ = t.m.LoadOrStore(route, new(observedRow))
-	}
-	row := v.(*observedRow)
-	for i, l := range wouldLabels {
-		if l == would {
-			row[i].Add(1)
+// Observed returns route's counts (zero when it never observed anything),
+// read from idemgate_observed_total itself: the counter is the one record
+// of them, so nothing else keeps them, and reading them adds no series.
+func Observed(route string) ObservedCounts {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		Process.Observed.Collect(ch)
+		close(ch)
+	}()
+	var c ObservedCounts
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		var r, would string
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "route":
+				r = l.GetValue()
+			case "would":
+				would = l.GetValue()
+			}
+		}
+		if r != route {
+			continue
+		}
+		n := int64(d.GetCounter().GetValue())
+		switch would {
+		case WouldReplay:
+			c.Replay = n
+		case WouldConflict:
+			c.Conflict = n
+		case WouldMismatch:
+			c.Mismatch = n
+		case WouldUnknown:
+			c.Unknown = n
+		case WouldMissingKey:
+			c.MissingKey = n
+		case WouldInvalid:
+			c.Invalid = n
 		}
 	}
-}
-
-func (t *observedTable) get(route string) ObservedCounts {
-	v, ok := t.m.Load(route)
-	if !ok {
-		return ObservedCounts{}
-	}
-	row := v.(*observedRow)
-	return ObservedCounts{row[0].Load(), row[1].Load(), row[2].Load(), row[3].Load(), row[4].Load(), row[5].Load()}
+	return c
 }
