@@ -52,7 +52,7 @@ func (a operatorActions) Verify(_ context.Context, rec *store.Record, act store.
 func (a operatorActions) Run(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	rt := a.h.routeNamed(rec.Route)
 	if rt == nil || !rt.KeepRequest {
-		a.h.metrics.redrives.WithLabelValues(rec.Route, "refused").Inc()
+		a.h.metrics.Redrives.WithLabelValues(rec.Route, "refused").Inc()
 		return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
 	}
 	return a.h.redrive(ctx, rt, rec, act)

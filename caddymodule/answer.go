@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,7 +9,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -17,7 +20,7 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	rec := g.rec
 	if !h.sameFingerprint(g, rec) {
 		g.outcome = outcomeMismatch
-		p := probKeyReused.with(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
+		p := problem.KeyReused.With(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
 		p.RecordID = rec.ID
 		return h.problem(g, w, p)
 	}
@@ -31,17 +34,17 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 			return h.exhausted(g, w, rec)
 		}
 		g.outcome = outcomeUnknown
-		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
+		p := problem.Unknown.With("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
 		p.RecordID = rec.ID
 		withNextCheck(&p, rec, g.now)
 		return h.problem(g, w, p)
 	default:
 		g.outcome = outcomeInFlight
-		p := probInFlight.with("the first request with this key is still being processed; retry later", g.rt.Name)
+		p := problem.InFlight.With("the first request with this key is still being processed; retry later", g.rt.Name)
 		// The store's clock, not this gateway's: instances with skewed
 		// clocks give the same hint.
 		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
-			p.retryAfter = int(min(left, g.rt.LockLease).Seconds())
+			p.RetryAfter = int(min(left, g.rt.LockLease).Seconds())
 		}
 		return h.problem(g, w, p)
 	}
@@ -56,7 +59,7 @@ func (h *Handler) exhausted(g *guarded, w http.ResponseWriter, rec *store.Record
 		last := rec.Answers[n-1]
 		detail += fmt.Sprintf("; the last answer was %d at %s", last.Status, last.At.UTC().Format(time.RFC3339))
 	}
-	p := probExhausted.with(detail, g.rt.Name)
+	p := problem.Exhausted.With(detail, g.rt.Name)
 	p.RecordID = rec.ID
 	return h.problem(g, w, p)
 }
@@ -103,7 +106,7 @@ func replay(w http.ResponseWriter, rec *store.Record) error {
 
 // withNextCheck tells a retry that got 409 for a held record when its
 // outcome is checked next, if it is.
-func withNextCheck(p *problem, rec *store.Record, now time.Time) {
+func withNextCheck(p *problem.Problem, rec *store.Record, now time.Time) {
 	if rec.NextCheck.IsZero() {
 		if len(rec.Checks) > 0 {
 			p.Detail += fmt.Sprintf("; %d verification checks could not settle it", rec.CheckCount)
@@ -116,5 +119,25 @@ func withNextCheck(p *problem, rec *store.Record, now time.Time) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	p.retryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
+	p.RetryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
+}
+
+// reject answers a request whose body or key cannot be used.
+func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
+	switch {
+	case errors.Is(err, exchange.ErrTooLarge):
+		return h.problem(g, w, problem.TooLarge.With(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
+	case errors.Is(err, keying.ErrTooDeep):
+		return h.problem(g, w, problem.TooDeep.With(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
+	case errors.Is(err, keying.ErrMalformedJSON):
+		return h.problem(g, w, problem.BadJSON.With("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
+	default:
+		return h.problem(g, w, problem.BadBody.With("the request body could not be read", g.rt.Name))
+	}
+}
+
+func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem.Problem) error {
+	g.status = p.Status
+	p.Owner = g.rt.Owner
+	return p.Write(w)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/internal/redistest"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store/embedded"
 	"github.com/idemgate/idemgate/store/redis"
 )
@@ -292,9 +293,9 @@ func BenchmarkProblemWrite(b *testing.B) {
 	for b.Loop() {
 		clear(w.header)
 		w.status = 0
-		p := probUnknown.with("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record 0123456789abcdef0123456789abcdef", "create_deal")
+		p := problem.Unknown.With("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record 0123456789abcdef0123456789abcdef", "create_deal")
 		p.RecordID = "0123456789abcdef0123456789abcdef"
-		if err := p.write(w); err != nil || w.status != http.StatusConflict {
+		if err := p.Write(w); err != nil || w.status != http.StatusConflict {
 			b.Fatal(err, w.status)
 		}
 	}

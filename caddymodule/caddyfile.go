@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 func init() {
@@ -96,11 +97,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if rulesFile == "" {
 		return d.Err("idempotency: a rules file is required (rules <file>)")
 	}
-	mod, err := unmarshalStore(storeLine, storeOpts)
+	mod, err := storepool.UnmarshalCaddyfile(storeLine, storeOpts)
 	if err != nil {
 		return err
 	}
-	h.Store = caddyconfig.JSONModuleObject(mod, "engine", engineName(mod), nil)
+	h.Store = caddyconfig.JSONModuleObject(mod, "engine", storepool.EngineName(mod), nil)
 	// Read after the whole block, so that the rules are checked against
 	// the store options wherever they are written.
 	rules, err := config.Load(rulesFile, config.Limits{OpTimeout: mod.Timeout()})
@@ -113,3 +114,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*Handler)(nil)
+
+// lineTokens returns the current token and the rest of its line.
+func lineTokens(d *caddyfile.Dispenser) []caddyfile.Token {
+	line := []caddyfile.Token{d.Token()}
+	for d.NextArg() {
+		line = append(line, d.Token())
+	}
+	return line
+}

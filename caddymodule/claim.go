@@ -11,6 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/kept"
+	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -81,7 +84,7 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded) (*store.Claim, err
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
 func (h *Handler) claimKey(ctx context.Context, g *guarded) (*store.Claim, error) {
-	if kc := h.kept.find(h.store, g.id); kc != nil {
+	if kc := h.kept.Find(kept.Key{Engine: h.store, ID: g.id}); kc != nil {
 		// This gateway keeps the key's result, which the store refused
 		// for want of room: written first, so the retry replays the
 		// answer its client got, or fails closed while it cannot be.
@@ -179,24 +182,24 @@ func expiredPolicy(onUnknown config.OnUnknown) store.Expired {
 }
 
 // storeFailed handles a store that could not be reached at claim time.
-func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody, err error) error {
+func (h *Handler) storeFailed(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, err error) error {
 	g.outcome = outcomeStoreError
 	g.note = err.Error()
-	h.metrics.storeErrors.WithLabelValues(g.rt.Name, "claim").Inc()
+	h.metrics.StoreErrors.WithLabelValues(g.rt.Name, "claim").Inc()
 	if errors.Is(err, store.ErrReplicasShort) {
 		// wait_strict: the store is up, a replica is not; forwarding
 		// unguarded would defeat the mode on every route.
-		return h.problem(g, w, probStoreDown.with("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
+		return h.problem(g, w, problem.StoreDown.With("too few replicas acknowledged the claim (wait_strict); the request was not forwarded", g.rt.Name))
 	}
 	if errors.Is(err, errKeptUnwritten) && !g.rt.observing() {
 		// Forwarding it, even under fail_open, would execute the
 		// operation a second time.
-		return h.problem(g, w, probStoreDown.with("the store has no room yet for this key's result, which the gateway keeps; the request was not forwarded", g.rt.Name))
+		return h.problem(g, w, problem.StoreDown.With("the store has no room yet for this key's result, which the gateway keeps; the request was not forwarded", g.rt.Name))
 	}
 	if g.rt.OnStoreError == config.OnStoreErrorFailOpen || g.rt.observing() {
 		g.note = "forwarded unguarded: " + g.note
-		body.forward(r)
+		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	}
-	return h.problem(g, w, probStoreDown.with("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
+	return h.problem(g, w, problem.StoreDown.With("the idempotency store cannot be reached; the request was not forwarded", g.rt.Name))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/problem"
 )
 
 // TestDeepBodyRejected: a body nesting deeper than 128 levels is answered
@@ -49,11 +50,11 @@ routes:
 			if tc.want == http.StatusCreated {
 				want = 1
 			} else {
-				var p problem
+				var p problem.Problem
 				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 					t.Fatalf("problem body %q: %v", w.Body, err)
 				}
-				if w.Header().Get("Content-Type") != "application/problem+json" || p.Type != problemBase+"body-too-deep" ||
+				if w.Header().Get("Content-Type") != "application/problem+json" || p.Type != problem.Base+"body-too-deep" ||
 					!strings.Contains(p.Detail, "128") {
 					t.Errorf("problem %+v, Content-Type %q; want type body-too-deep naming the limit", p, w.Header().Get("Content-Type"))
 				}

@@ -15,8 +15,13 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/idemgate/idemgate/breaker"
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -42,7 +47,7 @@ const (
 // metrics say about it.
 type guarded struct {
 	rt  *route
-	brk *breaker // the route's breaker; nil: none
+	brk *breaker.Breaker // the route's breaker; nil: none
 	// The request as the key and the fingerprint read it: its method
 	// (upper case), its parsed input, its key ("" until valid) and its
 	// fingerprint.
@@ -85,23 +90,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	body, err := readBody(r, rt.MaxBody)
-	defer body.release()
+	body, raw, err := exchange.ReadBody(r, rt.MaxBody)
+	defer body.Release()
 	if err != nil {
 		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}
-	return h.act(g, h.decide(g, r, next, target, &body), w, r, next, &body)
+	return h.act(g, h.decide(g, r, next, target, raw), w, r, next, &body)
 }
 
 // routeRuntime is what a provisioned handler keeps at run time for one of
 // its routes.
 type routeRuntime struct {
-	breaker *breaker // nil: the route has no retry.breaker
+	breaker *breaker.Breaker // nil: the route has no retry.breaker
 	// chain is the rest of the handler chain after the idempotency
 	// handler (reverse_proxy and whatever the site puts before it), as
 	// the route's last guarded request saw it: where a re-drive goes
 	// when the config lookup does not find it.
-	chain atomic.Pointer[chain]
+	chain atomic.Pointer[redrive.Chain]
 }
 
 // runtime is what h keeps at run time for its route rt.
@@ -142,21 +147,21 @@ type decision struct {
 	// that observes, a decision with a would forwards the request
 	// unguarded instead (observe). "": the decision holds in both modes.
 	would   string
-	outcome string       // decideProblem: the decision's outcome
-	p       problem      // decideProblem
-	err     error        // decideReject, decideStoreFailed
-	claim   *store.Claim // decideExecute; decideBreakerOpen: a claim to give back unused
+	outcome string          // decideProblem: the decision's outcome
+	p       problem.Problem // decideProblem
+	err     error           // decideReject, decideStoreFailed
+	claim   *store.Claim    // decideExecute; decideBreakerOpen: a claim to give back unused
 }
 
 // decide takes the request's key, fingerprint and id onto g and claims
-// the key, and says what to do with the request. It sends nothing to the
-// client.
-func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body *requestBody) decision {
+// the key, and says what to do with the request, whose body (read whole
+// within max_body) is body. It sends nothing to the client.
+func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body []byte) decision {
 	rt := g.rt
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
 	g.method = strings.ToUpper(r.Method)
-	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body.bytes())
+	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body)
 	g.in.SetTarget(target)
 
 	key, idx, err := keying.DeriveKey(rt.Key, g.in)
@@ -164,45 +169,45 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	case errors.Is(err, keying.ErrInvalidKey):
 		// A key header in two field lines, a list or a malformed
 		// Structured Field string: never the first of several keys.
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	case err != nil:
-		return decision{kind: decideReject, would: wouldInvalid, err: err}
+		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	case idx < 0 && rt.RequireKey:
-		p := probKeyMissing.with("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
+		p := problem.KeyMissing.With("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
 		p.Tried = rt.templateList()
-		return decision{kind: decideProblem, would: wouldMissingKey, outcome: outcomeMissingKey, p: p}
+		return decision{kind: decideProblem, would: metrics.WouldMissingKey, outcome: outcomeMissingKey, p: p}
 	case idx < 0:
 		return decision{kind: decidePass}
 	}
 	if err := keying.ValidateKey(key); err != nil {
-		return decision{kind: decideProblem, would: wouldInvalid, outcome: outcomeInvalid, p: probKeyInvalid.with(err.Error(), rt.Name)}
+		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	}
 	g.key = key
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
-		return decision{kind: decideReject, would: wouldInvalid, err: err}
+		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	}
 	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
 	g.check = h.resolveCheck(rt, key, g.id, g.in)
 	if rt.KeepRequest {
-		g.sealed = h.keep(g, r, key, body.bytes())
+		g.sealed = h.keep(g, r, key, body)
 		h.remember(rt, next, r)
 	}
 
 	if g.brk != nil {
-		g.probe, g.refused = g.brk.admit()
+		g.probe, g.refused = g.brk.Admit()
 		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
 			return decision{kind: decideBreakerOpen}
 		}
 	}
 	claim, err := h.claim(r.Context(), g)
 	if (claim == nil || err != nil) && g.brk != nil {
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 	}
 	if claim != nil && err == nil && g.brk != nil && !g.probe && g.refused == 0 && !rt.observing() {
 		// The breaker may have opened between its answer and the claim
 		// (an execution that failed meanwhile released the record): it
 		// is asked again, now that the claim is held.
-		g.probe, g.refused = g.brk.admit()
+		g.probe, g.refused = g.brk.Admit()
 	}
 	switch {
 	case errors.Is(err, errBreakerOpen):
@@ -227,14 +232,14 @@ func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
 // act carries out decision d: the one place a guarded request is
 // answered, forwarded or executed. On a route that observes, a decision
 // that enforce would answer itself forwards the request unguarded.
-func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *requestBody) error {
+func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body) error {
 	if d.would != "" && g.rt.observing() {
 		return h.observe(g, w, r, next, body, d.would)
 	}
 	switch d.kind {
 	case decidePass:
 		g.outcome = outcomeBypassed
-		body.forward(r)
+		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	case decideProblem:
 		g.outcome = d.outcome
@@ -301,7 +306,7 @@ const (
 // decided writes the decision's log line, counts it, sets it on the
 // request's placeholders, and on the request's span when tracing is on.
 func (h *Handler) decided(g *guarded) {
-	h.metrics.requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
+	h.metrics.Requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
 	if g.repl != nil {
 		g.repl.Set(placeholderRoute, g.rt.Name)
 		g.repl.Set(placeholderRecordID, g.id)

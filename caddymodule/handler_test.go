@@ -1,10 +1,8 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +16,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
@@ -31,6 +28,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 	"github.com/idemgate/idemgate/store/redis"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 // testStores are the stores the in-process handler tests run against.
@@ -224,176 +222,6 @@ routes:
 	}
 }
 
-func TestClassify(t *testing.T) {
-	t.Parallel()
-	// "callResult{...}" fields: verdict, status, reason, cut off.
-	rt := &route{retry: map[int]bool{429: true, 503: true}}
-	dial := caddyhttp.Error(http.StatusBadGateway, reverseproxy.DialError{})
-	timeout := caddyhttp.Error(http.StatusGatewayTimeout, errors.New("net/http: timeout awaiting response headers"))
-	cases := []struct {
-		name     string
-		status   int
-		err      error
-		panicked any
-		want     callResult
-	}{
-		{"stored 201", 201, nil, nil, callResult{verdictComplete, 201, "", false}},
-		{"stored 400", 400, nil, nil, callResult{verdictComplete, 400, "", false}},
-		{"nothing written", 0, nil, nil, callResult{verdictComplete, 200, "", false}},
-		{"retry status 429", 429, nil, nil, callResult{verdictRelease, 429, "retry_status", false}},
-		{"retry status 503", 503, nil, nil, callResult{verdictRelease, 503, "retry_status", false}},
-		{"temporary redirect", 307, nil, nil, callResult{verdictRelease, 307, "redirect", false}},
-		{"permanent redirect", 308, nil, nil, callResult{verdictRelease, 308, "redirect", false}},
-		{"moved permanently is a result", 301, nil, nil, callResult{verdictComplete, 301, "", false}},
-		{"found is a result", 302, nil, nil, callResult{verdictComplete, 302, "", false}},
-		{"see other is a result", 303, nil, nil, callResult{verdictComplete, 303, "", false}},
-		{"upstream 500", 500, nil, nil, callResult{verdictUnknown, 500, "upstream_5xx", false}},
-		{"upstream 502", 502, nil, nil, callResult{verdictUnknown, 502, "upstream_5xx", false}},
-		{"client closed", 499, nil, nil, callResult{verdictUnknown, 499, "client_closed", true}},
-		{"switching protocols", 101, nil, nil, callResult{verdictRelease, 101, "switching_protocols", false}},
-		{"dial error: never sent", 0, dial, nil, callResult{verdictRelease, 502, "not_sent", false}},
-		{"no upstreams", 0, caddyhttp.Error(503, errors.New("no upstreams available")), nil, callResult{verdictRelease, 503, "not_sent", false}},
-		{"timeout after sending", 0, timeout, nil, callResult{verdictUnknown, 504, "upstream_error", true}},
-		{"aborted body", 200, nil, http.ErrAbortHandler, callResult{verdictUnknown, 200, "response_aborted", true}},
-		{"error after the status", 200, caddyhttp.Error(502, errors.New("reading body: unexpected EOF")), nil, callResult{verdictUnknown, 502, "upstream_error", true}},
-		{"panic before the status", 0, nil, http.ErrAbortHandler, callResult{verdictUnknown, 0, "response_aborted", true}},
-	}
-	short := &capture{status: 200, declared: 1000, size: 500}
-	if got, want := classify(rt, short, nil, nil), (callResult{verdictUnknown, 200, "response_cut_off", true}); got != want {
-		t.Errorf("a body shorter than its Content-Length: classify = %+v, want %+v", got, want)
-	}
-	stored := &route{Resolved: config.Resolved{OnRedirect: config.OnRedirectStore}}
-	for _, code := range []int{307, 308} {
-		if got, want := classify(stored, &capture{status: code, declared: -1}, nil, nil), (callResult{verdictComplete, code, "", false}); got != want {
-			t.Errorf("%d under on_redirect: store: classify = %+v, want %+v", code, got, want)
-		}
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cw := &capture{status: tc.status, declared: -1}
-			if got := classify(rt, cw, tc.err, tc.panicked); got != tc.want {
-				t.Errorf("classify = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-type failingWriter struct {
-	*httptest.ResponseRecorder
-	writes int
-}
-
-func (f *failingWriter) Write(p []byte) (int, error) {
-	f.writes++
-	if f.writes > 1 {
-		return 0, errors.New("client gone")
-	}
-	return f.ResponseRecorder.Write(p)
-}
-
-func TestCapture(t *testing.T) {
-	t.Parallel()
-	t.Run("within the limit", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		c := newCapture(rec, 10)
-		c.Header().Set("Content-Type", "text/plain")
-		c.WriteHeader(201)
-		_, _ = c.Write([]byte("hello"))
-		_ = c.FlushError()
-		_, _ = c.Write([]byte("world"))
-		if c.overflow || string(c.body()) != "helloworld" || c.status != 201 {
-			t.Errorf("overflow=%v body=%q status=%d", c.overflow, c.body(), c.status)
-		}
-		// Held back until the result is recorded: the client has nothing yet.
-		if rec.Body.Len() != 0 || rec.Flushed || c.passing {
-			t.Errorf("before deliver the client got %q (flushed %v)", rec.Body, rec.Flushed)
-		}
-		c.deliver()
-		if rec.Code != 201 || rec.Body.String() != "helloworld" || rec.Header().Get("Content-Type") != "text/plain" {
-			t.Errorf("delivered %d %q", rec.Code, rec.Body)
-		}
-	})
-	t.Run("trailers stay trailers when a held answer is delivered", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		c := newCapture(rec, 100)
-		c.Header().Set("Trailer", "X-Checksum")
-		c.WriteHeader(200)
-		_, _ = c.Write([]byte("body"))
-		c.Header().Set("X-Checksum", "abc") // reverse_proxy copies trailers after the body
-		c.deliver()
-		res := rec.Result()
-		if res.Header.Get("X-Checksum") != "" || res.Trailer.Get("X-Checksum") != "abc" {
-			t.Errorf("header %q, trailer %q; want the value as a trailer only", res.Header.Get("X-Checksum"), res.Trailer.Get("X-Checksum"))
-		}
-	})
-	t.Run("growing past the limit sends what was held, then streams", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		c := newCapture(rec, 8)
-		c.WriteHeader(200)
-		_, _ = c.Write([]byte("12345"))
-		if rec.Body.Len() != 0 {
-			t.Fatalf("within the limit the client got %q", rec.Body)
-		}
-		_, _ = c.Write([]byte("6789"))
-		if !c.overflow || !c.passing || rec.Body.String() != "123456789" {
-			t.Fatalf("past the limit: overflow=%v passing=%v client %q", c.overflow, c.passing, rec.Body)
-		}
-		c.deliver() // nothing more to send
-		if rec.Body.String() != "123456789" {
-			t.Errorf("deliver after streaming sent more: %q", rec.Body)
-		}
-	})
-	t.Run("over the limit streams and keeps the digest", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		c := newCapture(rec, 8)
-		data := bytes.Repeat([]byte("0123456789"), 5)
-		for i := 0; i < len(data); i += 7 {
-			_, _ = c.Write(data[i:min(i+7, len(data))])
-		}
-		full := newCapture(httptest.NewRecorder(), 1<<20)
-		_, _ = full.Write(data)
-		if !c.overflow || c.body() != nil || !bytes.Equal(rec.Body.Bytes(), data) || !bytes.Equal(c.sum(), full.sum()) {
-			t.Errorf("overflow=%v body=%q client=%d bytes", c.overflow, c.body(), rec.Body.Len())
-		}
-	})
-	t.Run("a client that went away does not stop the capture", func(t *testing.T) {
-		fw := &failingWriter{ResponseRecorder: httptest.NewRecorder()}
-		c := newCapture(fw, 100)
-		for _, part := range []string{"a", "b", "c"} {
-			if n, err := c.Write([]byte(part)); n != 1 || err != nil {
-				t.Fatalf("Write = %d, %v; the upstream copy must go on", n, err)
-			}
-		}
-		fw.writes = 1 // gone by the time the recorded answer is delivered
-		c.deliver()
-		if string(c.body()) != "abc" || c.clientErr == nil {
-			t.Errorf("body=%q clientErr=%v", c.body(), c.clientErr)
-		}
-		// Streaming past the limit, the same.
-		fw = &failingWriter{ResponseRecorder: httptest.NewRecorder()}
-		c = newCapture(fw, 1)
-		for _, part := range []string{"a", "b", "c"} {
-			if n, err := c.Write([]byte(part)); n != 1 || err != nil {
-				t.Fatalf("Write = %d, %v; the upstream copy must go on", n, err)
-			}
-		}
-		if !c.overflow || c.size != 3 || c.clientErr == nil {
-			t.Errorf("streaming: overflow=%v size=%d clientErr=%v", c.overflow, c.size, c.clientErr)
-		}
-	})
-	t.Run("event streams are not replayable", func(t *testing.T) {
-		rec := httptest.NewRecorder()
-		c := newCapture(rec, 100)
-		c.Header().Set("Content-Type", "text/event-stream")
-		c.WriteHeader(200)
-		_, _ = c.Write([]byte("data: 1\n\n"))
-		_ = c.FlushError()
-		if !c.streaming || !c.passing || rec.Body.String() != "data: 1\n\n" || !rec.Flushed {
-			t.Errorf("event stream: streaming=%v passing=%v client %q flushed=%v; want it passed through at once", c.streaming, c.passing, rec.Body, rec.Flushed)
-		}
-	})
-}
-
 // TestConcurrentDuplicatesInProcess races 50 goroutines with one key
 // through the handler itself (race detector on): one execution.
 func TestConcurrentDuplicatesInProcess(t *testing.T) {
@@ -479,7 +307,7 @@ routes:
 		}
 		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.record_id"]) != 32 ||
 			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {
-			t.Errorf("span %d attributes = %v, want callResult %s", i, attrs, want)
+			t.Errorf("span %d attributes = %v, want exchange.Result %s", i, attrs, want)
 		}
 	}
 }
@@ -490,7 +318,7 @@ func storeJSON(m caddy.Module) json.RawMessage {
 	if m == nil {
 		return nil
 	}
-	return caddyconfig.JSONModuleObject(m, "engine", engineName(m), nil)
+	return caddyconfig.JSONModuleObject(m, "engine", storepool.EngineName(m), nil)
 }
 
 // TestResolveCheckMatch: the claim keeps found.match resolved from the

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -158,24 +157,6 @@ func TestDecisionPlaceholders(t *testing.T) {
 		if len(parts) != 4 || parts[0] != "deals" || parts[1] != want.outcome || parts[2] != want.replayed || len(parts[3]) != 32 {
 			t.Errorf("request %d: placeholders %q, want deals %s %s <key id>", i, got, want.outcome, want.replayed)
 		}
-	}
-}
-
-// TestCaptureReadFrom: a body copied in with io.Copy (ReadFrom) reaches the
-// client and is captured and digested like one written with Write.
-func TestCaptureReadFrom(t *testing.T) {
-	rec := httptest.NewRecorder()
-	cw := newCapture(rec, 1<<10)
-	defer cw.release()
-	if _, err := io.Copy(cw, strings.NewReader("hello, world")); err != nil {
-		t.Fatal(err)
-	}
-	cw.deliver()
-	if got := string(cw.body()); got != "hello, world" || rec.Body.String() != "hello, world" || cw.size != 12 {
-		t.Fatalf("captured %q, client got %q, size %d", got, rec.Body.String(), cw.size)
-	}
-	if http.NewResponseController(cw).Flush() != nil || !rec.Flushed {
-		t.Error("flush did not reach the client's writer")
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -93,7 +94,7 @@ routes:
 `, shortOpTimeout(st.cfg(t)))
 				e := &roomless{Engine: h.store, renews: tc.renews}
 				h.store = e
-				h.kept = newKeptCompletions(tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
+				h.kept = kept.New[keptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
 				t.Cleanup(func() {
 					// Kept results are written, and their background
 					// tries gone, before the store closes.
@@ -117,7 +118,7 @@ routes:
 				for i := 0; i < 100 && logs.FilterMessageSnippet("gave up recording").Len() < calls-tc.kept; i++ {
 					time.Sleep(50 * time.Millisecond)
 				}
-				if n, _ := h.kept.count(); n != tc.kept || logs.FilterMessageSnippet("gave up recording").Len() != calls-tc.kept {
+				if n, _ := h.kept.Count(); n != tc.kept || logs.FilterMessageSnippet("gave up recording").Len() != calls-tc.kept {
 					t.Fatalf("%d kept and %d given up, want %d and %d", n, logs.FilterMessageSnippet("gave up recording").Len(), tc.kept, calls-tc.kept)
 				}
 				if n := logs.FilterMessageSnippet("this gateway keeps no more").Len(); n != calls-tc.kept {
@@ -179,7 +180,7 @@ routes:
 				if n := up.calls.Load(); n != calls {
 					t.Errorf("upstream ran %d times for %d keys", n, calls)
 				}
-				if n, b := h.kept.count(); n != 0 || b != 0 {
+				if n, b := h.kept.Count(); n != 0 || b != 0 {
 					t.Errorf("%d results (%d bytes) still kept once written", n, b)
 				}
 			})

@@ -1,115 +1,23 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 	"github.com/idemgate/idemgate/store/redis"
 )
-
-func TestSealer(t *testing.T) {
-	s, err := newSealer([]byte("a deployment secret of some length"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, _ := newSealer([]byte("another deployment secret, longer"))
-	kr := &keptRequest{Method: "POST", Target: "/crm/deals?x=1", Host: "api.example", Key: "evt_184",
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"note":"MARKER-1"}`)}
-	const id = "0123456789abcdef0123456789abcdef"
-	sealed, err := s.seal(id, kr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, _ := s.seal(id, kr)
-	for _, leak := range []string{"MARKER-1", "evt_184", "crm/deals", "application/json"} {
-		if bytes.Contains(sealed, []byte(leak)) {
-			t.Fatalf("the sealed request shows %q", leak)
-		}
-	}
-	if bytes.Equal(sealed, again) {
-		t.Fatal("two seals of one request are equal: the nonce repeats")
-	}
-	got, err := s.open(id, sealed)
-	if err != nil || !reflect.DeepEqual(got, kr) {
-		t.Fatalf("open: %v, %+v", err, got)
-	}
-	tampered := bytes.Clone(sealed)
-	tampered[len(tampered)-1] ^= 1
-	for _, tc := range []struct {
-		name   string
-		s      *sealer
-		id     string
-		sealed []byte
-	}{
-		{"another record's id", s, "ffffffffffffffffffffffffffffffff", sealed},
-		{"another secret", other, id, sealed},
-		{"a changed byte", s, id, tampered},
-		{"too short", s, id, sealed[:5]},
-		{"another version", s, id, append([]byte{9}, sealed[1:]...)},
-	} {
-		if _, err := tc.s.open(tc.id, tc.sealed); err != errUnsealable {
-			t.Errorf("%s: open = %v, want errUnsealable", tc.name, err)
-		}
-	}
-}
-
-// TestKeptHeaders: a kept request carries Content-Type, Content-Encoding,
-// Accept, the headers the route's key reads and its keep_headers, never
-// one its scope reads, and nothing else: not the caller's credentials,
-// not a DPoP proof or a webhook signature bound to the first delivery.
-func TestKeptHeaders(t *testing.T) {
-	in := http.Header{
-		"Authorization": {"Bearer client"}, "Cookie": {"sid=1"}, "X-Api-Key": {"k"}, "Idempotency-Key": {"evt"},
-		"Dpop": {"eyJ.proof"}, "X-Shopify-Hmac-Sha256": {"c2ln"}, "X-Hub-Signature": {"sig"}, "X-Tenant": {"acme"},
-		"Connection": {"close"}, "Content-Length": {"10"}, "Content-Type": {"application/json"}, "Content-Encoding": {"gzip"},
-		"X-Trace": {"t-1"}, "Accept": {"application/json", "text/plain"}, "X-Delivery-Id": {"d-9"},
-	}
-	for _, tc := range []struct {
-		name  string
-		rules string
-		want  http.Header
-	}{
-		{"the built-in allowlist and the key's header", `key: ["{header.Idempotency-Key}"]`, http.Header{
-			"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}, "Accept": {"application/json", "text/plain"},
-			"Idempotency-Key": {"evt"},
-		}},
-		{"keep_headers", "key: [\"{header.X-Delivery-Id}:{body.id}\"]\n    keep_headers: [x-trace, X-Missing]", http.Header{
-			"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}, "Accept": {"application/json", "text/plain"},
-			"X-Delivery-Id": {"d-9"}, "X-Trace": {"t-1"},
-		}},
-		{"never what the scope reads", "key: [\"{header.X-Delivery-Id}\"]\n    scope: [\"{header.X-Tenant}\"]\n    keep_headers: [X-Tenant]", http.Header{
-			"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}, "Accept": {"application/json", "text/plain"},
-			"X-Delivery-Id": {"d-9"},
-		}},
-	} {
-		rules, err := config.Parse("r.yaml", []byte("routes:\n  - name: r\n    match: { path: /r }\n    "+tc.rules+"\n"), config.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := rules.Resolve(config.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt := &route{keepHeaders: keptHeaderSet(&res[0])}
-		if got := keptHeaders(rt, in); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: kept headers:\n got %v\nwant %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // keepRules keep the requests of one route whose upstream answers "not
 // done" once; its budget of 1 then holds the record, request kept, for
@@ -143,7 +51,7 @@ func keepOne(t *testing.T, h *Handler, key string) *store.Record {
 	}
 	for _, rec := range page.Records {
 		if rec, err := h.store.Get(context.Background(), rec.ID); err == nil && rec != nil && len(rec.Request) > 0 && rec.Route == "payments" {
-			if kr, err := h.seal.open(rec.ID, rec.Request); err == nil && kr.Key == key {
+			if kr, err := h.seal.Open(rec.ID, rec.Request); err == nil && kr.Key == key {
 				return rec
 			}
 		}
@@ -199,11 +107,11 @@ func TestKeepRequestNeedsConfiguredSecret(t *testing.T) {
 			h, _, err := provisionHandler(t, keepRules, sc, "")
 			if err == nil {
 				rec := keepOne(t, h, "pay-1")
-				stolen, err := newSealer(storedSecret(t, sc))
+				stolen, err := sealed.New(storedSecret(t, sc))
 				if err != nil {
 					t.Fatal(err)
 				}
-				kr, err := stolen.open(rec.ID, rec.Request)
+				kr, err := stolen.Open(rec.ID, rec.Request)
 				if err != nil {
 					t.Fatalf("a keep_request route without a configured secret started (the store's secret did not open its request: %v)", err)
 				}
@@ -226,15 +134,15 @@ func TestKeepRequestNeedsConfiguredSecret(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := keepOne(t, h, "pay-2")
-			stolen, err := newSealer(storedSecret(t, sc))
+			stolen, err := sealed.New(storedSecret(t, sc))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kr, err := stolen.open(rec.ID, rec.Request); err == nil {
+			if kr, err := stolen.Open(rec.ID, rec.Request); err == nil {
 				t.Fatalf("with the store's contents alone the kept request opens: %s", kr.Body)
 			}
-			mine, _ := newSealer([]byte(secret))
-			if kr, err := mine.open(rec.ID, rec.Request); err != nil || string(kr.Body) != cardBody {
+			mine, _ := sealed.New([]byte(secret))
+			if kr, err := mine.Open(rec.ID, rec.Request); err != nil || string(kr.Body) != cardBody {
 				t.Fatalf("under the configured secret: %v", err)
 			}
 			// The secret the store keeps, copied into the config (Redis
@@ -278,7 +186,7 @@ func TestRunNowSealedUnderAnotherKey(t *testing.T) {
 	}
 	// An earlier version sealed under a key derived from the store's
 	// secret.
-	earlier, _ := newSealer(stored)
+	earlier, _ := sealed.New(stored)
 	configured := h.seal
 	h.seal = earlier
 	upgraded := keepOne(t, h, "pay-earlier")

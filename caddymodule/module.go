@@ -18,7 +18,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/redrive"
+	"github.com/idemgate/idemgate/sealed"
+	"github.com/idemgate/idemgate/secret"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
 	"github.com/idemgate/idemgate/verify"
@@ -65,19 +70,19 @@ type Handler struct {
 	routes   []*route
 	live     []routeRuntime // by route, as routes
 	ids      *keying.IDKey  // derives record ids under the deployment secret
-	seal     *sealer        // encrypts kept requests under a key derived from the configured secret; nil without one
+	seal     *sealed.Sealer // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule    // the loaded Store module
 	store    store.Engine
-	notices  store.Notices    // completion notices, when a route waits for them
-	use      *storepool.Use   // the handler's use of the store (see package storepool)
-	verifier *verify.Verifier // settles held records with the upstream (package verify)
-	kept     *keptCompletions // results kept for want of room: the process's (see keptcompletion.go)
+	notices  store.Notices                     // completion notices, when a route waits for them
+	use      *storepool.Use                    // the handler's use of the store (see package storepool)
+	verifier *verify.Verifier                  // settles held records with the upstream (package verify)
+	kept     *kept.Completions[keptCompletion] // results kept for want of room: the process's (see record.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
 	logger      *zap.Logger
-	metrics     *metrics
-	redriveTo   *redriveTo // where re-drives go (see redrive_chain.go)
+	metrics     *metrics.Set
+	redriveTo   *redrive.To // where re-drives go (see package redrive)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -100,27 +105,50 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.checkKeepSecret(); err != nil {
+	if err := secret.NeededToKeep(h.Secret, h.keepingRoutes()); err != nil {
 		return err
 	}
 
-	h.metrics = registerMetrics(ctx.GetMetricsRegistry(), h.logger)
+	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications)
 
 	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.store = h.use.Engine()
-	if err := h.provisionIDKey(ctx); err != nil {
+	if h.ids, h.seal, err = secret.Provision(ctx, h.Secret, h.store, h.keepingRoutes(), h.logger); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
 	h.verifier = verify.New(verify.Config{
 		Store: h.store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
 		Logger: h.logger, Metrics: h.metrics,
 	})
-	h.kept = kept
+	h.kept = keptResults
 	h.provisionRedrive(ctx)
 	h.provisionNotices()
+	return nil
+}
+
+// loadStore loads the Store module, the embedded store when none is
+// named; Caddy provisions and validates it.
+func (h *Handler) loadStore(ctx caddy.Context) error {
+	var (
+		mod any
+		err error
+	)
+	if len(h.Store) == 0 {
+		mod, err = ctx.LoadModuleByID(storepool.Namespace+"."+storepool.DefaultEngine, json.RawMessage("{}"))
+	} else {
+		mod, err = ctx.LoadModule(h, "Store")
+	}
+	if err != nil {
+		return err
+	}
+	sm, ok := mod.(StoreModule)
+	if !ok {
+		return fmt.Errorf("module %T is not a record store", mod)
+	}
+	h.storeMod = sm
 	return nil
 }
 
@@ -139,7 +167,7 @@ func (h *Handler) Validate() error {
 // calls made under it were running).
 // It is safe to call when Provision failed.
 func (h *Handler) Cleanup() error {
-	breakers.unload(h.breakerKeys)
+	breakers.Unload(h.breakerKeys)
 	h.breakerKeys = nil
 	if h.use == nil {
 		return nil

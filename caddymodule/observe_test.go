@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -29,8 +30,8 @@ routes:
 			route := "obs_" + st.name
 			h, logs := newHandler(t, fmt.Sprintf(rules, st.name, "observe"), sc)
 			up := &counting{}
-			before := Observed(route)
-			beforeMetric := counterValue(t, h.metrics.observed.WithLabelValues(route, wouldReplay))
+			before := metrics.Observed(route)
+			beforeMetric := counterValue(t, h.metrics.Observed.WithLabelValues(route, metrics.WouldReplay))
 			send := func(key, body string) int {
 				return serve(h, up.next, "POST", "/deals", body, "Idempotency-Key", key).Code
 			}
@@ -42,11 +43,11 @@ routes:
 				would      string
 			}{
 				{"first", "k1", `{"amount":1}`, http.StatusCreated, 1, ""},
-				{"duplicate", "k1", `{"amount":1}`, http.StatusCreated, 2, wouldReplay},
-				{"duplicate again", "k1", `{"amount":1}`, http.StatusCreated, 3, wouldReplay},
-				{"other payload", "k1", `{"amount":2}`, http.StatusCreated, 4, wouldMismatch},
-				{"no key", "", `{"amount":1}`, http.StatusCreated, 5, wouldMissingKey},
-				{"malformed key", `"unterminated`, `{"amount":1}`, http.StatusCreated, 6, wouldInvalid},
+				{"duplicate", "k1", `{"amount":1}`, http.StatusCreated, 2, metrics.WouldReplay},
+				{"duplicate again", "k1", `{"amount":1}`, http.StatusCreated, 3, metrics.WouldReplay},
+				{"other payload", "k1", `{"amount":2}`, http.StatusCreated, 4, metrics.WouldMismatch},
+				{"no key", "", `{"amount":1}`, http.StatusCreated, 5, metrics.WouldMissingKey},
+				{"malformed key", `"unterminated`, `{"amount":1}`, http.StatusCreated, 6, metrics.WouldInvalid},
 				{"body over max_body", "k2", `{"amount":1,"pad":"` + string(make([]byte, 80)) + `"}`, http.StatusRequestEntityTooLarge, 6, ""},
 			}
 			for _, s := range steps {
@@ -63,14 +64,14 @@ routes:
 					}
 				}
 			}
-			got := Observed(route)
+			got := metrics.Observed(route)
 			if d := got.Replay - before.Replay; d != 2 {
 				t.Errorf("observed replay = %d, want 2", d)
 			}
 			if got.Mismatch-before.Mismatch != 1 || got.MissingKey-before.MissingKey != 1 || got.Invalid-before.Invalid != 1 {
 				t.Errorf("observed %+v (before %+v): want one mismatch, one missing key, one invalid", got, before)
 			}
-			if v := counterValue(t, h.metrics.observed.WithLabelValues(route, wouldReplay)) - beforeMetric; v != 2 {
+			if v := counterValue(t, h.metrics.Observed.WithLabelValues(route, metrics.WouldReplay)) - beforeMetric; v != 2 {
 				t.Errorf("idemgate_observed_total{would=replay} grew by %v, want 2", v)
 			}
 

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/kept"
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -31,41 +35,41 @@ func completing(c *store.Claim, res store.Result) recording {
 // unknown outcome that on_unknown_outcome: release lets go, count against
 // the route's retry budget; exhausted is told when one used the budget up
 // and the record is held.
-func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, exhausted func()) recording {
-	v := out.verdict
-	if v == verdictUnknown {
+func recordingFor(rt *route, c *store.Claim, out exchange.Result, res store.Result, exhausted func()) recording {
+	v := out.Verdict
+	if v == exchange.VerdictUnknown {
 		switch rt.OnUnknownOutcome {
 		case config.OnUnknownRelease:
-			v = verdictRelease
+			v = exchange.VerdictRelease
 		case config.OnUnknownStore:
-			if !out.cutOff {
-				v = verdictComplete
+			if !out.CutOff {
+				v = exchange.VerdictComplete
 			}
 		}
 	}
 	switch v {
-	case verdictComplete:
+	case exchange.VerdictComplete:
 		return completing(c, res)
-	case verdictRelease:
+	case exchange.VerdictRelease:
 		result := "released"
-		if out.reason == "not_sent" {
+		if out.Reason == "not_sent" {
 			result = "not_sent"
 		}
 		// "Not done", or unknown and let go by the route's policy: either
 		// counts against the budget, and the record says which.
 		notDone := c.NotDone
-		if out.verdict != verdictRelease {
+		if out.Verdict != exchange.VerdictRelease {
 			notDone = c.LetGo
 		}
 		return recording{"not_done", result, func(ctx context.Context) (bool, error) {
-			o, err := notDone(ctx, out.status, int64(rt.MaxExecutions))
+			o, err := notDone(ctx, out.Status, int64(rt.MaxExecutions))
 			if o == store.NotDoneExhausted {
 				exhausted()
 			}
 			return o != store.NotDoneLost, err
 		}}
 	default:
-		return recording{"hold", "held", func(ctx context.Context) (bool, error) { return c.MarkUnknown(ctx, out.reason) }}
+		return recording{"hold", "held", func(ctx context.Context) (bool, error) { return c.MarkUnknown(ctx, out.Reason) }}
 	}
 }
 
@@ -77,23 +81,23 @@ func recordingFor(rt *route, c *store.Claim, out callResult, res store.Result, e
 // whose claim a failover lost is written anew (see store.CompleteRequest).
 // It returns what the outcome left on the record: completed, released,
 // not_sent, held or exhausted.
-func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.Result) string {
+func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res store.Result) string {
 	g.outcome = outcomeExecuted
-	g.status = out.status
+	g.status = out.Status
 	var held atomic.Bool
 	rec := recordingFor(g.rt, c, out, res, func() {
 		held.Store(true)
 		h.retriesExhausted(g.rt, c.ID())
 	})
 	if rec.op == "hold" {
-		g.note = "held: " + out.reason
+		g.note = "held: " + out.Reason
 		if !g.check.IsZero() {
 			h.verifier.Schedule(&g.rt.Resolved, c)
 		}
 	}
-	h.metrics.executions.WithLabelValues(g.rt.Name, rec.result).Inc()
+	h.metrics.Executions.WithLabelValues(g.rt.Name, rec.result).Inc()
 	if g.brk != nil {
-		g.brk.done(g.probe, out.verdict != verdictComplete)
+		g.brk.Done(g.probe, out.Verdict != exchange.VerdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
 	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)
@@ -111,7 +115,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out callResult, res store.R
 			// ends: the background tries keep a copy of their own.
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
-			size = resultSize(res)
+			size = kept.ResultSize(res)
 		}
 		h.use.Enter()
 		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
@@ -128,7 +132,7 @@ func (h *Handler) recordOnce(route, id string, rec recording) (bool, error) {
 	ok, err := rec.call(context.Background())
 	h.metrics.ObserveStore(rec.op, began, err)
 	if err != nil {
-		h.metrics.storeErrors.WithLabelValues(route, rec.op).Inc()
+		h.metrics.StoreErrors.WithLabelValues(route, rec.op).Inc()
 	}
 	return ok, err
 }
@@ -139,12 +143,37 @@ const (
 	recordRetryMax   = time.Second
 )
 
+// A completion the store refused for want of room is kept past its
+// claim's lease, within the process's bound (package kept), and written
+// once the store has room again, its claim renewed meanwhile (see
+// keepRecording). A retry of its key on this gateway writes it first (see
+// writeKept).
+
+// errKeptUnwritten: a retry found its key's result kept, and the store
+// still refuses it. The retry fails closed whatever the route's
+// on_store_error: forwarding it would execute the operation again.
+var errKeptUnwritten = errors.New("this gateway keeps the key's result, which the store has no room for yet")
+
+// keptResults are the process's kept completions: one bound per gateway,
+// across its sites and config reloads.
+var keptResults = kept.New[keptCompletion](kept.MaxCount, kept.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
+
+// keptCompletion is one completion kept past its claim's lease.
+type keptCompletion struct {
+	key   kept.Key
+	route string
+	rec   recording // completing: it keeps its own copy of the body
+
+	mu   sync.Mutex // held while it is written: one try at a time
+	done bool       // under mu: written, or its claim was lost
+}
+
 // keepRecording tries rec again, with growing pauses, until it lands or
 // deadline passes; err is why the last try failed. It runs in the
 // background and leaves the handler when done.
 //
 // A completion the store refused for want of room (store.ErrNoRoom) is
-// kept past deadline, within the gateway's bound (see keptcompletion.go):
+// kept past deadline, within the gateway's bound (see package kept):
 // it is tried until it lands, its claim renewed every third of its lease
 // meanwhile, so the answer the client got is what a retry replays. A
 // store that had no room for the renewals either lets the lease run out,
@@ -158,7 +187,7 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	var kc *keptCompletion
 	defer func() {
 		if kc != nil {
-			h.kept.forget(kc)
+			h.kept.Forget(kc)
 		}
 	}()
 	full := false // the bound kept a refused completion out; said once
@@ -166,15 +195,16 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
-			kc = &keptCompletion{key: keptKey{h.store, c.ID()}, route: route, rec: rec, size: size}
-			if !h.kept.keep(kc) {
+			kc = &keptCompletion{key: kept.Key{Engine: h.store, ID: c.ID()}, route: route, rec: rec}
+			if !h.kept.Keep(kc.key, kc, size) {
 				kc = nil
 				if !full {
 					full = true
-					n, b := h.kept.count()
+					n, b := h.kept.Count()
+					maxN, maxB := h.kept.Bound()
 					h.logger.Warn("the store has no room for the upstream's result and this gateway keeps no more: it is tried until the lease runs out, then the record is held as outcome unknown",
 						zap.String("route", route), zap.String("record_id", c.ID()),
-						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", h.kept.maxCount), zap.Int64("max_kept_bytes", h.kept.maxBytes))
+						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", maxN), zap.Int64("max_kept_bytes", maxB))
 				}
 			} else {
 				h.logger.Warn("the store has no room for the upstream's result: the gateway keeps it, renewing its claim, and writes it once the store has room again",
@@ -230,13 +260,13 @@ func (h *Handler) writeKept(kc *keptCompletion, how zap.Field) (done bool, err e
 	if kc.done {
 		return true, nil
 	}
-	ok, err := h.recordOnce(kc.route, kc.key.id, kc.rec)
+	ok, err := h.recordOnce(kc.route, kc.key.ID, kc.rec)
 	if err != nil {
 		return false, err
 	}
 	kc.done = true
-	h.kept.forget(kc)
-	h.recorded(kc.route, kc.key.id, kc.rec.op, ok, how)
+	h.kept.Forget(kc)
+	h.recorded(kc.route, kc.key.ID, kc.rec.op, ok, how)
 	return true, nil
 }
 
@@ -257,7 +287,7 @@ func (h *Handler) renewKept(c *store.Claim) {
 // retriesExhausted counts and logs an operation held because its
 // executions used up the route's retry budget.
 func (h *Handler) retriesExhausted(rt *route, id string) {
-	h.metrics.exhausted.WithLabelValues(rt.Name).Inc()
+	h.metrics.Exhausted.WithLabelValues(rt.Name).Inc()
 	h.logger.Warn("retries exhausted: the operation is held for an operator; nothing is forwarded until one acts",
 		zap.String("route", rt.Name), zap.String("record_id", id), zap.String("owner", rt.Owner),
 		zap.Int("max_executions", rt.MaxExecutions))

@@ -1,20 +1,20 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/redrive"
+	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -29,24 +29,18 @@ import (
 //
 // The rest of the chain is reverse_proxy and whatever the site puts
 // after the idempotency handler: the handler finds it in its config (see
-// redrive_chain.go), so a re-drive works right after a start or a reload.
+// package redrive), so a re-drive works right after a start or a reload.
 // The handlers before the idempotency handler (authentication,
 // request_body, request_header) are not run again: the operator is
 // authenticated by the admin endpoint or the console, and the caller's
 // credentials were never kept; redrive_headers give the upstream the
 // gateway's own.
 
-// chain is the rest of a route's handler chain and its server.
-type chain struct {
-	next   caddyhttp.Handler
-	server *caddyhttp.Server
-}
-
 // provisionRedrive lets the operator API reach this handler through its
 // routes, to run a re-drive on an operator's word, and keeps the HTTP app
 // whose routes hold the chain the re-drive goes through.
 func (h *Handler) provisionRedrive(ctx caddy.Context) {
-	h.redriveTo = newRedriveTo(ctx)
+	h.redriveTo = redrive.NewTo(ctx)
 }
 
 // remember keeps the chain after this handler for the route's re-drives
@@ -58,22 +52,32 @@ func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
 		return
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	live.chain.Store(&chain{next: next, server: srv})
+	live.chain.Store(&redrive.Chain{Next: next, Server: srv})
 }
 
-// discard is where a re-drive's response goes once recorded: nobody
-// waits for it but the operator, who gets the record.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discard) WriteHeader(int)             {}
+// keep seals the request for the record's re-drive, when its route keeps
+// requests; nil otherwise. A request that cannot be sealed is not kept
+// (the record then cannot be re-driven, and says so).
+func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []byte {
+	if !g.rt.KeepRequest || h.seal == nil {
+		return nil
+	}
+	kr := &sealed.Request{
+		Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host,
+		Header: sealed.Headers(g.rt.keepHeaders, r.Header), Body: body, Key: key,
+	}
+	out, err := h.seal.Seal(g.id, kr)
+	if err != nil {
+		return nil
+	}
+	return out
+}
 
 // redrive claims rec for the run and forwards its kept request once
 // through the route's chain (forwardOnce, as a client's execute).
 func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
-		h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+		h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
 	h.use.Enter()
@@ -88,11 +92,11 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if h.seal == nil { // keep_request routes need a configured secret: never here
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: no secret is configured to open its kept request", store.ErrConflict, rec.ID))
 	}
-	kr, err := h.seal.open(rec.ID, rec.Request)
+	kr, err := h.seal.Open(rec.ID, rec.Request)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))
 	}
-	target, err := url.ParseRequestURI(kr.Target)
+	r, sink, err := redrive.Request(kr, rt.redriveHeader, ch.Server)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: the kept request target does not parse", store.ErrConflict, rec.ID))
 	}
@@ -100,7 +104,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
 	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID, key: kr.Key}
-	if g.probe, g.refused = g.brk.admit(); g.refused > 0 {
+	if g.probe, g.refused = g.brk.Admit(); g.refused > 0 {
 		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
@@ -109,7 +113,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
 	h.metrics.ObserveStore("redrive", began, err)
 	if err != nil {
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
@@ -119,31 +123,15 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	}
 	c := store.ClaimFor(h.store, claimed, req, rt.TTL)
 
-	r := &http.Request{
-		Method: kr.Method, URL: target, RequestURI: kr.Target, Host: kr.Host,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: kr.Header.Clone(), Body: http.NoBody, RemoteAddr: "127.0.0.1:0",
-	}
-	if r.Header == nil {
-		r.Header = http.Header{}
-	}
-	if len(kr.Body) > 0 {
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(kr.Body)), int64(len(kr.Body))
-	}
-	for name, vv := range rt.redriveHeader {
-		r.Header[name] = vv
-	}
-	sink := &discard{h: http.Header{}}
-	r = caddyhttp.PrepareRequest(r.WithContext(context.Background()), caddy.NewReplacer(), sink, ch.server)
-	body, err := readBody(r, max(rt.MaxBody, int64(len(kr.Body))))
-	defer body.release()
+	body, _, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))))
+	defer body.Release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
-		g.brk.cancel(g.probe)
+		g.brk.Cancel(g.probe)
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
-	result, _, _ := h.forwardOnce(g, c, sink, r, ch.next, &body)
-	h.metrics.redrives.WithLabelValues(rt.Name, result).Inc()
+	result, _, _ := h.forwardOnce(g, c, sink, r, ch.Next, &body)
+	h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 	h.logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),
 		zap.String("actor", act.Actor), zap.Int("status", g.status), zap.String("result", result))
@@ -152,4 +140,16 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 		after = claimed
 	}
 	return after, g.status, nil
+}
+
+// redriveChain is the chain a re-drive of rt goes through: the one found
+// in the config (kept once found), else the one rt's requests brought
+// (nil: neither).
+func (h *Handler) redriveChain(rt *route) *redrive.Chain {
+	if h.redriveTo != nil {
+		if ch := h.redriveTo.Find(h); ch != nil {
+			return ch
+		}
+	}
+	return h.runtime(rt).chain.Load()
 }

@@ -10,6 +10,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/sealed"
 )
 
 // route is one resolved rule, compiled for the request path: config
@@ -20,9 +23,9 @@ type route struct {
 
 	methods   map[string]bool
 	path      pathPattern
-	fpRule    string // the encoded fingerprint rule, stored with each record
-	templates string // the key templates, for the "missing key" problem
-	retry     map[int]bool
+	fpRule    string         // the encoded fingerprint rule, stored with each record
+	templates string         // the key templates, for the "missing key" problem
+	answers   exchange.Rules // what the upstream's answers mean (retry statuses, on_redirect, external_id)
 	// keepHeaders are the request headers a kept request carries (see
 	// keptHeaderSet), canonical.
 	keepHeaders map[string]bool
@@ -67,7 +70,7 @@ func (h *Handler) provisionBreakers(ctx caddy.Context) error {
 		if rt.Breaker == nil {
 			continue
 		}
-		b, key, err := breakers.load(ctx, rt.Name, *rt.Breaker, processMetrics.breakerOpen)
+		b, key, err := breakers.Load(ctx, rt.Name, *rt.Breaker, metrics.Process.BreakerOpen)
 		if err != nil {
 			return fmt.Errorf("route %s: breaker: %w", rt.Name, err)
 		}
@@ -85,16 +88,13 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			idx:      i,
 			methods:  make(map[string]bool, len(res.Methods)),
 			fpRule:   res.Fingerprint.Encode(),
-			retry:    make(map[int]bool, len(res.RetryStatuses)),
+			answers:  exchange.RulesOf(&res),
 		}
 		for _, m := range res.Methods {
 			rt.methods[strings.ToUpper(m)] = true
 		}
-		for _, s := range res.RetryStatuses {
-			rt.retry[s] = true
-		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.keepHeaders = keptHeaderSet(&res)
+		rt.keepHeaders = sealed.HeaderSet(&res)
 		if len(res.RedriveHeaders) > 0 {
 			repl := caddy.NewReplacer()
 			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))
@@ -137,4 +137,22 @@ func (h *Handler) resolved() []config.Resolved {
 		out[i] = rt.Resolved
 	}
 	return out
+}
+
+// keepingRoutes names the routes that keep requests ("route a" or
+// "routes a, b"), or is "" when none does.
+func (h *Handler) keepingRoutes() string {
+	var names []string
+	for _, rt := range h.routes {
+		if rt.KeepRequest {
+			names = append(names, rt.Name)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return "route " + names[0]
+	}
+	return "routes " + strings.Join(names, ", ")
 }

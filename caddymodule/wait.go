@@ -109,11 +109,11 @@ func (h *Handler) waitKey(id string) string { return fmt.Sprintf("%p/%s", h.stor
 func (h *Handler) enterWait(g *guarded) (leave func(), ok bool) {
 	key := h.waitKey(g.id)
 	if full := waiting.take(key); full != "" {
-		h.metrics.waitsRefused.WithLabelValues(g.rt.Name, full).Inc()
+		h.metrics.WaitsRefused.WithLabelValues(g.rt.Name, full).Inc()
 		g.note = "not waiting for the first request: too many duplicates wait already (" + full + ")"
 		return nil, false
 	}
-	gauge := h.metrics.waiters.WithLabelValues(g.rt.Name)
+	gauge := h.metrics.Waiters.WithLabelValues(g.rt.Name)
 	gauge.Inc()
 	return func() {
 		gauge.Dec()
@@ -229,8 +229,8 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 	result := waitTimeout
 	defer func() {
 		waited := time.Since(began)
-		h.metrics.waits.WithLabelValues(g.rt.Name, result).Inc()
-		h.metrics.waitTime.WithLabelValues(g.rt.Name).Observe(waited.Seconds())
+		h.metrics.Waits.WithLabelValues(g.rt.Name, result).Inc()
+		h.metrics.WaitTime.WithLabelValues(g.rt.Name).Observe(waited.Seconds())
 		g.waited = waited
 		if g.rec == first {
 			// Answered as without waiting: the lease hint counts the wait.
@@ -261,7 +261,7 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 				result = waitGone
 				return nil, nil
 			}
-			h.metrics.storeErrors.WithLabelValues(g.rt.Name, "wait").Inc()
+			h.metrics.StoreErrors.WithLabelValues(g.rt.Name, "wait").Inc()
 			h.logger.Debug("reading a record while waiting failed", zap.String("record_id", g.id), zap.Error(err))
 			if time.Since(began)+poll >= g.rt.InFlightWait {
 				result = waitStoreFail

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
@@ -64,7 +64,7 @@ type routeSummary struct {
 	// enforce would have done with the requests it forwarded while
 	// observing, counted by this gateway.
 	Mode     string
-	Observed caddymodule.ObservedCounts
+	Observed metrics.ObservedCounts
 }
 
 // queuePage is the data of the queue page.
@@ -310,7 +310,7 @@ func summarize(r *http.Request, stores []operator.LiveStore) (out []routeSummary
 	now := time.Now()
 	for _, s := range byRoute {
 		s.OldestAge = age(s.OldestHeld, now)
-		s.Observed = caddymodule.Observed(s.Route)
+		s.Observed = metrics.Observed(s.Route)
 		out = append(out, *s)
 	}
 	// Routes with held records first, the longest waiting first.

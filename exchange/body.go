@@ -1,4 +1,8 @@
-package caddymodule
+// Package exchange holds the bytes of one exchange with the upstream: the
+// request body read whole within max_body into a pooled buffer and
+// forwarded from it, and the upstream's response captured, held back until
+// it is recorded, and classified (what it means for its claim).
+package exchange
 
 import (
 	"errors"
@@ -7,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"github.com/idemgate/idemgate/keying"
 )
 
 // bufPool holds the buffers of request bodies and captured responses.
@@ -29,38 +35,40 @@ func putBuffer(b *[]byte) {
 	bufPool.Put(b)
 }
 
-var errTooLarge = errors.New("request body too large")
+// ErrTooLarge: the request body is longer than the route's max_body.
+var ErrTooLarge = errors.New("request body too large")
 
-// requestBody is the body of a guarded request, read whole into a pooled
+// Body is the body of a guarded request, read whole into a pooled
 // buffer: the bytes the key and the fingerprint are computed from and, once
 // forwarded, the body the rest of the chain reads.
 //
 // The buffer goes back to the pool exactly once, when nothing can read it
 // any more. A body that was never forwarded is given back when ServeHTTP
-// returns (release). A forwarded one is shared with whoever reads it:
+// returns (Release). A forwarded one is shared with whoever reads it:
 // Go's transport may go on sending a request body after RoundTrip returned
 // (an upstream that answered early), even after ServeHTTP returned, and
 // closes the body when it is done with it. The buffer then goes back when
 // both ServeHTTP has returned and the body was closed.
-type requestBody struct {
+type Body struct {
 	buf  *[]byte   // pooled; nil once forwarded (sent owns it) or released
 	sent *sentBody // the forwarded body; nil until forward
 }
 
-// readBody reads the whole request body, at most limit bytes, into a
-// pooled buffer; the caller calls release when it is done with the
+// ReadBody reads the whole request body, at most limit bytes, into a
+// pooled buffer; the caller calls Release when it is done with the
 // request, on every path. A body with a Content-Length is read into a
 // buffer of that size (and one byte more, to see its end), so it is held
 // once; a body of unknown length grows the buffer geometrically, never
 // beyond limit+1 bytes. A body longer than limit is not read beyond
-// limit+1 bytes.
-func readBody(r *http.Request, limit int64) (requestBody, error) {
-	rb := requestBody{buf: getBuffer()}
+// limit+1 bytes. Read whole, the body's bytes come with it, for the key
+// and the fingerprint: they must not be used after Forward or Release.
+func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
+	rb := Body{buf: getBuffer()}
 	if r.ContentLength > limit {
-		return rb, errTooLarge
+		return rb, nil, ErrTooLarge
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return rb, nil
+		return rb, nil, nil
 	}
 	b := *rb.buf
 	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
@@ -86,31 +94,31 @@ func readBody(r *http.Request, limit int64) (requestBody, error) {
 	*rb.buf = b
 	switch {
 	case int64(len(b)) > limit:
-		return rb, errTooLarge
+		return rb, nil, ErrTooLarge
 	case err == io.EOF:
-		return rb, nil
+		return rb, b, nil
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return rb, errTooLarge
+		return rb, nil, ErrTooLarge
 	}
-	return rb, fmt.Errorf("reading request body: %w", err)
+	return rb, nil, fmt.Errorf("reading request body: %w", err)
 }
 
 // bytes returns the body. It must not be used after forward or release.
-func (rb *requestBody) bytes() []byte {
+func (rb *Body) bytes() []byte {
 	if rb.buf == nil {
 		return nil
 	}
 	return *rb.buf
 }
 
-// forward puts the body back on the request for the rest of the chain, with
+// Forward puts the body back on the request for the rest of the chain, with
 // its length, and hands the buffer over to it: from now on the buffer goes
 // back to the pool only once the body was closed (or was never touched)
 // and ServeHTTP returned. An empty body becomes http.NoBody and needs no
 // buffer.
-func (rb *requestBody) forward(r *http.Request) {
+func (rb *Body) Forward(r *http.Request) {
 	body := rb.bytes()
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil
@@ -130,8 +138,53 @@ func (rb *requestBody) forward(r *http.Request) {
 	r.Body = rb.sent
 }
 
-// release is ServeHTTP's end with the body, on every path.
-func (rb *requestBody) release() {
+// ForUpstream readies a claimed request for its one upstream call: the
+// body forwarded, the key in header keyHeader (none when it is "").
+// r is the handler's own copy of the request: its header map is cloned
+// before it is changed, so the request that Caddy's logs write (its error
+// log, access logs) keeps the client's header names, which their filters
+// name, and never shows the forwarded key under another name.
+func (rb *Body) ForUpstream(r *http.Request, keyHeader, key string) {
+	r.Header = r.Header.Clone()
+	rb.Forward(r)
+	if keyHeader != "" {
+		// As the IETF Idempotency-Key draft requires of a client: a
+		// Structured Field string. A valid key always has one.
+		if sf, err := keying.FormatKeyHeader(key); err == nil {
+			r.Header.Set(keyHeader, sf)
+		}
+	}
+	hideReplayHints(r.Header)
+}
+
+// hideReplayHints keeps Go's http.Transport from resending the request on
+// its own. The transport treats a request as replayable when its body is
+// empty and it has an "Idempotency-Key" or "X-Idempotency-Key" header, and
+// then silently sends it again when a reused connection breaks, after the
+// upstream may already have acted. Header names are case-insensitive on
+// the wire, so moving the values under lower-case map keys keeps them for
+// the upstream and out of the transport's check.
+func hideReplayHints(h http.Header) {
+	for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+		if v, ok := h[name]; ok {
+			delete(h, name)
+			h[lowerASCII(name)] = v
+		}
+	}
+}
+
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Release is ServeHTTP's end with the body, on every path.
+func (rb *Body) Release() {
 	switch {
 	case rb.sent != nil:
 		rb.sent.handlerDone()

@@ -1,4 +1,4 @@
-package caddymodule
+package redrive
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestAfterFindsTheChain(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	defer cancel()
-	h := &Handler{}
+	h := new(mark) // the idempotency handler's place
 	sub := func(routes ...caddyhttp.Route) caddyhttp.MiddlewareHandler {
 		return &caddyhttp.Subroute{Routes: routes}
 	}

@@ -1,8 +1,6 @@
-package caddymodule
+package storepool
 
 import (
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -16,36 +14,27 @@ import (
 	_ "github.com/idemgate/idemgate/store/redis"
 )
 
-// storeNamespace is the namespace of the record store modules; the
+// Namespace is the namespace of the record store modules; the
 // handler's "store" names one with "engine".
-const storeNamespace = "idempotency.stores"
+const Namespace = "idempotency.stores"
 
-// defaultEngine is the store when a config names none.
-const defaultEngine = "embedded"
+// DefaultEngine is the store when a config names none.
+const DefaultEngine = "embedded"
 
-// engineName is the name of a store module in the namespace.
-func engineName(m caddy.Module) string {
-	return strings.TrimPrefix(string(m.CaddyModule().ID), storeNamespace+".")
+// EngineName is the name of a store module in the namespace.
+func EngineName(m caddy.Module) string {
+	return strings.TrimPrefix(string(m.CaddyModule().ID), Namespace+".")
 }
 
-// lineTokens returns the current token and the rest of its line.
-func lineTokens(d *caddyfile.Dispenser) []caddyfile.Token {
-	line := []caddyfile.Token{d.Token()}
-	for d.NextArg() {
-		line = append(line, d.Token())
-	}
-	return line
-}
-
-// unmarshalStore sets up the store module that the `store` line names
+// UnmarshalCaddyfile sets up the store module that the `store` line names
 // (the embedded store without one) from that line and the store's
 // options, handed to the module as one block:
 //
 //	store <args...> {
 //	    <option> <args...>
 //	}
-func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (StoreModule, error) {
-	name := defaultEngine
+func UnmarshalCaddyfile(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Module, error) {
+	name := DefaultEngine
 	if storeLine == nil {
 		var at caddyfile.Token
 		if len(opts) > 0 {
@@ -53,7 +42,7 @@ func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Stor
 		}
 		storeLine = []caddyfile.Token{
 			{File: at.File, Line: at.Line, Text: "store"},
-			{File: at.File, Line: at.Line, Text: defaultEngine},
+			{File: at.File, Line: at.Line, Text: DefaultEngine},
 		}
 	} else if arg := storeLine[1].Text; isEngine(arg) {
 		name = arg
@@ -63,11 +52,11 @@ func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Stor
 		name = "redis" // addresses
 	}
 	d := caddyfile.NewDispenser(storeBlock(storeLine, opts))
-	info, err := caddy.GetModule(storeNamespace + "." + name)
+	info, err := caddy.GetModule(Namespace + "." + name)
 	if err != nil {
 		return nil, d.Errf("store %s: %v", name, err)
 	}
-	sm, ok := info.New().(StoreModule)
+	sm, ok := info.New().(Module)
 	if !ok {
 		return nil, d.Errf("module %s is not a record store", info.ID)
 	}
@@ -83,7 +72,7 @@ func unmarshalStore(storeLine []caddyfile.Token, opts [][]caddyfile.Token) (Stor
 
 // isEngine reports whether name is a store module's name.
 func isEngine(name string) bool {
-	_, err := caddy.GetModule(storeNamespace + "." + name)
+	_, err := caddy.GetModule(Namespace + "." + name)
 	return err == nil
 }
 
@@ -111,27 +100,4 @@ func storeBlock(storeLine []caddyfile.Token, opts [][]caddyfile.Token) []caddyfi
 		end = max(end, l[len(l)-1].Line)
 	}
 	return append(out, caddyfile.Token{File: last.File, Line: end + 1, Text: "}"})
-}
-
-// loadStore loads the Store module, the embedded store when none is
-// named; Caddy provisions and validates it.
-func (h *Handler) loadStore(ctx caddy.Context) error {
-	var (
-		mod any
-		err error
-	)
-	if len(h.Store) == 0 {
-		mod, err = ctx.LoadModuleByID(storeNamespace+"."+defaultEngine, json.RawMessage("{}"))
-	} else {
-		mod, err = ctx.LoadModule(h, "Store")
-	}
-	if err != nil {
-		return err
-	}
-	sm, ok := mod.(StoreModule)
-	if !ok {
-		return fmt.Errorf("module %T is not a record store", mod)
-	}
-	h.storeMod = sm
-	return nil
 }

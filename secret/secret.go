@@ -1,31 +1,35 @@
-package caddymodule
+// Package secret is the deployment secret: resolved from the config's
+// placeholders (or else the one the record store keeps), from which the
+// record ids and, for kept requests, the sealing key derive; and the
+// checks that keep the sealing key away from what it seals.
+package secret
 
 import (
 	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/keying"
+	"github.com/idemgate/idemgate/sealed"
+	"github.com/idemgate/idemgate/store"
 )
 
-// secretTimeout bounds reading (or creating) the secret kept in the store
+// Timeout bounds reading (or creating) the secret kept in the store
 // when a config is provisioned.
-const secretTimeout = 5 * time.Second
+const Timeout = 5 * time.Second
 
-// deploymentSecret resolves the configured secret's placeholders. It
-// returns nil when no secret is configured. Errors never contain the
+// Resolve resolves the configured secret's placeholders. It returns nil when no secret is configured. Errors never contain the
 // value.
-func (h *Handler) deploymentSecret() ([]byte, error) {
-	if h.Secret == "" {
+func Resolve(configured string) ([]byte, error) {
+	if configured == "" {
 		return nil, nil
 	}
-	s := caddy.NewReplacer().ReplaceAll(h.Secret, "")
+	s := caddy.NewReplacer().ReplaceAll(configured, "")
 	switch {
 	case s == "":
 		return nil, errors.New("secret is empty after its placeholders were replaced (is the environment variable set?)")
@@ -35,13 +39,14 @@ func (h *Handler) deploymentSecret() ([]byte, error) {
 	return []byte(s), nil
 }
 
-// checkKeepSecret refuses a config whose routes keep requests
+// NeededToKeep refuses a config whose routes keep requests (keeping:
+// "route a", "routes a, b"; "" when none does)
 // (keep_request) without a secret of its own: kept requests are sealed
 // under a key derived from the configured secret alone, since one
 // derived from the secret the store keeps would sit beside what it seals
 // (anyone who can read the store could open them).
-func (h *Handler) checkKeepSecret() error {
-	if keeping := h.keepingRoutes(); h.Secret == "" && keeping != "" {
+func NeededToKeep(configured, keeping string) error {
+	if configured == "" && keeping != "" {
 		return fmt.Errorf("idempotency: keep_request (%s) needs the secret option in the config, e.g. secret {env.IDEMGATE_SECRET} or {file.PATH}: "+
 			"kept requests are sealed under a key derived from it, and a key derived from the secret the store keeps would sit beside what it seals",
 			keeping)
@@ -49,38 +54,19 @@ func (h *Handler) checkKeepSecret() error {
 	return nil
 }
 
-// keepingRoutes names the routes that keep requests ("route a" or
-// "routes a, b"), or is "" when none does.
-func (h *Handler) keepingRoutes() string {
-	var names []string
-	for _, rt := range h.routes {
-		if rt.KeepRequest {
-			names = append(names, rt.Name)
-		}
-	}
-	switch len(names) {
-	case 0:
-		return ""
-	case 1:
-		return "route " + names[0]
-	}
-	return "routes " + strings.Join(names, ", ")
-}
-
-// checkSecretNotKept refuses a configured secret that is the one the
+// notKept refuses a configured secret that is the one the
 // store keeps (copied from <key_prefix>secret to keep the record ids)
 // when routes keep requests: the sealing key would again sit beside what
 // it seals. A store that cannot be asked now is let be, with a warning.
-func (h *Handler) checkSecretNotKept(ctx context.Context, secret []byte) error {
-	keeping := h.keepingRoutes()
+func notKept(ctx context.Context, st store.Engine, secret []byte, keeping string, logger *zap.Logger) error {
 	if keeping == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, secretTimeout)
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	kept, err := h.store.KeptSecret(ctx)
+	kept, err := st.KeptSecret(ctx)
 	if err != nil {
-		h.logger.Warn("could not check that the configured secret is not the one the store keeps", zap.Error(err))
+		logger.Warn("could not check that the configured secret is not the one the store keeps", zap.Error(err))
 		return nil
 	}
 	defer clear(kept)
@@ -91,35 +77,38 @@ func (h *Handler) checkSecretNotKept(ctx context.Context, secret []byte) error {
 	return nil
 }
 
-// provisionIDKey sets up the derivation of record ids: HMAC-SHA-256 under
+// Provision sets up the derivation of record ids: HMAC-SHA-256 under
 // the configured secret, or else under the one kept in the record store
 // (created there by the first gateway, read once per store connection),
 // so that every instance sharing the store derives the same ids; and,
 // with a configured secret, the sealing of kept requests under a key
 // derived from it.
-func (h *Handler) provisionIDKey(ctx context.Context) error {
-	secret, err := h.deploymentSecret()
+func Provision(ctx context.Context, configured string, st store.Engine, keeping string, logger *zap.Logger) (*keying.IDKey, *sealed.Sealer, error) {
+	secret, err := Resolve(configured)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	configured := secret != nil
-	if !configured {
-		ctx, cancel := context.WithTimeout(ctx, secretTimeout)
+	if secret == nil {
+		ctx, cancel := context.WithTimeout(ctx, Timeout)
 		defer cancel()
-		if secret, err = h.store.Secret(ctx); err != nil {
-			return err
+		if secret, err = st.Secret(ctx); err != nil {
+			return nil, nil, err
 		}
+		defer clear(secret)
+		ids, err := keying.NewIDKey(secret)
+		return ids, nil, err
 	}
 	defer clear(secret)
-	if h.ids, err = keying.NewIDKey(secret); err != nil {
-		return err
+	ids, err := keying.NewIDKey(secret)
+	if err != nil {
+		return nil, nil, err
 	}
-	if !configured {
-		return nil
+	if err := notKept(ctx, st, secret, keeping, logger); err != nil {
+		return nil, nil, err
 	}
-	if err := h.checkSecretNotKept(ctx, secret); err != nil {
-		return err
+	seal, err := sealed.New(secret)
+	if err != nil {
+		return nil, nil, err
 	}
-	h.seal, err = newSealer(secret)
-	return err
+	return ids, seal, nil
 }

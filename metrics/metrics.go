@@ -1,144 +1,145 @@
-package caddymodule
+// Package metrics are the gateway's Prometheus collectors: created once
+// per process and registered with every config's registry.
+package metrics
 
 import (
 	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
-
-	"github.com/idemgate/idemgate/verify"
 )
 
-// metrics are created once per process and registered with every new
+// Set is the gateway's collectors, created once per process and registered with every new
 // config's registry: Caddy makes a fresh registry on each config load, and
 // collectors registered only into the first one stop showing after a reload.
-type metrics struct {
-	requests    *prometheus.CounterVec
-	executions  *prometheus.CounterVec
-	storeErrors *prometheus.CounterVec
-	storeTime   *prometheus.HistogramVec
+type Set struct {
+	Requests    *prometheus.CounterVec
+	Executions  *prometheus.CounterVec
+	StoreErrors *prometheus.CounterVec
+	StoreTime   *prometheus.HistogramVec
 	// breakerOpen counts the open breakers (retry.breaker) of routes
 	// with a name: 1 while the route's breaker is open, more only when
 	// several handlers (sites) have a route of that name.
-	breakerOpen *prometheus.GaugeVec
+	BreakerOpen *prometheus.GaugeVec
 	// exhausted counts operations held after using up their retry budget.
-	exhausted *prometheus.CounterVec
+	Exhausted *prometheus.CounterVec
 	// redrives counts operators' re-drives by route and result.
-	redrives *prometheus.CounterVec
+	Redrives *prometheus.CounterVec
 	// observed counts what enforce would have done with the requests a
 	// route in observe mode forwarded.
-	observed *prometheus.CounterVec
+	Observed *prometheus.CounterVec
 	// waits counts duplicates that waited for the first request, by how
 	// the wait ended; waitTime is how long they waited.
-	waits    *prometheus.CounterVec
-	waitTime *prometheus.HistogramVec
+	Waits    *prometheus.CounterVec
+	WaitTime *prometheus.HistogramVec
 	// waiters is how many duplicates wait now; waitsRefused counts those
 	// that found no waiting place, by which bound was full.
-	waiters      *prometheus.GaugeVec
-	waitsRefused *prometheus.CounterVec
+	Waiters      *prometheus.GaugeVec
+	WaitsRefused *prometheus.CounterVec
 	// kept and keptBytes are the completions the store refused for want
 	// of room that the gateway keeps to write when it has room again,
-	// and the bytes they take (see keptcompletion.go).
-	kept      prometheus.Gauge
-	keptBytes prometheus.Gauge
+	// and the bytes they take (see package kept).
+	Kept      prometheus.Gauge
+	KeptBytes prometheus.Gauge
 }
 
-// processMetrics are the process's collectors. Process-wide on purpose:
+// Process is the process's collectors. Process-wide on purpose:
 // Caddy's metrics registry is one per process, and a series must go on
 // counting across config reloads (a counter that restarted at each reload
 // would read as a reset), so every handler registers and uses the same
-// collectors (registerMetrics tolerates the earlier registration).
-var processMetrics = &metrics{
-	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+// collectors (Register tolerates the earlier registration).
+var Process = &Set{
+	Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "requests_total",
 		Help:      "Guarded requests by route and decision outcome.",
 	}, []string{"route", "outcome"}),
-	executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+	Executions: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "upstream_executions_total",
 		Help:      "Upstream calls made for guarded requests, by route and recorded result (completed, released, not_sent, held).",
 	}, []string{"route", "result"}),
-	storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+	StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "store_errors_total",
 		Help:      "Record store failures by route and step.",
 	}, []string{"route", "op"}),
-	storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	StoreTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "idemgate",
 		Name:      "store_duration_seconds",
 		Help:      "Latency of record store calls by operation.",
 		Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 2.5},
 	}, []string{"op", "result"}),
-	breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	BreakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "breaker_open",
 		Help:      "Open breakers (retry.breaker) on this gateway by route name: 1 while the route's breaker refuses new executions, else 0; the number of them open when several sites have a route of that name.",
 	}, []string{"route"}),
-	exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+	Exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "retries_exhausted_total",
 		Help:      "Operations held for an operator after retry.max_executions executions ended \"not done\", by route.",
 	}, []string{"route"}),
-	redrives: prometheus.NewCounterVec(prometheus.CounterOpts{
+	Redrives: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "redrives_total",
 		Help:      "Operators' re-drives (Run now) by route and result (completed, released, exhausted, held, not_sent, refused, error).",
 	}, []string{"route", "result"}),
-	observed: prometheus.NewCounterVec(prometheus.CounterOpts{
+	Observed: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "observed_total",
 		Help:      "Requests a route in observe mode forwarded that enforce would have answered itself, by route and what enforce would have done (replay, conflict, mismatch, unknown, missing_key, invalid).",
 	}, []string{"route", "would"}),
-	waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+	Waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "in_flight_waits_total",
 		Help:      "Duplicates that waited for the first request with their key (on_in_flight: wait), by route and result (replayed, unknown, executed, breaker_open, timeout, client_gone, store_error).",
 	}, []string{"route", "result"}),
-	waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	WaitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "idemgate",
 		Name:      "in_flight_wait_seconds",
 		Help:      "How long duplicates waited for the first request with their key, by route.",
 		Buckets:   []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"route"}),
-	waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "waiters",
 		Help:      "Duplicates waiting now for the first request with their key (on_in_flight: wait), by route; at most 32 per key and 256 per process.",
 	}, []string{"route"}),
-	waitsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+	WaitsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "waits_refused_total",
 		Help:      "Duplicates answered 409 at once instead of waiting because too many waited already, by route and reason (per_key, per_process).",
 	}, []string{"route", "reason"}),
-	kept: prometheus.NewGauge(prometheus.GaugeOpts{
+	Kept: prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "kept_completions",
 		Help:      "Results the record store refused for want of room (a full disk, a Redis at maxmemory) that this gateway keeps in memory and writes once the store has room again.",
 	}),
-	keptBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+	KeptBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "kept_completion_bytes",
 		Help:      "Memory taken by the kept completions' bodies and headers.",
 	}),
 }
 
-// registerMetrics registers the process's collectors with reg (which may
-// be nil when metrics are off), tolerating an earlier registration.
-func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
+// Register registers the process's collectors with reg (which may
+// be nil when metrics are off), and more with them (the verifier's),
+// tolerating an earlier registration.
+func Register(reg prometheus.Registerer, logger *zap.Logger, more ...prometheus.Collector) *Set {
 	if reg == nil {
-		return processMetrics
+		return Process
 	}
-	for _, c := range []prometheus.Collector{
-		processMetrics.requests, processMetrics.executions,
-		processMetrics.storeErrors, processMetrics.storeTime,
-		verify.Verifications,
-		processMetrics.breakerOpen, processMetrics.exhausted, processMetrics.redrives,
-		processMetrics.observed, processMetrics.waits, processMetrics.waitTime,
-		processMetrics.waiters, processMetrics.waitsRefused,
-		processMetrics.kept, processMetrics.keptBytes,
-	} {
+	for _, c := range append([]prometheus.Collector{
+		Process.Requests, Process.Executions,
+		Process.StoreErrors, Process.StoreTime,
+		Process.BreakerOpen, Process.Exhausted, Process.Redrives,
+		Process.Observed, Process.Waits, Process.WaitTime,
+		Process.Waiters, Process.WaitsRefused,
+		Process.Kept, Process.KeptBytes,
+	}, more...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -146,19 +147,88 @@ func registerMetrics(reg prometheus.Registerer, logger *zap.Logger) *metrics {
 			}
 		}
 	}
-	return processMetrics
+	return Process
 }
 
 // StoreError counts a failed store call op of route.
-func (m *metrics) StoreError(route, op string) {
-	m.storeErrors.WithLabelValues(route, op).Inc()
+func (m *Set) StoreError(route, op string) {
+	m.StoreErrors.WithLabelValues(route, op).Inc()
 }
 
 // ObserveStore observes the duration of store call op.
-func (m *metrics) ObserveStore(op string, began time.Time, err error) {
+func (m *Set) ObserveStore(op string, began time.Time, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	m.storeTime.WithLabelValues(op, result).Observe(time.Since(began).Seconds())
+	m.StoreTime.WithLabelValues(op, result).Observe(time.Since(began).Seconds())
+}
+
+// What enforce would have done with a request that observe forwarded: the
+// would label of idemgate_observed_total and of the decision log line.
+const (
+	WouldReplay     = "replay"      // a completed record with the same payload: replayed
+	WouldConflict   = "conflict"    // the first request with the key still in flight: 409
+	WouldMismatch   = "mismatch"    // the key used before with another payload: 422
+	WouldUnknown    = "unknown"     // the key's outcome held as unknown: 409
+	WouldMissingKey = "missing_key" // no key could be derived and require_key: 400
+	WouldInvalid    = "invalid"     // a malformed key or a body a key or fingerprint rule cannot read: 400
+)
+
+// ObservedCounts are what enforce would have done with the requests a
+// route in observe mode forwarded, counted by this gateway since it
+// started: idemgate_observed_total by would, for the operator console.
+type ObservedCounts struct {
+	Replay, Conflict, Mismatch, Unknown, MissingKey, Invalid int64
+}
+
+// Total is every request that enforce would have answered itself.
+func (c ObservedCounts) Total() int64 {
+	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid
+}
+
+// Observed returns route's counts (zero when it never observed anything),
+// read from idemgate_observed_total itself: the counter is the one record
+// of them, so nothing else keeps them, and reading them adds no series.
+func Observed(route string) ObservedCounts {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		Process.Observed.Collect(ch)
+		close(ch)
+	}()
+	var c ObservedCounts
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		var r, would string
+		for _, l := range d.GetLabel() {
+			switch l.GetName() {
+			case "route":
+				r = l.GetValue()
+			case "would":
+				would = l.GetValue()
+			}
+		}
+		if r != route {
+			continue
+		}
+		n := int64(d.GetCounter().GetValue())
+		switch would {
+		case WouldReplay:
+			c.Replay = n
+		case WouldConflict:
+			c.Conflict = n
+		case WouldMismatch:
+			c.Mismatch = n
+		case WouldUnknown:
+			c.Unknown = n
+		case WouldMissingKey:
+			c.MissingKey = n
+		case WouldInvalid:
+			c.Invalid = n
+		}
+	}
+	return c
 }

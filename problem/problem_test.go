@@ -1,4 +1,4 @@
-package caddymodule
+package problem
 
 import (
 	"encoding/json"
@@ -9,16 +9,16 @@ import (
 
 func TestProblemWrite(t *testing.T) {
 	t.Parallel()
-	p := probInFlight.with("retry later", "create_deal")
+	p := InFlight.With("retry later", "create_deal")
 	w := httptest.NewRecorder()
-	if err := p.write(w); err != nil {
+	if err := p.Write(w); err != nil {
 		t.Fatal(err)
 	}
 	var got map[string]any
 	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
 		t.Fatalf("body %s: %v", w.Body, err)
 	}
-	if w.Code != 409 || got["type"] != problemBase+"in-flight" || got["title"] != "A request is outstanding for this Idempotency-Key" ||
+	if w.Code != 409 || got["type"] != Base+"in-flight" || got["title"] != "A request is outstanding for this Idempotency-Key" ||
 		got["status"] != 409.0 || got["detail"] != "retry later" || got["route"] != "create_deal" || len(got) != 5 {
 		t.Errorf("write: %d %s", w.Code, w.Body)
 	}

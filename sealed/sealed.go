@@ -1,4 +1,8 @@
-package caddymodule
+// Package sealed keeps a request for an operator's re-drive
+// (keep_request): what the upstream needs to run the operation again,
+// without the caller's credentials (an allowlist of headers), sealed at
+// rest under a key derived from the configured secret.
+package sealed
 
 import (
 	"crypto/aes"
@@ -13,10 +17,10 @@ import (
 	"github.com/idemgate/idemgate/config"
 )
 
-// keptRequest is a request as a record keeps it for a re-drive
+// Request is a request as a record keeps it for a re-drive
 // (keep_request): what the upstream needs to run the operation again,
 // without the caller's credentials.
-type keptRequest struct {
+type Request struct {
 	Method string      `json:"m"`
 	Target string      `json:"t"` // the request target as received: path and query
 	Host   string      `json:"o,omitempty"`
@@ -33,14 +37,15 @@ const sealInfo = "idemgate keep_request AES-256-GCM v1"
 // sealVersion is the first byte of a sealed request.
 const sealVersion = 1
 
-// sealer encrypts kept requests at rest: AES-256-GCM under a key derived
+// Sealer encrypts kept requests at rest: AES-256-GCM under a key derived
 // with HKDF-SHA-256 from the secret given in the config (never the one a
 // store keeps, which sits beside what it would seal), a random nonce per
 // request, and the record id as additional data, so a sealed request
 // opens only as the request of its own record.
-type sealer struct{ aead cipher.AEAD }
+type Sealer struct{ aead cipher.AEAD }
 
-func newSealer(secret []byte) (*sealer, error) {
+// New is the sealer under a key derived from secret.
+func New(secret []byte) (*Sealer, error) {
 	key, err := hkdf.Key(sha256.New, secret, nil, sealInfo, 32)
 	if err != nil {
 		return nil, err
@@ -54,11 +59,11 @@ func newSealer(secret []byte) (*sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sealer{aead: aead}, nil
+	return &Sealer{aead: aead}, nil
 }
 
-// seal encrypts kr for record id.
-func (s *sealer) seal(id string, kr *keptRequest) ([]byte, error) {
+// Seal encrypts kr for record id.
+func (s *Sealer) Seal(id string, kr *Request) ([]byte, error) {
 	plain, err := json.Marshal(kr)
 	if err != nil {
 		return nil, err
@@ -71,29 +76,29 @@ func (s *sealer) seal(id string, kr *keptRequest) ([]byte, error) {
 	return s.aead.Seal(out, out[1:1+n], plain, []byte(id)), nil
 }
 
-// errUnsealable: the kept request does not open under the key derived
+// ErrUnsealable: the kept request does not open under the key derived
 // from the configured secret: it was sealed under another key (by an
 // earlier version, under the secret the store keeps; or before the
 // configured secret was changed), is another record's, or is damaged.
 // Nothing can run it again; the client's retry can, once released.
-var errUnsealable = errors.New("its kept request does not open under the key derived from the configured secret: " +
+var ErrUnsealable = errors.New("its kept request does not open under the key derived from the configured secret: " +
 	"it was sealed under another key (by an earlier version, under the secret the store keeps, or before the secret was changed) or is damaged, " +
 	"so it cannot be run again: release the record and let the client retry")
 
-// open decrypts the request kept on record id.
-func (s *sealer) open(id string, sealed []byte) (*keptRequest, error) {
+// Open decrypts the request kept on record id.
+func (s *Sealer) Open(id string, sealed []byte) (*Request, error) {
 	n := s.aead.NonceSize()
 	if len(sealed) < 1+n || sealed[0] != sealVersion {
-		return nil, errUnsealable
+		return nil, ErrUnsealable
 	}
 	plain, err := s.aead.Open(nil, sealed[1:1+n], sealed[1+n:], []byte(id))
 	if err != nil {
-		return nil, errUnsealable
+		return nil, ErrUnsealable
 	}
 	defer clear(plain)
-	var kr keptRequest
+	var kr Request
 	if err := json.Unmarshal(plain, &kr); err != nil {
-		return nil, errUnsealable
+		return nil, ErrUnsealable
 	}
 	return &kr, nil
 }
@@ -103,13 +108,13 @@ func (s *sealer) open(id string, sealed []byte) (*keptRequest, error) {
 // shape its answer.
 var alwaysKept = []string{"Content-Type", "Content-Encoding", "Accept"}
 
-// keptHeaderSet is the allowlist of a route's kept requests: alwaysKept,
+// HeaderSet is the allowlist of a route's kept requests: alwaysKept,
 // the headers the route's key templates read (its fingerprint reads
 // none: body, path and query only) and its keep_headers; never one its
 // scope reads (what identifies the caller). Everything else a request
 // brings (the caller's credentials, proofs and signatures bound to the
 // original delivery such as DPoP or a webhook's HMAC) stays out.
-func keptHeaderSet(res *config.Resolved) map[string]bool {
+func HeaderSet(res *config.Resolved) map[string]bool {
 	set := make(map[string]bool, len(alwaysKept)+len(res.KeepHeaders))
 	for _, name := range alwaysKept {
 		set[name] = true
@@ -130,32 +135,14 @@ func keptHeaderSet(res *config.Resolved) map[string]bool {
 	return set
 }
 
-// keptHeaders are the request's headers a kept request carries: those on
-// the route's allowlist (see keptHeaderSet).
-func keptHeaders(rt *route, h http.Header) http.Header {
-	out := make(http.Header, len(rt.keepHeaders))
-	for name := range rt.keepHeaders {
+// Headers are the request's headers a kept request carries: those on
+// the route's allowlist set (see HeaderSet).
+func Headers(set map[string]bool, h http.Header) http.Header {
+	out := make(http.Header, len(set))
+	for name := range set {
 		if vv, ok := h[name]; ok {
 			out[name] = append([]string(nil), vv...)
 		}
 	}
 	return out
-}
-
-// keep seals the request for the record's re-drive, when its route keeps
-// requests; nil otherwise. A request that cannot be sealed is not kept
-// (the record then cannot be re-driven, and says so).
-func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []byte {
-	if !g.rt.KeepRequest || h.seal == nil {
-		return nil
-	}
-	kr := &keptRequest{
-		Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host,
-		Header: keptHeaders(g.rt, r.Header), Body: body, Key: key,
-	}
-	sealed, err := h.seal.seal(g.id, kr)
-	if err != nil {
-		return nil
-	}
-	return sealed
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package exchange
 
 import (
 	"crypto/sha256"
@@ -19,7 +19,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// capture receives a guarded response from the upstream, keeping a
+// Capture receives a guarded response from the upstream, keeping a
 // bounded copy and a SHA-256 digest of the whole body.
 //
 // A response of at most max bytes is held back from the client until the
@@ -32,7 +32,7 @@ import (
 // When the client has gone away, writes to it fail; capture then keeps
 // accepting the upstream's bytes so the call finishes and its result is
 // stored for the client's retry.
-type capture struct {
+type Capture struct {
 	// The client's writer: Header, Unwrap (for http.ResponseController)
 	// and Push come from the wrapper; Write, WriteHeader, ReadFrom and
 	// FlushError are capture's own.
@@ -65,14 +65,16 @@ func appendBounded(b, p []byte, limit int64) []byte {
 	return append(b, p...)
 }
 
-func newCapture(w http.ResponseWriter, max int64) *capture {
-	return &capture{
+// NewCapture captures the response written to w, holding back at most
+// max bytes of its body.
+func NewCapture(w http.ResponseWriter, max int64) *Capture {
+	return &Capture{
 		ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 		max:                   max, buf: getBuffer(), digest: sha256.New(), declared: -1,
 	}
 }
 
-func (c *capture) WriteHeader(status int) {
+func (c *Capture) WriteHeader(status int) {
 	if c.status != 0 {
 		return // superfluous; the client already has a status
 	}
@@ -95,7 +97,7 @@ func (c *capture) WriteHeader(status int) {
 }
 
 // writeClientHeader sends a status to the client, unless it has gone.
-func (c *capture) writeClientHeader(status int) {
+func (c *Capture) writeClientHeader(status int) {
 	if c.clientErr == nil {
 		c.ResponseWriter.WriteHeader(status)
 	}
@@ -103,7 +105,7 @@ func (c *capture) writeClientHeader(status int) {
 
 // pass sends what is held back to the client, and lets the rest of the
 // response through as it comes.
-func (c *capture) pass() {
+func (c *Capture) pass() {
 	if c.passing {
 		return
 	}
@@ -115,7 +117,7 @@ func (c *capture) pass() {
 }
 
 // writeClient writes p to the client, unless it has gone.
-func (c *capture) writeClient(p []byte) {
+func (c *Capture) writeClient(p []byte) {
 	if c.clientErr == nil {
 		if _, err := c.ResponseWriter.Write(p); err != nil {
 			c.clientErr = err
@@ -123,11 +125,11 @@ func (c *capture) writeClient(p []byte) {
 	}
 }
 
-// deliver sends a held-back response to the client, once the result is
+// Deliver sends a held-back response to the client, once the result is
 // recorded. The names the response announced in Trailer stay out of the
 // header block (the upstream's trailers were added to the header map after
 // the body): they are sent as trailers when the request ends.
-func (c *capture) deliver() {
+func (c *Capture) Deliver() {
 	if c.passing || c.status == 0 {
 		return
 	}
@@ -158,7 +160,7 @@ func (c *capture) deliver() {
 // sizeFor prepares the buffer for a body of the announced length: a body
 // longer than max is never buffered, one within max gets a buffer of its
 // exact size.
-func (c *capture) sizeFor(contentLength string) {
+func (c *Capture) sizeFor(contentLength string) {
 	if contentLength == "" || c.buf == nil {
 		return
 	}
@@ -170,13 +172,13 @@ func (c *capture) sizeFor(contentLength string) {
 	switch {
 	case n > c.max:
 		c.overflow = true
-		c.release()
+		c.Release()
 	case int64(cap(*c.buf)) < n:
 		*c.buf = make([]byte, 0, n)
 	}
 }
 
-func (c *capture) Write(p []byte) (int, error) {
+func (c *Capture) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
@@ -193,7 +195,7 @@ func (c *capture) Write(p []byte) (int, error) {
 			// through, and only status, headers and digest are kept.
 			c.overflow = true
 			c.pass()
-			c.release()
+			c.Release()
 		}
 	}
 	if c.passing {
@@ -205,7 +207,7 @@ func (c *capture) Write(p []byte) (int, error) {
 // FlushError flushes to the client what passes through; a held-back
 // response has nothing to flush yet. A client that has gone away is not
 // an error for the upstream call.
-func (c *capture) FlushError() error {
+func (c *Capture) FlushError() error {
 	if c.clientErr != nil || !c.passing {
 		return nil
 	}
@@ -216,11 +218,11 @@ func (c *capture) FlushError() error {
 }
 
 // Flush implements http.Flusher.
-func (c *capture) Flush() { _ = c.FlushError() }
+func (c *Capture) Flush() { _ = c.FlushError() }
 
 // ReadFrom copies through Write, so every byte is digested and bounded
 // (the wrapper's ReadFrom would hand r to the client's writer directly).
-func (c *capture) ReadFrom(r io.Reader) (int64, error) {
+func (c *Capture) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(writerOnly{c}, r)
 }
 
@@ -229,97 +231,117 @@ func (c *capture) ReadFrom(r io.Reader) (int64, error) {
 type writerOnly struct{ io.Writer }
 
 // body returns the captured body; nil when it overflowed.
-func (c *capture) body() []byte {
+func (c *Capture) body() []byte {
 	if c.buf == nil {
 		return nil
 	}
 	return *c.buf
 }
 
-func (c *capture) sum() []byte { return c.digest.Sum(nil) }
+func (c *Capture) sum() []byte { return c.digest.Sum(nil) }
 
 // short reports whether fewer bytes came than the Content-Length announced.
-func (c *capture) short() bool { return c.declared >= 0 && c.size < c.declared }
+func (c *Capture) short() bool { return c.declared >= 0 && c.size < c.declared }
 
-// release returns the pooled buffer; the capture is unusable afterwards.
-func (c *capture) release() {
+// Release returns the pooled buffer; the capture is unusable afterwards.
+func (c *Capture) Release() {
 	putBuffer(c.buf)
 	c.buf = nil
 }
 
 // Interface guards
 var (
-	_ http.ResponseWriter = (*capture)(nil)
-	_ http.Flusher        = (*capture)(nil)
-	_ io.ReaderFrom       = (*capture)(nil)
+	_ http.ResponseWriter = (*Capture)(nil)
+	_ http.Flusher        = (*Capture)(nil)
+	_ io.ReaderFrom       = (*Capture)(nil)
 )
 
-// verdict is what an upstream call means for its claim.
-type verdict int
+// Verdict is what an upstream call means for its claim.
+type Verdict int
 
 const (
-	// verdictComplete: a result to store and replay.
-	verdictComplete verdict = iota
-	// verdictRelease: the upstream said "not done" (a retry status, a
+	// VerdictComplete: a result to store and replay.
+	VerdictComplete Verdict = iota
+	// VerdictRelease: the upstream said "not done" (a retry status, a
 	// 307 or 308 redirect) or never received the request; the next retry
 	// executes.
-	verdictRelease
-	// verdictUnknown: the upstream may have acted and nobody knows; the
+	VerdictRelease
+	// VerdictUnknown: the upstream may have acted and nobody knows; the
 	// route's on_unknown_outcome decides.
-	verdictUnknown
+	VerdictUnknown
 )
 
-// callResult classifies one upstream call: what it means for its claim.
-type callResult struct {
-	verdict verdict
-	status  int    // the status the client got (or the handler error's)
-	reason  string // why a claim is released or held
-	// cutOff: the response broke off (aborted mid-body, shorter than its
+// Result classifies one upstream call: what it means for its claim.
+type Result struct {
+	Verdict Verdict
+	Status  int    // the status the client got (or the handler error's)
+	Reason  string // why a claim is released or held
+	// CutOff: the response broke off (aborted mid-body, shorter than its
 	// Content-Length, an error after the status went out) or never had a
 	// status. It is never stored as a result, whatever the route's
 	// on_unknown_outcome: a replay would serve a truncated or invented
 	// response as if it were the upstream's.
-	cutOff bool
+	CutOff bool
 }
 
-// outcome is what the captured call means for its claim (classify) and
+// Rules are what a route says about its upstream's answers.
+type Rules struct {
+	// Retry are the statuses that mean "not done" (retry.statuses).
+	Retry map[int]bool
+	// OnRedirect is what a 307 or 308 means (on_redirect).
+	OnRedirect config.OnRedirect
+	// ExternalID is the path of the id the upstream gave the result
+	// (external_id), read from a JSON body.
+	ExternalID string
+}
+
+// RulesOf compiles a route's rules for its answers.
+func RulesOf(res *config.Resolved) Rules {
+	r := Rules{Retry: make(map[int]bool, len(res.RetryStatuses)), OnRedirect: res.OnRedirect, ExternalID: res.ExternalID}
+	for _, s := range res.RetryStatuses {
+		r.Retry[s] = true
+	}
+	return r
+}
+
+// Outcome is what the captured call means for its claim (classify) and
 // the result it leaves for replays if it is recorded as completed.
-func (c *capture) outcome(rt *route, err error, panicked any) (callResult, store.Result) {
-	out := classify(rt, c, err, panicked)
-	return out, storedResult(rt, c, out)
+func (c *Capture) Outcome(rules Rules, err error, panicked any) (Result, store.Result) {
+	out := classify(rules, c, err, panicked)
+	return out, storedResult(rules, c, out)
 }
 
 // classify tells a stored result from "never sent" from "sent, no answer".
-func classify(rt *route, cw *capture, err error, panicked any) callResult {
+func classify(rules Rules, cw *Capture, err error, panicked any) Result {
 	switch {
 	case panicked != nil:
 		// reverse_proxy aborts with http.ErrAbortHandler when the upstream's
 		// body breaks after the status went out.
-		return callResult{verdictUnknown, cw.status, "response_aborted", true}
+		return Result{VerdictUnknown, cw.status, "response_aborted", true}
 	case err != nil:
 		if cw.status == 0 && neverSent(err) {
-			return callResult{verdictRelease, errorStatus(err), "not_sent", false}
+			return Result{VerdictRelease, errorStatus(err), "not_sent", false}
 		}
-		return callResult{verdictUnknown, errorStatus(err), "upstream_error", true}
+		return Result{VerdictUnknown, errorStatus(err), "upstream_error", true}
 	case cw.short():
-		return callResult{verdictUnknown, cw.status, "response_cut_off", true}
+		return Result{VerdictUnknown, cw.status, "response_cut_off", true}
 	case cw.status == 0:
 		// Nothing written: the server answers 200 with an empty body.
-		return callResult{verdictComplete, http.StatusOK, "", false}
+		return Result{VerdictComplete, http.StatusOK, "", false}
 	case cw.status == http.StatusSwitchingProtocols:
-		return callResult{verdictRelease, cw.status, "switching_protocols", false}
+		return Result{VerdictRelease, cw.status, "switching_protocols", false}
 	case cw.status == 499:
-		return callResult{verdictUnknown, cw.status, "client_closed", true}
-	case rt.retry[cw.status]:
-		return callResult{verdictRelease, cw.status, "retry_status", false}
-	case isRedirect(cw.status) && rt.OnRedirect != config.OnRedirectStore:
+		return Result{VerdictUnknown, cw.status, "client_closed", true}
+	case rules.Retry[cw.status]:
+		return Result{VerdictRelease, cw.status, "retry_status", false}
+	case isRedirect(cw.status) && rules.OnRedirect != config.OnRedirectStore:
 		// The upstream asks for the same request at another URL: it did
 		// nothing here, and the redirected request runs under this key.
-		return callResult{verdictRelease, cw.status, "redirect", false}
+		return Result{VerdictRelease, cw.status, "redirect", false}
 	case cw.status >= 500:
-		return callResult{verdictUnknown, cw.status, "upstream_5xx", false}
+		return Result{VerdictUnknown, cw.status, "upstream_5xx", false}
 	default:
-		return callResult{verdictComplete, cw.status, "", false}
+		return Result{VerdictComplete, cw.status, "", false}
 	}
 }
 
@@ -349,9 +371,9 @@ func errorStatus(err error) int {
 }
 
 // storedResult is what a completed call leaves for replays.
-func storedResult(rt *route, cw *capture, out callResult) store.Result {
+func storedResult(rules Rules, cw *Capture, out Result) store.Result {
 	res := store.Result{
-		Status: out.status,
+		Status: out.Status,
 		Header: cw.header, // already storable (see capture.WriteHeader)
 		Digest: hex.EncodeToString(cw.sum()),
 	}
@@ -360,8 +382,8 @@ func storedResult(rt *route, cw *capture, out callResult) store.Result {
 	} else {
 		res.Body = cw.body()
 	}
-	if rt.ExternalID != "" && res.Body != nil {
-		if v := gjson.GetBytes(res.Body, rt.ExternalID); v.Exists() && store.ValidExternalID(v.String()) {
+	if rules.ExternalID != "" && res.Body != nil {
+		if v := gjson.GetBytes(res.Body, rules.ExternalID); v.Exists() && store.ValidExternalID(v.String()) {
 			res.ExternalID = v.String()
 		}
 	}

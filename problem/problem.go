@@ -1,0 +1,72 @@
+// Package problem is the gateway's answers as RFC 9457 problem details
+// (application/problem+json), one per refusal, documented in
+// docs/problems.md.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Base is where the problem types are documented.
+const Base = "https://github.com/idemgate/idemgate/blob/main/docs/problems.md#"
+
+// Problem is an RFC 9457 problem detail. Titles follow the IETF
+// Idempotency-Key draft where it names one.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Route    string `json:"route,omitempty"`
+	RecordID string `json:"record_id,omitempty"`
+	// Owner is who resolves the route's held operations (its owner).
+	Owner string   `json:"owner,omitempty"`
+	Tried []string `json:"templates_tried,omitempty"`
+	// NextCheck is when a held record's outcome is checked next.
+	NextCheck *time.Time `json:"next_check,omitempty"`
+
+	RetryAfter int `json:"-"` // seconds; 0 = no Retry-After header
+}
+
+var (
+	KeyMissing  = Problem{Type: Base + "key-missing", Title: "Idempotency-Key is missing", Status: http.StatusBadRequest}
+	KeyInvalid  = Problem{Type: Base + "key-invalid", Title: "Idempotency-Key is invalid", Status: http.StatusBadRequest}
+	BadJSON     = Problem{Type: Base + "malformed-body", Title: "Request body is not valid JSON", Status: http.StatusBadRequest}
+	TooDeep     = Problem{Type: Base + "body-too-deep", Title: "Request body is nested too deeply", Status: http.StatusBadRequest}
+	BadBody     = Problem{Type: Base + "unreadable-body", Title: "Request body could not be read", Status: http.StatusBadRequest}
+	TooLarge    = Problem{Type: Base + "body-too-large", Title: "Request body is too large", Status: http.StatusRequestEntityTooLarge}
+	KeyReused   = Problem{Type: Base + "key-reused", Title: "Idempotency-Key is already used", Status: http.StatusUnprocessableEntity}
+	InFlight    = Problem{Type: Base + "in-flight", Title: "A request is outstanding for this Idempotency-Key", Status: http.StatusConflict, RetryAfter: 1}
+	Unknown     = Problem{Type: Base + "outcome-unknown", Title: "Outcome unknown: the operation is held for an operator", Status: http.StatusConflict}
+	BreakerOpen = Problem{Type: Base + "breaker-open", Title: "The upstream is failing: new executions are paused", Status: http.StatusServiceUnavailable}
+	Exhausted   = Problem{Type: Base + "retries-exhausted", Title: "Retries exhausted: the operation is held for an operator", Status: http.StatusConflict}
+	StoreDown   = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
+)
+
+// Write sends p as application/problem+json.
+func (p Problem) Write(w http.ResponseWriter) error {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/problem+json")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	hdr.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		hdr.Set("Retry-After", strconv.Itoa(p.RetryAfter))
+	}
+	w.WriteHeader(p.Status)
+	_, err = w.Write(body)
+	return err
+}
+
+// With returns a copy of p with detail and route set.
+func (p Problem) With(detail, route string) Problem {
+	p.Detail = detail
+	p.Route = route
+	return p
+}
