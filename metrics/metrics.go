@@ -43,6 +43,17 @@ type Set struct {
 	// and the bytes they take (see package kept).
 	Kept      prometheus.Gauge
 	KeptBytes prometheus.Gauge
+	// SignatureFailures counts deliveries a route's signature check
+	// refused, by route and reason (missing, malformed, timestamp,
+	// mismatch).
+	SignatureFailures *prometheus.CounterVec
+	// LateRetries counts retries that found their record's tombstone:
+	// the record had expired before the retry came.
+	LateRetries *prometheus.CounterVec
+	// SamePayload counts requests whose payload an operation completed
+	// under another key within the route's same_payload_window carried,
+	// by route and action (warn, hold, reject).
+	SamePayload *prometheus.CounterVec
 }
 
 // Process is the process's collectors. Process-wide on purpose:
@@ -123,6 +134,21 @@ var Process = &Set{
 		Name:      "kept_completion_bytes",
 		Help:      "Memory taken by the kept completions' bodies and headers.",
 	}),
+	SignatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "signature_failures_total",
+		Help:      "Deliveries refused by their route's signature check (401, nothing claimed or forwarded), by route and reason (missing, malformed, timestamp, mismatch).",
+	}, []string{"route", "reason"}),
+	LateRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "late_retries_total",
+		Help:      "Retries that came after their completed record expired and found its tombstone, by route; after_expiry says whether they executed or were refused.",
+	}, []string{"route"}),
+	SamePayload: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "same_payload_total",
+		Help:      "Requests with a new key whose payload an operation completed on the same route and scope within same_payload_window carried, by route and action (warn, hold, reject).",
+	}, []string{"route", "action"}),
 }
 
 // Register registers the process's collectors with reg (which may
@@ -139,6 +165,7 @@ func Register(reg prometheus.Registerer, logger *zap.Logger, more ...prometheus.
 		Process.Observed, Process.Waits, Process.WaitTime,
 		Process.Waiters, Process.WaitsRefused,
 		Process.Kept, Process.KeptBytes,
+		Process.SignatureFailures, Process.LateRetries, Process.SamePayload,
 	}, more...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

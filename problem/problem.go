@@ -27,6 +27,9 @@ type Problem struct {
 	Tried []string `json:"templates_tried,omitempty"`
 	// NextCheck is when a held record's outcome is checked next.
 	NextCheck *time.Time `json:"next_check,omitempty"`
+	// SameAs is the record of the operation completed under another key
+	// with the same payload (same-payload).
+	SameAs string `json:"same_as,omitempty"`
 
 	RetryAfter int `json:"-"` // seconds; 0 = no Retry-After header
 }
@@ -43,6 +46,9 @@ var (
 	Unknown     = Problem{Type: Base + "outcome-unknown", Title: "Outcome unknown: the operation is held for an operator", Status: http.StatusConflict}
 	BreakerOpen = Problem{Type: Base + "breaker-open", Title: "The upstream is failing: new executions are paused", Status: http.StatusServiceUnavailable}
 	Exhausted   = Problem{Type: Base + "retries-exhausted", Title: "Retries exhausted: the operation is held for an operator", Status: http.StatusConflict}
+	Signature   = Problem{Type: Base + "signature-invalid", Title: "The request's signature could not be verified", Status: http.StatusUnauthorized}
+	Expired     = Problem{Type: Base + "expired", Title: "The operation's record has expired", Status: http.StatusConflict}
+	SamePayload = Problem{Type: Base + "same-payload", Title: "The same payload completed under another key", Status: http.StatusConflict}
 	StoreDown   = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
 

@@ -30,6 +30,7 @@ import (
 	"hash"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/config"
@@ -139,7 +140,9 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 			case err != nil:
 				return nil, fmt.Errorf("%s: %w", where, err)
 			case secret == "":
-				return nil, fmt.Errorf("%s: is empty once filled in (is the environment variable set, the file readable?)", where)
+				// A rotation's other secret that is not set (yet, or
+				// any more): the sender's other secrets still verify.
+				continue
 			}
 			key, err := v.scheme.key(secret)
 			if err != nil {
@@ -148,7 +151,7 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 			snd.keys = append(snd.keys, key)
 		}
 		if len(snd.keys) == 0 {
-			return nil, fmt.Errorf("signature: sender %s has no secret", s.Name)
+			return nil, fmt.Errorf("signature: sender %s has no secret: each of %s is empty once filled in (is the environment variable set, the file readable?)", s.Name, strings.Join(s.Secrets, ", "))
 		}
 		v.senders = append(v.senders, snd)
 	}

@@ -129,6 +129,24 @@ func TestTwoSenders(t *testing.T) {
 	})
 }
 
+// TestNewSkipsEmptySecrets: a rotation's other secret that is not set
+// (an environment variable defined for the next rotation only) is left
+// out; the sender's other secrets verify.
+func TestNewSkipsEmptySecrets(t *testing.T) {
+	v, err := New(flat(config.SchemeGitHub, "{env.NEXT}", "{env.A}"), env{"{env.NEXT}": "", "{env.A}": "It's a Secret to Everybody"}.resolve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("X-Hub-Signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+	if sender, reason, ok := v.Verify(h, []byte("Hello, World!"), time.Now()); !ok {
+		t.Fatalf("the set secret does not verify: %q %q", sender, reason)
+	}
+	if n := len(v.senders[0].keys); n != 1 {
+		t.Fatalf("%d keys, want 1 (the empty secret left out)", n)
+	}
+}
+
 // TestNewErrors: a secret that cannot be had or is not the scheme's is a
 // provisioning error naming the sender and the placeholder, never the
 // secret's value.
@@ -142,8 +160,8 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"unresolvable", flat(config.SchemeGitHub, "{env.NOPE}"), env{},
 			"signature: sender default, secret 0 ({env.NOPE}): unrecognized placeholder {env.NOPE}"},
-		{"empty", flat(config.SchemeStripe, "{env.A}", "{env.EMPTY}"), env{"{env.A}": "a", "{env.EMPTY}": ""},
-			"signature: sender default, secret 1 ({env.EMPTY}): is empty once filled in (is the environment variable set, the file readable?)"},
+		{"every secret empty", flat(config.SchemeStripe, "{env.EMPTY}", "{env.UNSET}"), env{"{env.EMPTY}": "", "{env.UNSET}": ""},
+			"signature: sender default has no secret: each of {env.EMPTY}, {env.UNSET} is empty once filled in (is the environment variable set, the file readable?)"},
 		{"not a Standard Webhooks secret", flat(config.SchemeStandardWebhooks, "{env.SW}"), env{"{env.SW}": value},
 			"signature: sender default, secret 0 ({env.SW}): is not a Standard Webhooks secret: want whsec_ and base64"},
 		{"an empty Standard Webhooks secret", flat(config.SchemeStandardWebhooks, "{env.SW}"), env{"{env.SW}": "whsec_"},
