@@ -18,6 +18,9 @@ import (
 // answer responds from an existing record: replay, conflict or mismatch.
 func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	rec := g.rec
+	if rec == nil {
+		return h.refused(g, w)
+	}
 	if !h.sameFingerprint(g, rec) {
 		g.outcome = outcomeMismatch
 		p := problem.KeyReused.With(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
@@ -30,8 +33,11 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 		g.status = rec.Status
 		return replay(w, rec)
 	case store.StateUnknown:
-		if rec.Class() == store.StateExhausted {
+		switch {
+		case rec.Class() == store.StateExhausted:
 			return h.exhausted(g, w, rec)
+		case rec.Reason == store.ReasonSamePayload:
+			return h.samePayload(g, w, rec)
 		}
 		g.outcome = outcomeUnknown
 		p := problem.Unknown.With("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)

@@ -4,10 +4,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/keying"
@@ -107,6 +109,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	rules, err := config.Load(rulesFile, config.Limits{OpTimeout: mod.Timeout()})
 	if err != nil {
 		return d.Errf("rules: %v", err)
+	}
+	// Warnings name the file and line here; the handler logs them again
+	// when it provisions, from the inlined rules, by field.
+	for _, w := range rules.Warnings() {
+		caddy.Log().Named("http.handlers.idempotency").Warn("route rules warning", zap.String("warning", w.Error()))
 	}
 	h.Rules = *rules
 	return nil

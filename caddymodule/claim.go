@@ -62,7 +62,7 @@ func (h *Handler) claimOrSettle(ctx context.Context, g *guarded) (*store.Claim, 
 // held), or the claim of a record the check released (or that is gone).
 func (h *Handler) settleHeld(ctx context.Context, g *guarded) (*store.Claim, error) {
 	rec := g.rec
-	if rec == nil || rec.Class() != store.StateUnknown || g.rt.Verify == nil || !h.sameFingerprint(g, rec) {
+	if rec == nil || rec.Class() != store.StateUnknown || rec.Reason == store.ReasonSamePayload || g.rt.Verify == nil || !h.sameFingerprint(g, rec) {
 		return nil, nil
 	}
 	after, note := h.verifier.Settle(ctx, &g.rt.Resolved, rec, g.check)
@@ -104,13 +104,16 @@ func (h *Handler) claimKey(ctx context.Context, g *guarded) (*store.Claim, error
 		return nil, err
 	}
 	g.rec, g.now = res.Record, res.Now
+	if res.Tombstone != nil || res.Twin != nil {
+		h.noteRetention(g, res)
+	}
 	return res.Claim, nil
 }
 
 // claimRequest asks for the request's key under a fingerprint and the
 // rule that made it, with a fresh token.
 func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest {
-	return store.ClaimRequest{
+	req := store.ClaimRequest{
 		ID:              g.id,
 		Route:           g.rt.Name,
 		Operation:       g.rt.Operation,
@@ -125,6 +128,8 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		Check:           g.check,
 		Request:         g.sealed,
 	}
+	g.retention(&req)
+	return req
 }
 
 // claimOnce runs one claim. The claim must not be abandoned halfway

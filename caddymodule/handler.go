@@ -63,13 +63,16 @@ type guarded struct {
 	now     time.Time   // the store's clock at the claim: lease times compare with it
 	check   store.Check // the route's check resolved from the request (zero: none)
 	note    string
-	probe   bool            // the request carries its route's breaker probe
-	refused time.Duration   // the route's breaker refuses new executions for this long (0: it does not)
-	sealed  []byte          // the request sealed for a re-drive (keep_request), else nil
-	would   string          // observe mode: what enforce would have done (see observe)
-	waited  time.Duration   // on_in_flight wait: how long it waited for the first request
-	span    trace.Span      // the request's span when Caddy's tracing is on
-	repl    *caddy.Replacer // the request's placeholders, nil outside Caddy
+	probe   bool             // the request carries its route's breaker probe
+	refused time.Duration    // the route's breaker refuses new executions for this long (0: it does not)
+	sealed  []byte           // the request sealed for a re-drive (keep_request), else nil
+	payload string           // the operation's PayloadID on a route with same_payload_window, else ""
+	late    *store.Tombstone // the tombstone of the key's expired record its claim found, if any
+	twin    *store.Twin      // the operation completed with this payload under another key, if any
+	would   string           // observe mode: what enforce would have done (see observe)
+	waited  time.Duration    // on_in_flight wait: how long it waited for the first request
+	span    trace.Span       // the request's span when Caddy's tracing is on
+	repl    *caddy.Replacer  // the request's placeholders, nil outside Caddy
 }
 
 // ServeHTTP guards the request if a route matches it: it reads the body
@@ -163,6 +166,10 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	g.method = strings.ToUpper(r.Method)
 	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body)
 	g.in.SetTarget(target)
+	scope, refused := h.verifySignature(g, r, body)
+	if refused != nil {
+		return *refused
+	}
 
 	key, idx, err := keying.DeriveKey(rt.Key, g.in)
 	switch {
@@ -186,7 +193,10 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
 		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	}
-	g.id = h.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, g.in), key)
+	g.id = h.ids.KeyID(rt.Operation, scope, key)
+	if rt.SamePayloadWindow > 0 {
+		g.payload = h.ids.PayloadID(rt.Operation, scope, g.fp)
+	}
 	g.check = h.resolveCheck(rt, key, g.id, g.in)
 	if rt.KeepRequest {
 		g.sealed = h.keep(g, r, key, body)
@@ -214,6 +224,10 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 		return decision{kind: decideBreakerOpen}
 	case err != nil:
 		return decision{kind: decideStoreFailed, err: err}
+	case claim == nil && g.rec == nil:
+		// The store created nothing: a late retry or a payload completed
+		// under another key, refused.
+		return decision{kind: decideAnswer, would: g.refusedWould()}
 	case claim == nil && rt.observing():
 		return decision{kind: decideAnswer, would: h.wouldAnswer(g, h.sameFingerprint(g, g.rec))}
 	case claim == nil:

@@ -8,11 +8,13 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/sealed"
+	"github.com/idemgate/idemgate/signature"
 )
 
 // route is one resolved rule, compiled for the request path: config
@@ -32,6 +34,9 @@ type route struct {
 	// redriveHeader is redrive_headers with {env.*} filled in.
 	redriveHeader http.Header
 	wait          bool // duplicates wait for the first request (waits)
+	// sig checks the route's signature with its secrets filled in; nil
+	// when the route has no signature.
+	sig *signature.Verifier
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -54,6 +59,9 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	resolved, err := h.Rules.Resolve(limits)
 	if err != nil {
 		return fmt.Errorf("idempotency rules: %w", err)
+	}
+	for _, w := range h.Rules.Warnings() {
+		h.logger.Warn("route rules warning", zap.String("warning", w.Error()))
 	}
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
 		return err
@@ -106,6 +114,13 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 		var err error
 		if rt.path, err = compilePath(res.Path); err != nil {
 			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)
+		}
+		if res.Signature != nil {
+			repl := caddy.NewReplacer()
+			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }
+			if rt.sig, err = signature.New(*res.Signature, fill); err != nil {
+				return nil, fmt.Errorf("route %s: %w", res.Name, err)
+			}
 		}
 		routes = append(routes, rt)
 	}

@@ -60,6 +60,8 @@ func reasonText(rec *store.Record) string {
 		return "found upstream by a verification check"
 	case store.ReasonVerifiedNotApplied:
 		return "verification checks found nothing upstream, twice or more in a row"
+	case store.ReasonSamePayload:
+		return "an operation with the same payload completed under another key within the route's same_payload_window (on_same_payload: hold); it was never sent upstream"
 	}
 	return rec.Reason
 }
@@ -93,6 +95,16 @@ func adviceFor(rec *store.Record, now time.Time) advice {
 func stateAdvice(rec *store.Record, now time.Time) advice {
 	switch rec.State {
 	case store.StateUnknown:
+		if rec.Reason == store.ReasonSamePayload {
+			return advice{
+				Known: "Held before it was sent: " + reasonText(rec) + ". Retries are answered 409 until someone resolves it.",
+				Unknown: "Whether this is the same operation sent again under a new key (a sender that mints a new id for each emission) " +
+					"or a new operation that happens to repeat the payload (two identical orders).",
+				Next: "Compare it with the operation completed under the other key (the log line names both records). " +
+					"The same operation: Complete with that operation's answer (retries replay it). A new one: Release (the next retry runs it once).",
+				Act: true,
+			}
+		}
 		a := advice{
 			Known: "Held: " + orDefault(reasonText(rec), "the gateway could not tell the outcome") + ". " +
 				"Retries are answered 409 and nothing is sent upstream until someone resolves it.",

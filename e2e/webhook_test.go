@@ -168,8 +168,10 @@ func TestWebhookKeySquatting(t *testing.T) {
 			if n := recv.created.count(id); n != 1 {
 				t.Errorf("genuine event executed %d times, want 1", n)
 			}
-			if n := metric(t, gw, "idemgate_signature_failures_total", `route="events"`); n != 3 {
-				t.Errorf("idemgate_signature_failures_total{route=events} = %v, want 3", n)
+			for reason, want := range map[string]float64{"mismatch": 2, "missing": 1} {
+				if n := metric(t, gw, "idemgate_signature_failures_total", `route="events"`, `reason="`+reason+`"`); n != want {
+					t.Errorf("idemgate_signature_failures_total{route=events,reason=%s} = %v, want %v", reason, n, want)
+				}
 			}
 		})
 	})
@@ -244,8 +246,8 @@ func TestWebhookLateRetry(t *testing.T) {
     ttl: 1s
     after_expiry: reject
 `})
-		if logs := gw.logs.String(); !strings.Contains(logs, "routes.yaml:5") || !strings.Contains(logs, "72h") {
-			t.Errorf("no warning naming routes.yaml:5 and stripe's 72h retry window for ttl 1s:\n%s", logs)
+		if logs := gw.logs.String(); !strings.Contains(logs, "routes.yaml:6: routes[0].ttl") || !strings.Contains(logs, "72h") {
+			t.Errorf("no warning naming routes.yaml:6 (the ttl) and stripe's 72h retry window for ttl 1s:\n%s", logs)
 		}
 		body := []byte(`{"amount":5}`)
 		for _, path := range []string{"/late-execute", "/late-reject"} {

@@ -101,7 +101,7 @@ var Process = &Set{
 	Observed: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
 		Name:      "observed_total",
-		Help:      "Requests a route in observe mode forwarded that enforce would have answered itself, by route and what enforce would have done (replay, conflict, mismatch, unknown, missing_key, invalid).",
+		Help:      "Requests a route in observe mode forwarded that enforce would have answered itself, by route and what enforce would have done (replay, conflict, mismatch, unknown, missing_key, invalid, signature, expired, same_payload).",
 	}, []string{"route", "would"}),
 	Waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemgate",
@@ -194,12 +194,15 @@ func (m *Set) ObserveStore(op string, began time.Time, err error) {
 // What enforce would have done with a request that observe forwarded: the
 // would label of idemgate_observed_total and of the decision log line.
 const (
-	WouldReplay     = "replay"      // a completed record with the same payload: replayed
-	WouldConflict   = "conflict"    // the first request with the key still in flight: 409
-	WouldMismatch   = "mismatch"    // the key used before with another payload: 422
-	WouldUnknown    = "unknown"     // the key's outcome held as unknown: 409
-	WouldMissingKey = "missing_key" // no key could be derived and require_key: 400
-	WouldInvalid    = "invalid"     // a malformed key or a body a key or fingerprint rule cannot read: 400
+	WouldReplay      = "replay"       // a completed record with the same payload: replayed
+	WouldConflict    = "conflict"     // the first request with the key still in flight: 409
+	WouldMismatch    = "mismatch"     // the key used before with another payload: 422
+	WouldUnknown     = "unknown"      // the key's outcome held as unknown: 409
+	WouldMissingKey  = "missing_key"  // no key could be derived and require_key: 400
+	WouldInvalid     = "invalid"      // a malformed key or a body a key or fingerprint rule cannot read: 400
+	WouldSignature   = "signature"    // the route's signature check failed: 401
+	WouldExpired     = "expired"      // a retry after the record expired, under after_expiry: reject: 409
+	WouldSamePayload = "same_payload" // the payload completed under another key, under on_same_payload hold or reject: 409
 )
 
 // ObservedCounts are what enforce would have done with the requests a
@@ -207,11 +210,12 @@ const (
 // started: idemgate_observed_total by would, for the operator console.
 type ObservedCounts struct {
 	Replay, Conflict, Mismatch, Unknown, MissingKey, Invalid int64
+	Signature, Expired, SamePayload                          int64
 }
 
 // Total is every request that enforce would have answered itself.
 func (c ObservedCounts) Total() int64 {
-	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid
+	return c.Replay + c.Conflict + c.Mismatch + c.Unknown + c.MissingKey + c.Invalid + c.Signature + c.Expired + c.SamePayload
 }
 
 // Observed returns route's counts (zero when it never observed anything),
@@ -255,6 +259,12 @@ func Observed(route string) ObservedCounts {
 			c.MissingKey = n
 		case WouldInvalid:
 			c.Invalid = n
+		case WouldSignature:
+			c.Signature = n
+		case WouldExpired:
+			c.Expired = n
+		case WouldSamePayload:
+			c.SamePayload = n
 		}
 	}
 	return c

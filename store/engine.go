@@ -32,16 +32,18 @@ type Engine interface {
 	//   - in flight, lease run out, OnExpired hold: becomes outcome_unknown with
 	//     reason lease_expired, record lifetime = HoldTTL; not claimed.
 	//   - released, or in flight with the lease run out under OnExpired
-	//     release, AND the same Fingerprint and FingerprintRule: taken over
-	//     with req.Token (executions+1, new lease, result fields cleared);
-	//     Claimed and TakeOver. A lease run out counts first as an unknown
+	//     release, AND the same Fingerprint and FingerprintRule; or released
+	//     as known not done (Free), whatever the payload: taken over with
+	//     req.Token (executions+1, new lease, result fields cleared, the
+	//     claim's fingerprint and rule); Claimed and TakeOver. A lease run out counts first as an unknown
 	//     outcome let go (NotDone+1, Unknowns+1); when that makes
 	//     req.MaxExecutions, the record is held with ReasonRetriesExhausted
 	//     (record lifetime = HoldTTL) instead; not claimed.
 	//   - anything else (live claim, completed, unknown, different
 	//     fingerprint): returned as it is; not claimed.
 	//
-	// A different fingerprint never takes a record over. When the record's
+	// A different fingerprint never takes over a record that may have
+	// taken effect. When the record's
 	// FingerprintRule differs from the caller's current rule, recompute the
 	// fingerprint under the record's rule and, if it matches, Claim again with
 	// that fingerprint and rule.

@@ -171,6 +171,15 @@ func KnownNotDone(rec *Record) bool {
 	return false
 }
 
+// Free reports whether rec is released and known not done
+// (KnownNotDone): no result was saved and nothing took effect, so a claim
+// of any payload takes it over, as Stripe's keys save nothing for a
+// request that did not begin executing. A record released after an
+// outcome nobody knows is taken over only by its own payload.
+func Free(rec *Record) bool {
+	return rec.State == StateReleased && KnownNotDone(rec)
+}
+
 // RedriveRefusal is why a record may not be re-driven at now, as every
 // engine words it (nil: it may). A re-drive needs a kept request and an
 // operation known not to have taken effect (KnownNotDone). Anything else

@@ -247,7 +247,7 @@ func (v *Verifier) check(rt *config.Resolved, held store.Fence, fallback store.C
 	began = time.Now()
 	after, ok, err := lease.End(ctx, store.CheckReport{
 		Entry: entry, Result: res,
-		NotFoundChecks: rule.NotFoundChecks, Every: rule.Every, Next: next, TTL: rt.TTL,
+		NotFoundChecks: rule.NotFoundChecks, Every: rule.Every, Next: next, TTL: rt.TTL, Tombstone: rt.TombstoneTTL,
 		Operator: op,
 	})
 	cancel()

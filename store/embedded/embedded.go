@@ -595,7 +595,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.State, out.Reason, out.ExpireAt = store.StateUnknown, "lease_expired", now+hold
 			out.ScheduleFirstCheck(now)
 			return mutation{next: out, dur: synced}
-		case same && (expired || cur.State == store.StateReleased):
+		case same && (expired || cur.State == store.StateReleased), store.Free(&cur.Record):
 			if expired { // an unknown outcome let go: it counts against the budget
 				out.NotDone++
 				out.Unknowns++
@@ -612,6 +612,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.ExpireAt = now + hold
 			out.NewClaimChecks(store.KeptCheck(req.Check))
 			out.Request = store.KeptRequest(req.Request)
+			out.Fingerprint, out.FingerprintRule = req.Fingerprint, req.FingerprintRule
 			res.Claimed, res.TakeOver = true, true
 			return mutation{next: out, dur: synced, undo: true}
 		default:

@@ -55,11 +55,15 @@ func claimSQL(records, fences, tombstones, twins string) string {
 		gone    = "r.expire_at <= " + now
 		expired = "(r.state = 'in_flight' AND r.lease_until <= " + now + ")"
 		same    = "(r.fingerprint = excluded.fingerprint AND r.fingerprint_rule = excluded.fingerprint_rule)"
+		// free: released and known not done (store.Free): any payload
+		// takes it over.
+		free = "(r.state = 'released' AND (r.reason IN ('" + store.ReasonOperator + "', '" + store.ReasonVerifiedNotApplied +
+			"') OR (r.reason = '" + store.ReasonNotDone + "' AND r.unknowns = 0)))"
 	)
 	// The branches, tried in this order once the record is live.
-	hold := expired + " AND NOT $9"                                                         // lease ran out: outcome unknown
-	exhausted := expired + " AND $9 AND " + same + " AND $10 > 0 AND r.not_done + 1 >= $10" // let go, budget used up
-	takeOver := same + " AND (" + expired + " OR r.state = 'released')"                     // what is left of it takes over
+	hold := expired + " AND NOT $9"                                                              // lease ran out: outcome unknown
+	exhausted := expired + " AND $9 AND " + same + " AND $10 > 0 AND r.not_done + 1 >= $10"      // let go, budget used up
+	takeOver := "((" + same + " AND (" + expired + " OR r.state = 'released')) OR " + free + ")" // what is left of it takes over
 	branch := func(whenGone string, cases ...string) string {
 		// cases: condition, value pairs, then the default value.
 		var b strings.Builder
@@ -77,7 +81,7 @@ func claimSQL(records, fences, tombstones, twins string) string {
 	}
 	keep := func(col string) string { return col + " = " + branch("excluded."+col, "r."+col) }
 	set := []string{
-		tk("route"), keep("operation"), keep("fingerprint"), keep("fingerprint_rule"),
+		tk("route"), keep("operation"), tk("fingerprint"), tk("fingerprint_rule"),
 		"state = " + branch("excluded.state", hold, "'unknown'", exhausted, "'unknown'", takeOver, "'in_flight'", "r.state"),
 		tk("token"), tk("fence"), tk("started_at"), tk("completed_at"), tk("lease_until"),
 		"attempts = " + branch("1", "r.attempts + 1"),

@@ -29,6 +29,7 @@ func init() {
 		test{"RenewKeepsClaimAlive", testRenewKeepsClaimAlive},
 		test{"TTLs", testTTLs},
 		test{"ReleaseThenReclaim", testReleaseThenReclaim},
+		test{"ReleasedTakenByAnyPayload", testReleasedTakenByAnyPayload},
 		test{"BinaryBodyAndMultiValueHeaders", testBinaryBodyAndMultiValueHeaders},
 		test{"BodyOmittedAndEmpty", testBodyOmittedAndEmpty},
 		test{"InvalidIDs", testInvalidIDs},
@@ -432,6 +433,67 @@ func testTTLs(t *testing.T, h Harness, e store.Engine) {
 	CheckTTL(t, h, e, defaults, store.DefaultTTL)
 }
 
+// testReleasedTakenByAnyPayload: a record released as known not done
+// saved no result and took no effect, so a claim of another payload (a
+// forged delivery answered 401 first, the genuine one after it) or under
+// another fingerprint rule takes it over, with its own fingerprint. A
+// record let go after an outcome nobody knows is taken over only by its
+// own payload.
+func testReleasedTakenByAnyPayload(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name    string
+		release func(id string)
+	}{
+		{"released by its claim", func(id string) {
+			ok, err := e.Release(ctx, id, "tok-A", time.Hour)
+			MustOK(t, "Release", ok, err)
+		}},
+		{"not done", func(id string) {
+			if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-A", Status: 401, MaxExecutions: 5, TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"held, then released by an operator", func(id string) {
+			ok, err := e.MarkUnknown(ctx, id, "tok-A", "upstream_5xx", time.Hour)
+			MustOK(t, "MarkUnknown", ok, err)
+			if _, err := e.OperatorRelease(ctx, id, store.Action{Actor: "test", Reason: "not done"}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		id := NewID(t)
+		MustClaim(t, e, ClaimReq(id, "tok-A"))
+		tt.release(id)
+		other := ClaimReq(id, "tok-X")
+		other.Fingerprint, other.FingerprintRule = "fp-other", "whole-body"
+		res := MustClaim(t, e, other)
+		if !res.Claimed || !res.TakeOver || res.Record.Fingerprint != "fp-other" || res.Record.FingerprintRule != "whole-body" || res.Record.Executions != 2 {
+			t.Fatalf("%s: another payload's claim: Claimed=%v TakeOver=%v record %+v; want it taken over with its fingerprint", tt.name, res.Claimed, res.TakeOver, res.Record)
+		}
+		ok, err := complete(e, id, "tok-X", SampleResult(), time.Hour)
+		MustOK(t, "Complete by the other payload", ok, err)
+		if r := MustGet(t, e, id); r.Fingerprint != "fp-other" || r.State != store.StateCompleted {
+			t.Fatalf("%s: completed record %+v, want fp-other", tt.name, r)
+		}
+	}
+
+	// Let go after an unknown outcome: only its own payload.
+	id := NewID(t)
+	MustClaim(t, e, ClaimReq(id, "tok-A"))
+	if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-A", Status: 502, Unknown: true, MaxExecutions: 5, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	other := ClaimReq(id, "tok-X")
+	other.Fingerprint = "fp-other"
+	if res := MustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
+		t.Fatalf("another payload took over a record let go after an unknown outcome: %+v", res)
+	}
+	if res := MustClaim(t, e, ClaimReq(id, "tok-B")); !res.Claimed || !res.TakeOver {
+		t.Fatalf("its own payload did not take it over: %+v", res)
+	}
+}
+
 func testReleaseThenReclaim(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	id := NewID(t)
@@ -444,22 +506,11 @@ func testReleaseThenReclaim(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("released record %+v; want attempts 2 executions 1", r)
 	}
 
-	other := ClaimReq(id, "tok-X")
-	other.Fingerprint = "fp-other"
-	if res := MustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
-		t.Fatalf("another payload reclaimed a released record: %+v", res)
-	}
-	otherRule := ClaimReq(id, "tok-X")
-	otherRule.FingerprintRule = "whole-body"
-	if res := MustClaim(t, e, otherRule); res.Claimed {
-		t.Fatalf("a claim under another fingerprint rule reclaimed: %+v", res)
-	}
-
 	res := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	r = res.Record
 	if !res.Claimed || !res.TakeOver || r.State != store.StateInFlight || r.Token != "tok-B" ||
-		r.Attempts != 5 || r.Executions != 2 {
-		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 5 executions 2", res.Claimed, res.TakeOver, r)
+		r.Attempts != 3 || r.Executions != 2 {
+		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 3 executions 2", res.Claimed, res.TakeOver, r)
 	}
 	CheckTTL(t, h, e, id, 720*time.Hour)
 	ok, err = complete(e, id, "tok-A", SampleResult(), time.Hour)

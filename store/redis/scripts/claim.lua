@@ -63,6 +63,10 @@ local new = decode(ARGV[3])
 local hold = tonumber(ARGV[5])
 local expired = st == 'f' and r.lu <= now
 local same = r.fp == new.fp and r.fpr == new.fpr
+-- A record released as known not done (store.KnownNotDone) is free: no
+-- result was saved and nothing took effect, so any payload takes it over.
+local free = st == 'r' and (r.rsn == '$ReasonOperator' or r.rsn == '$ReasonVerifiedNotApplied' or
+  (r.rsn == '$ReasonNotDone' and (tonumber(r.ndu) or 0) == 0))
 r.att = att
 if expired and ARGV[6] ~= 'release' then
   r.st, r.rsn, r.exp = 'u', 'lease_expired', now + hold
@@ -70,7 +74,7 @@ if expired and ARGV[6] ~= 'release' then
   local s = save(r)
   settle(st, 'u', r.exp)
   return {$codeExisting, now, s, att}
-elseif same and (expired or st == 'r') then
+elseif (same and (expired or st == 'r')) or free then
   if expired then
     -- an unknown outcome that the release policy lets go: it counts
     -- against the budget (ARGV[8], 0: none)
@@ -87,7 +91,7 @@ elseif same and (expired or st == 'r') then
   for _, f in ipairs({'chc', 'chn', 'chs', 'chf', 'clt', 'clu'}) do r[f] = '' end
   r.st, r.tok, r.route, r.sa, r.lu = 'f', tok, new.route, now, now + tonumber(ARGV[7])
   r.chk, r.cha, r.exe, r.exp = new.chk, new.cha, r.exe + 1, now + hold
-  r.req = new.req
+  r.req, r.fp, r.fpr = new.req, new.fp, new.fpr
   local s = save(r)
   settle(st, 'f', r.exp)
   return {$codeTakeOver, now, s, att}
