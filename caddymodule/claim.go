@@ -127,8 +127,12 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		MaxExecutions:   int64(g.rt.MaxExecutions),
 		Check:           g.check,
 		Request:         g.sealed,
+		Tombstone:       g.rt.TombstoneTTL,
+		AfterExpiry:     store.AfterExpiry(g.rt.AfterExpiry),
 	}
-	g.retention(&req)
+	if g.payload != "" {
+		g.samePayloadOptions(&req)
+	}
 	return req
 }
 

@@ -166,9 +166,14 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	g.method = strings.ToUpper(r.Method)
 	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body)
 	g.in.SetTarget(target)
-	scope, refused := h.verifySignature(g, r, body)
-	if refused != nil {
-		return *refused
+	var scope [32]byte
+	if rt.sig != nil {
+		var refused *decision
+		if scope, refused = h.verifySignature(g, r, body); refused != nil {
+			return *refused
+		}
+	} else {
+		scope = keying.ScopeHash(rt.Scope, g.in)
 	}
 
 	key, idx, err := keying.DeriveKey(rt.Key, g.in)

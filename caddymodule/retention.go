@@ -26,21 +26,14 @@ const (
 	outcomeSamePayload = "same_payload"
 )
 
-// retention sets the claim's retention options from the route: how long
-// a completion's tombstone lives, what a late retry does, and the
-// payload's id on a route that looks for the same payload under another
-// key. A route that observes never has the store refuse or hold: it only
-// says what enforce would have done, so a hold is asked as a refusal
-// (which creates nothing) and forwarded unguarded as any refusal is.
-func (g *guarded) retention(req *store.ClaimRequest) {
+// samePayloadOptions asks the claim to look for the request's payload
+// completed under another key (g.payload), on a route with a
+// same_payload_window. A route that observes never has the store hold:
+// it only says what enforce would have done, so a hold is asked as a
+// refusal (which creates nothing) and forwarded unguarded as any
+// refusal is.
+func (g *guarded) samePayloadOptions(req *store.ClaimRequest) {
 	rt := g.rt
-	req.Tombstone = rt.TombstoneTTL
-	if rt.AfterExpiry == config.AfterExpiryReject {
-		req.AfterExpiry = store.AfterExpiryReject
-	}
-	if g.payload == "" {
-		return
-	}
 	req.Twin, req.TwinWindow = g.payload, rt.SamePayloadWindow
 	switch rt.OnSamePayload {
 	case config.OnSamePayloadHold:

@@ -13,7 +13,7 @@ import (
 const outcomeSignature = "signature_invalid"
 
 // verifySignature checks the request's signature on a route with
-// `signature:`, before anything of the request is keyed or claimed: a
+// `signature:` (rt.sig), before anything of the request is keyed or claimed: a
 // delivery nobody signed cannot take a genuine event's id. It returns the
 // scope the request's key is hashed with (the verified sender's on a
 // route whose scope is its sender) and, for a request that fails, the
@@ -21,9 +21,6 @@ const outcomeSignature = "signature_invalid"
 // metric's reason does.
 func (h *Handler) verifySignature(g *guarded, r *http.Request, body []byte) (scope [32]byte, refused *decision) {
 	rt := g.rt
-	if rt.sig == nil {
-		return keying.ScopeHash(rt.Scope, g.in), nil
-	}
 	sender, reason, ok := rt.sig.Verify(r.Header, body, time.Now())
 	if !ok {
 		h.metrics.SignatureFailures.WithLabelValues(rt.Name, string(reason)).Inc()
