@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -23,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/verify"
 )
 
 // Decision outcomes, as counted in metrics and written to logs.
@@ -81,10 +81,11 @@ type guarded struct {
 // alike. docs/request-path.md lists one execute's way function by
 // function.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rt, target := h.match(r)
-	if rt == nil {
+	i, target := h.matcher.Match(r)
+	if i < 0 {
 		return next.ServeHTTP(w, r)
 	}
+	rt := h.routes[i]
 	// The config may be replaced while this request runs: its store stays
 	// open until the request is done with it.
 	h.use.Enter()
@@ -202,7 +203,9 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	if rt.SamePayloadWindow > 0 {
 		g.payload = h.ids.PayloadID(rt.Operation, scope, g.fp)
 	}
-	g.check = h.resolveCheck(rt, key, g.id, g.in)
+	if rt.Verify != nil {
+		g.check = h.resolveCheck(rt, key, g.id, g.in)
+	}
 	if rt.KeepRequest {
 		g.sealed = h.keep(g, r, key, body)
 		h.remember(rt, next, r)
@@ -280,35 +283,15 @@ func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Req
 	return h.execute(g, w, r, next, body, d.claim)
 }
 
-// resolveCheck resolves the route's check from the request, for the claim
-// to keep on the record: its URL and the values of found.match. It is
-// zero when the route has none or a placeholder is empty (a lookup for ""
-// would find the wrong thing), or a match value is too long or not UTF-8:
-// such a record is held for an operator as without verify.
+// resolveCheck resolves the route's verify rule from the request, for the
+// claim to keep on the record (verify.ResolveCheck); a request it cannot
+// be resolved from leaves the record without a check, held for an
+// operator as without verify.
 func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
-	v := rt.Verify
-	if v == nil {
-		return store.Check{}
-	}
-	unresolved := func(what string, err error) store.Check {
+	chk, part, err := verify.ResolveCheck(rt.Verify, key, id, in)
+	if part != "" {
 		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
-			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", what), zap.Bool("empty_placeholder", err == nil))
-		return store.Check{}
-	}
-	u, ok, err := v.URL.Resolve(key, id, in)
-	if err != nil || !ok {
-		return unresolved("url", err)
-	}
-	chk := store.Check{Method: v.Method, URL: u, After: v.After}
-	for _, m := range v.FoundMatch {
-		val, ok, err := m.Value.ResolveText(key, id, in)
-		if err != nil || !ok {
-			return unresolved("found.match", err)
-		}
-		if len(val) > store.MaxCheckMatchValue || !utf8.ValidString(val) {
-			return unresolved("found.match", errors.New("too long or not UTF-8"))
-		}
-		chk.Match = append(chk.Match, store.CheckMatch{Path: m.Path, Value: val})
+			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", part), zap.Bool("empty_placeholder", err == nil))
 	}
 	return chk
 }

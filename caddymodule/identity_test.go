@@ -114,30 +114,6 @@ func TestMatchNormalisedRequest(t *testing.T) {
 	}
 }
 
-// TestNormalisePath pins the path normalisation table.
-func TestNormalisePath(t *testing.T) {
-	for in, want := range map[string]string{
-		"/crm/deals":              "/crm/deals",
-		"/crm/deals/":             "/crm/deals",
-		"/":                       "/",
-		"":                        "/",
-		"/CRM/Deals":              "/crm/deals",
-		"/crm/deals;jsessionid=1": "/crm/deals",
-		"/crm;a=b/deals;c":        "/crm/deals",
-		"/crm//deals":             "/crm/deals",
-		"/crm/../deals":           "/deals",
-		"/crm/deals//":            "/crm/deals",
-		"/a;b/":                   "/a",
-	} {
-		if got := normalisePath(in); got != want {
-			t.Errorf("normalisePath(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { normalisePath("/crm/deals") }); n != 0 {
-		t.Errorf("a normal path allocates %v times", n)
-	}
-}
-
 // TestDecisionPlaceholders: the decision is visible to the handlers and
 // logs after the gateway as {http.idempotency.*} placeholders.
 func TestDecisionPlaceholders(t *testing.T) {

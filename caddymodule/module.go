@@ -22,6 +22,7 @@ import (
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/redrive"
+	"github.com/idemgate/idemgate/routematch"
 	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/secret"
 	"github.com/idemgate/idemgate/store"
@@ -68,10 +69,11 @@ type Handler struct {
 	Secret string `json:"secret,omitempty"`
 
 	routes   []*route
-	live     []routeRuntime // by route, as routes
-	ids      *keying.IDKey  // derives record ids under the deployment secret
-	seal     *sealed.Sealer // encrypts kept requests under a key derived from the configured secret; nil without one
-	storeMod StoreModule    // the loaded Store module
+	matcher  *routematch.Table // the routes' methods and paths, in order
+	live     []routeRuntime    // by route, as routes
+	ids      *keying.IDKey     // derives record ids under the deployment secret
+	seal     *sealed.Sealer    // encrypts kept requests under a key derived from the configured secret; nil without one
+	storeMod StoreModule       // the loaded Store module
 	store    store.Engine
 	notices  store.Notices                     // completion notices, when a route waits for them
 	use      *storepool.Use                    // the handler's use of the store (see package storepool)

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/routematch"
 	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/signature"
 )
@@ -23,8 +24,6 @@ type route struct {
 	config.Resolved
 	idx int // the route's place in the handler's routes
 
-	methods   map[string]bool
-	path      pathPattern
 	fpRule    string         // the encoded fingerprint rule, stored with each record
 	templates string         // the key templates, for the "missing key" problem
 	answers   exchange.Rules // what the upstream's answers mean (retry statuses, on_redirect, external_id)
@@ -66,6 +65,17 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
 		return err
 	}
+	rules := make([]routematch.Rule, len(resolved))
+	for i, res := range resolved {
+		rules[i] = routematch.Rule{Methods: res.Methods, Path: res.Path}
+	}
+	if h.matcher, err = routematch.New(rules); err != nil {
+		var re *routematch.Error
+		if errors.As(err, &re) {
+			return fmt.Errorf("route %s: %w", resolved[re.Index].Name, err)
+		}
+		return err
+	}
 	h.live = make([]routeRuntime, len(h.routes))
 	return h.provisionBreakers(ctx)
 }
@@ -94,12 +104,8 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 		rt := &route{
 			Resolved: res,
 			idx:      i,
-			methods:  make(map[string]bool, len(res.Methods)),
 			fpRule:   res.Fingerprint.Encode(),
 			answers:  exchange.RulesOf(&res),
-		}
-		for _, m := range res.Methods {
-			rt.methods[strings.ToUpper(m)] = true
 		}
 		rt.templates = strings.Join(rt.templateList(), ", ")
 		rt.keepHeaders = sealed.HeaderSet(&res)
@@ -111,13 +117,10 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			}
 		}
 		rt.wait = rt.waits()
-		var err error
-		if rt.path, err = compilePath(res.Path); err != nil {
-			return nil, fmt.Errorf("route %s: path %q: %w", res.Name, res.Path, err)
-		}
 		if res.Signature != nil {
 			repl := caddy.NewReplacer()
 			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }
+			var err error
 			if rt.sig, err = signature.New(*res.Signature, fill); err != nil {
 				return nil, fmt.Errorf("route %s: %w", res.Name, err)
 			}

@@ -1,35 +1,83 @@
-package caddymodule
+// Package routematch finds the route that guards a request: the first
+// whose methods and path pattern match the normalised request, so that
+// every request the upstream treats as the guarded endpoint is guarded.
+package routematch
 
 import (
+	"fmt"
 	"net/http"
 	"path"
 	"strings"
 )
 
-// match returns the first route guarding r, or nil, and the request target
-// its path pattern matched (see pathPattern.match). A route matches the
-// normalised request, so that every request the upstream treats as the
-// guarded endpoint is guarded: methods in any case (`post` is POST), and
-// the path as normalisePath gives it. Safe methods are never guarded.
-func (h *Handler) match(r *http.Request) (*route, string) {
+// Rule is what one route matches: its methods (upper case) and a path
+// pattern in the syntax of Caddy's path matcher.
+type Rule struct {
+	Methods []string
+	Path    string
+}
+
+// Table is a handler's routes' rules, compiled, in order.
+type Table struct {
+	routes []compiled
+}
+
+type compiled struct {
+	methods map[string]bool
+	path    pattern
+}
+
+// Error is a rule whose path pattern does not compile.
+type Error struct {
+	Index int    // the rule's place in New's rules
+	Path  string // its pattern
+	Err   error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("path %q: %v", e.Path, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// New compiles rules; an error is an *Error.
+func New(rules []Rule) (*Table, error) {
+	t := &Table{routes: make([]compiled, len(rules))}
+	for i, r := range rules {
+		c := compiled{methods: make(map[string]bool, len(r.Methods))}
+		for _, m := range r.Methods {
+			c.methods[strings.ToUpper(m)] = true
+		}
+		var err error
+		if c.path, err = compile(r.Path); err != nil {
+			return nil, &Error{Index: i, Path: r.Path, Err: err}
+		}
+		t.routes[i] = c
+	}
+	return t, nil
+}
+
+// Match returns the index of the first route guarding r, or -1, and the
+// request target its path pattern matched (see pattern.match). Methods
+// match in any case (`post` is POST), the path as Normalise gives it.
+// Safe methods are never guarded.
+func (t *Table) Match(r *http.Request) (int, string) {
 	method := strings.ToUpper(r.Method) // no copy when already upper case
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return nil, ""
+		return -1, ""
 	}
-	p := normalisePath(r.URL.Path)
-	for _, rt := range h.routes {
-		if !rt.methods[method] {
+	p := Normalise(r.URL.Path)
+	for i := range t.routes {
+		c := &t.routes[i]
+		if !c.methods[method] {
 			continue
 		}
-		if target, ok := rt.path.match(p); ok {
-			return rt, target
+		if target, ok := c.path.match(p); ok {
+			return i, target
 		}
 	}
-	return nil, ""
+	return -1, ""
 }
 
-// normalisePath is the path a route pattern is matched against: the
+// Normalise is the path a route pattern is matched against: the
 // decoded request path in lower case (as Caddy's path matcher compares),
 // with `;parameters` removed from every segment (Tomcat and Spring route
 // /deals;jsessionid=1 as /deals), cleaned as Caddy cleans it (doubled
@@ -38,11 +86,11 @@ func (h *Handler) match(r *http.Request) (*route, string) {
 // characters are decoded before it sees the path (URL.Path), so /%64eals
 // is /deals. A path that needs none of this is returned as it is, without
 // allocating.
-func normalisePath(p string) string {
+func Normalise(p string) string {
 	if p == "" {
 		return "/"
 	}
-	if isNormalPath(p) {
+	if isNormal(p) {
 		return p
 	}
 	p = strings.ToLower(p)
@@ -64,8 +112,8 @@ func normalisePath(p string) string {
 	return path.Clean(p) // also drops a trailing slash
 }
 
-// isNormalPath reports whether normalisePath would return p unchanged.
-func isNormalPath(p string) bool {
+// isNormal reports whether Normalise would return p unchanged.
+func isNormal(p string) bool {
 	if p[0] != '/' || (len(p) > 1 && p[len(p)-1] == '/') {
 		return false
 	}
@@ -91,23 +139,23 @@ const (
 	patternGlob                         // any other: path.Match, '*' within a segment
 )
 
-// pathPattern is a route's path pattern, compiled for normalised paths.
-type pathPattern struct {
+// pattern is a route's path pattern, compiled for normalised paths.
+type pattern struct {
 	kind    patternKind
 	pattern string // lower case, without a trailing slash (but "/" and "/*")
 	literal string // the pattern without its wildcards (prefix, suffix, substring)
 	globSeg []bool // glob: which segments hold wildcards
 }
 
-// compilePath compiles a pattern in the syntax of Caddy's path matcher.
-// It is matched case-insensitively against normalisePath's paths, so its
+// compile compiles a pattern in the syntax of Caddy's path matcher.
+// It is matched case-insensitively against Normalise's paths, so its
 // own trailing slash is ignored too ("/crm/deals/" is "/crm/deals").
-func compilePath(pattern string) (pathPattern, error) {
-	p := strings.ToLower(pattern)
+func compile(src string) (pattern, error) {
+	p := strings.ToLower(src)
 	if len(p) > 1 && strings.HasSuffix(p, "/") && !strings.HasSuffix(p, "*/") {
 		p = strings.TrimRight(p, "/")
 	}
-	pp := pathPattern{pattern: p}
+	pp := pattern{pattern: p}
 	stars := strings.Count(p, "*")
 	switch {
 	case !strings.ContainsAny(p, "*?["):
@@ -120,7 +168,7 @@ func compilePath(pattern string) (pathPattern, error) {
 		pp.kind, pp.literal = patternSuffix, p[1:]
 	default:
 		if _, err := path.Match(p, ""); err != nil {
-			return pathPattern{}, err
+			return pattern{}, err
 		}
 		pp.kind = patternGlob
 		for seg := range strings.SplitSeq(p, "/") {
@@ -135,7 +183,7 @@ func compilePath(pattern string) (pathPattern, error) {
 // a wildcard, for a glob), "" for an exact pattern. The target is part of
 // the request's fingerprint, while the literal parts are not: two routes
 // that share an operation under different literal paths share records.
-func (pp *pathPattern) match(p string) (target string, ok bool) {
+func (pp *pattern) match(p string) (target string, ok bool) {
 	switch pp.kind {
 	case patternExact:
 		return "", p == pp.pattern
