@@ -52,6 +52,8 @@ func reasonText(rec *store.Record) string {
 		return "resolved by an operator"
 	case store.ReasonNotDone:
 		return "the upstream said \"not done\" (a retry status or a redirect), or the request never left"
+	case store.ReasonRefused:
+		return "the upstream refused the request as it was sent (401, 403, 404, 405, 413, 415 or 431): nothing was done, and a request with another payload under its key is a new one"
 	case store.ReasonUnknownReleased:
 		return "the outcome was not known, and the route's policy (on_unknown_outcome: release) let it go: the upstream may have acted"
 	case store.ReasonRetriesExhausted:

@@ -33,7 +33,7 @@ type Engine interface {
 	//     reason lease_expired, record lifetime = HoldTTL; not claimed.
 	//   - released, or in flight with the lease run out under OnExpired
 	//     release, AND the same Fingerprint and FingerprintRule; or released
-	//     as known not done (Free), whatever the payload: taken over with
+	//     as refused by the upstream (Free), whatever the payload: taken over with
 	//     req.Token (executions+1, new lease, result fields cleared, the
 	//     claim's fingerprint and rule); Claimed and TakeOver. A lease run out counts first as an unknown
 	//     outcome let go (NotDone+1, Unknowns+1); when that makes

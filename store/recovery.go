@@ -39,7 +39,27 @@ const (
 	// ReasonUnknownReleased: the execution's outcome was unknown and
 	// on_unknown_outcome: release let it go: the upstream may have acted.
 	ReasonUnknownReleased = "unknown_released"
+	// ReasonRefused: the upstream refused the request as it was sent
+	// (RefusedAsSent: 401, 403, 404, 405, 413, 415, 431): known not done,
+	// and free for a request of any payload (see Free).
+	ReasonRefused = "refused"
 )
+
+// RefusedAsSent reports whether an upstream's not-done answer refused
+// the request as it was sent (its credentials or signature, its target,
+// its method, its size, its type): unlike 408, 425, 429 or 503 ("come
+// back later"), it does not ask for the same request again, and a request
+// with another payload under its key is a new request, not a changed one.
+// A forged webhook that a receiver checking signatures refused with 401
+// is one; the genuine event after it must not be taken for a changed
+// payload.
+func RefusedAsSent(status int) bool {
+	switch status {
+	case 401, 403, 404, 405, 413, 415, 431:
+		return true
+	}
+	return false
+}
 
 // MaxAnswers is how many execution answers a record keeps, the newest.
 const MaxAnswers = 10
@@ -72,7 +92,7 @@ type NotDoneRequest struct {
 	// Unknown: the outcome is not known (the upstream may have acted);
 	// on_unknown_outcome: release lets it go. It counts in Unknowns too,
 	// and a record it releases has ReasonUnknownReleased (else
-	// ReasonNotDone).
+	// ReasonRefused for a status RefusedAsSent, else ReasonNotDone).
 	Unknown bool
 	// MaxExecutions is the route's budget: when this execution makes
 	// that many "not done" executions, the record is held with
@@ -131,8 +151,11 @@ func (c *Claim) notDone(ctx context.Context, status int, max int64, unknown bool
 
 // ReleasedReason is the reason NotDone gives a record it releases.
 func (req NotDoneRequest) ReleasedReason() string {
-	if req.Unknown {
+	switch {
+	case req.Unknown:
 		return ReasonUnknownReleased
+	case RefusedAsSent(req.Status):
+		return ReasonRefused
 	}
 	return ReasonNotDone
 }
@@ -162,7 +185,7 @@ func KnownNotDone(rec *Record) bool {
 		switch rec.Reason {
 		case ReasonOperator, ReasonVerifiedNotApplied:
 			return true
-		case ReasonNotDone:
+		case ReasonNotDone, ReasonRefused:
 			return rec.Unknowns == 0
 		}
 	case rec.State == StateUnknown && rec.Reason == ReasonRetriesExhausted:
@@ -171,13 +194,14 @@ func KnownNotDone(rec *Record) bool {
 	return false
 }
 
-// Free reports whether rec is released and known not done
-// (KnownNotDone): no result was saved and nothing took effect, so a claim
-// of any payload takes it over, as Stripe's keys save nothing for a
-// request that did not begin executing. A record released after an
-// outcome nobody knows is taken over only by its own payload.
+// Free reports whether rec was released because the upstream refused its
+// request as sent (ReasonRefused) and no execution of it had an unknown
+// outcome: nothing took effect and the same request will not come back,
+// so a claim of any payload takes it over, as Stripe's keys save nothing
+// for a request that did not begin executing. Any other released record
+// is taken over only by its own payload.
 func Free(rec *Record) bool {
-	return rec.State == StateReleased && KnownNotDone(rec)
+	return rec.State == StateReleased && rec.Reason == ReasonRefused && rec.Unknowns == 0
 }
 
 // RedriveRefusal is why a record may not be re-driven at now, as every

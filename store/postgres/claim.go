@@ -55,10 +55,9 @@ func claimSQL(records, fences, tombstones, twins string) string {
 		gone    = "r.expire_at <= " + now
 		expired = "(r.state = 'in_flight' AND r.lease_until <= " + now + ")"
 		same    = "(r.fingerprint = excluded.fingerprint AND r.fingerprint_rule = excluded.fingerprint_rule)"
-		// free: released and known not done (store.Free): any payload
-		// takes it over.
-		free = "(r.state = 'released' AND (r.reason IN ('" + store.ReasonOperator + "', '" + store.ReasonVerifiedNotApplied +
-			"') OR (r.reason = '" + store.ReasonNotDone + "' AND r.unknowns = 0)))"
+		// free: released as refused (store.Free): any payload takes it
+		// over.
+		free = "(r.state = 'released' AND r.reason = '" + store.ReasonRefused + "' AND r.unknowns = 0)"
 	)
 	// The branches, tried in this order once the record is live.
 	hold := expired + " AND NOT $9"                                                              // lease ran out: outcome unknown

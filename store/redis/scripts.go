@@ -63,6 +63,7 @@ var luaConstants = strings.NewReplacer(
 	"$ReasonRetriesExhausted", store.ReasonRetriesExhausted,
 	"$ReasonUnknownReleased", store.ReasonUnknownReleased,
 	"$ReasonNotDone", store.ReasonNotDone,
+	"$ReasonRefused", store.ReasonRefused,
 	"$ReasonOperator", store.ReasonOperator,
 	"$ReasonVerifiedNotApplied", store.ReasonVerifiedNotApplied,
 	"$ReasonVerified", store.ReasonVerified,

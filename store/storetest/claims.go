@@ -433,41 +433,56 @@ func testTTLs(t *testing.T, h Harness, e store.Engine) {
 	CheckTTL(t, h, e, defaults, store.DefaultTTL)
 }
 
-// testReleasedTakenByAnyPayload: a record released as known not done
-// saved no result and took no effect, so a claim of another payload (a
-// forged delivery answered 401 first, the genuine one after it) or under
-// another fingerprint rule takes it over, with its own fingerprint. A
-// record let go after an outcome nobody knows is taken over only by its
-// own payload.
+// testReleasedTakenByAnyPayload: a record released because the upstream
+// refused its request as sent (a 401: a forged delivery refused by a
+// receiver that checks signatures) saved no result and took no effect, and
+// that request will not come back: a claim of another payload (the
+// genuine event) or under another fingerprint rule takes it over, with its
+// own fingerprint. A record released after "come back later" (429), by
+// its claim, or after an unknown outcome is taken over only by its own
+// payload.
 func testReleasedTakenByAnyPayload(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
+	notDone := func(status int, unknown bool) func(id string) {
+		return func(id string) {
+			out, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-A", Status: status, Unknown: unknown, MaxExecutions: 5, TTL: time.Hour})
+			if err != nil || out != store.NotDoneReleased {
+				t.Fatalf("NotDone %d: %v, %v", status, out, err)
+			}
+		}
+	}
 	for _, tt := range []struct {
 		name    string
 		release func(id string)
+		free    bool
 	}{
+		{"refused (401)", notDone(401, false), true},
+		{"refused (404)", notDone(404, false), true},
+		{"come back later (429)", notDone(429, false), false},
 		{"released by its claim", func(id string) {
 			ok, err := e.Release(ctx, id, "tok-A", time.Hour)
 			MustOK(t, "Release", ok, err)
-		}},
-		{"not done", func(id string) {
-			if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-A", Status: 401, MaxExecutions: 5, TTL: time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"held, then released by an operator", func(id string) {
-			ok, err := e.MarkUnknown(ctx, id, "tok-A", "upstream_5xx", time.Hour)
-			MustOK(t, "MarkUnknown", ok, err)
-			if _, err := e.OperatorRelease(ctx, id, store.Action{Actor: "test", Reason: "not done"}, time.Hour); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		}, false},
+		{"an unknown outcome let go", notDone(502, true), false},
 	} {
 		id := NewID(t)
 		MustClaim(t, e, ClaimReq(id, "tok-A"))
 		tt.release(id)
+		if r := MustGet(t, e, id); tt.free != (r.Reason == store.ReasonRefused) {
+			t.Fatalf("%s: released with reason %q", tt.name, r.Reason)
+		}
 		other := ClaimReq(id, "tok-X")
 		other.Fingerprint, other.FingerprintRule = "fp-other", "whole-body"
 		res := MustClaim(t, e, other)
+		if !tt.free {
+			if res.Claimed || res.Record.State != store.StateReleased || res.Record.Fingerprint == "fp-other" {
+				t.Fatalf("%s: another payload took the record over: %+v", tt.name, res)
+			}
+			if res := MustClaim(t, e, ClaimReq(id, "tok-B")); !res.Claimed || !res.TakeOver {
+				t.Fatalf("%s: its own payload did not take it over: %+v", tt.name, res)
+			}
+			continue
+		}
 		if !res.Claimed || !res.TakeOver || res.Record.Fingerprint != "fp-other" || res.Record.FingerprintRule != "whole-body" || res.Record.Executions != 2 {
 			t.Fatalf("%s: another payload's claim: Claimed=%v TakeOver=%v record %+v; want it taken over with its fingerprint", tt.name, res.Claimed, res.TakeOver, res.Record)
 		}
@@ -476,21 +491,6 @@ func testReleasedTakenByAnyPayload(t *testing.T, h Harness, e store.Engine) {
 		if r := MustGet(t, e, id); r.Fingerprint != "fp-other" || r.State != store.StateCompleted {
 			t.Fatalf("%s: completed record %+v, want fp-other", tt.name, r)
 		}
-	}
-
-	// Let go after an unknown outcome: only its own payload.
-	id := NewID(t)
-	MustClaim(t, e, ClaimReq(id, "tok-A"))
-	if _, err := e.NotDone(ctx, store.NotDoneRequest{ID: id, Token: "tok-A", Status: 502, Unknown: true, MaxExecutions: 5, TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	other := ClaimReq(id, "tok-X")
-	other.Fingerprint = "fp-other"
-	if res := MustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
-		t.Fatalf("another payload took over a record let go after an unknown outcome: %+v", res)
-	}
-	if res := MustClaim(t, e, ClaimReq(id, "tok-B")); !res.Claimed || !res.TakeOver {
-		t.Fatalf("its own payload did not take it over: %+v", res)
 	}
 }
 
@@ -506,11 +506,22 @@ func testReleaseThenReclaim(t *testing.T, h Harness, e store.Engine) {
 		t.Fatalf("released record %+v; want attempts 2 executions 1", r)
 	}
 
+	other := ClaimReq(id, "tok-X")
+	other.Fingerprint = "fp-other"
+	if res := MustClaim(t, e, other); res.Claimed || res.Record.State != store.StateReleased {
+		t.Fatalf("another payload reclaimed a released record: %+v", res)
+	}
+	otherRule := ClaimReq(id, "tok-X")
+	otherRule.FingerprintRule = "whole-body"
+	if res := MustClaim(t, e, otherRule); res.Claimed {
+		t.Fatalf("a claim under another fingerprint rule reclaimed: %+v", res)
+	}
+
 	res := MustClaim(t, e, ClaimReq(id, "tok-B"))
 	r = res.Record
 	if !res.Claimed || !res.TakeOver || r.State != store.StateInFlight || r.Token != "tok-B" ||
-		r.Attempts != 3 || r.Executions != 2 {
-		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 3 executions 2", res.Claimed, res.TakeOver, r)
+		r.Attempts != 5 || r.Executions != 2 {
+		t.Fatalf("reclaim: Claimed=%v TakeOver=%v record %+v; want attempts 5 executions 2", res.Claimed, res.TakeOver, r)
 	}
 	CheckTTL(t, h, e, id, 720*time.Hour)
 	ok, err = complete(e, id, "tok-A", SampleResult(), time.Hour)

@@ -63,10 +63,9 @@ local new = decode(ARGV[3])
 local hold = tonumber(ARGV[5])
 local expired = st == 'f' and r.lu <= now
 local same = r.fp == new.fp and r.fpr == new.fpr
--- A record released as known not done (store.KnownNotDone) is free: no
--- result was saved and nothing took effect, so any payload takes it over.
-local free = st == 'r' and (r.rsn == '$ReasonOperator' or r.rsn == '$ReasonVerifiedNotApplied' or
-  (r.rsn == '$ReasonNotDone' and (tonumber(r.ndu) or 0) == 0))
+-- A record released because the upstream refused its request as sent
+-- is free (store.Free): any payload takes it over.
+local free = st == 'r' and r.rsn == '$ReasonRefused' and (tonumber(r.ndu) or 0) == 0
 r.att = att
 if expired and ARGV[6] ~= 'release' then
   r.st, r.rsn, r.exp = 'u', 'lease_expired', now + hold
