@@ -162,7 +162,8 @@ var beginCheckScript = script("now", "record", "begin_check")
 var endCheckScript = script("now", "record", "audit", "retain", "end_check")
 
 // notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
-// budget (0: none), 7 "1" for an unknown outcome let go, 8 the notice
+// budget (0: none), 7 "1" for an unknown outcome let go, 8 the reason a
+// release gives (store.NotDoneRequest.ReleasedReason), 9 the notice
 // channel. Reply: 0 fenced out, 1 released, 2 held as retries exhausted.
 var notDoneScript = script("now", "record", "notice", "not_done")
 

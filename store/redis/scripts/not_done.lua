@@ -27,7 +27,7 @@ if max > 0 and n >= max then
   return 2
 end
 r.st, r.exp = 'r', now + tonumber(ARGV[4])
-r.rsn = ARGV[9] -- store.NotDoneRequest.ReleasedReason
+r.rsn = ARGV[8] -- store.NotDoneRequest.ReleasedReason
 save(r)
 settle(was, 'r', r.exp)
 notice()
