@@ -282,10 +282,14 @@ func (g *gateway) stop() {
 	}
 }
 
-// reload re-runs `idemgate reload` with the gateway's Caddyfile.
+// reload re-runs `idemgate reload` with the gateway's Caddyfile. The
+// reload closes the old config's idle connections: the shared client
+// drops its own, so that the next request cannot pick one the gateway is
+// closing (a POST on it fails with EOF and is not retried).
 func (g *gateway) reload() (string, error) {
 	cmd := g.command("reload", "--config", g.caddyfile, "--adapter", "caddyfile", "--address", strings.TrimPrefix(g.admin, "http://"))
 	out, err := cmd.CombinedOutput()
+	client.CloseIdleConnections()
 	return string(out), err
 }
 
