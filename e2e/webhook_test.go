@@ -95,6 +95,22 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	fmt.Fprintf(w, `{"payment":"P-%s-%d"}`, id, n)
 }
 
+// deliveredOnce delivers event id to /webhooks three times, as a sender
+// retries, signed with secret: each gets 201, and the receiver created
+// one payment for it. what names the event in failures.
+func (r *receiver) deliveredOnce(t *testing.T, gw *gateway, secret, id string, body []byte, what string) {
+	t.Helper()
+	for i := range 3 {
+		resp := send(t, "POST", gw.url+"/webhooks", body, webhookHeaders(secret, id, body)...)
+		if resp.status != http.StatusCreated {
+			t.Fatalf("%s, delivery %d: %d %s, want 201", what, i+1, resp.status, resp.body)
+		}
+	}
+	if n := r.created.count(id); n != 1 {
+		t.Errorf("%s executed %d times, want 1", what, n)
+	}
+}
+
 // webhookRoutes guards POST /webhooks, keyed by the event id the sender
 // puts in webhook-id; signature adds the route's signature lines.
 func webhookRoutes(signature string) string {
@@ -122,15 +138,7 @@ func TestWebhookKeySquatting(t *testing.T) {
 			if r.status != http.StatusUnauthorized {
 				t.Fatalf("forged event: %d %s, want the receiver's 401", r.status, r.body)
 			}
-			for i := range 3 {
-				r = send(t, "POST", gw.url+"/webhooks", genuine, webhookHeaders(webhookSecret, id, genuine)...)
-				if r.status != http.StatusCreated {
-					t.Fatalf("genuine delivery %d after a forged one: %d %s, want 201", i+1, r.status, r.body)
-				}
-			}
-			if n := recv.created.count(id); n != 1 {
-				t.Errorf("genuine event executed %d times, want 1", n)
-			}
+			recv.deliveredOnce(t, gw, webhookSecret, id, genuine, "the genuine event after a forged one")
 		})
 
 		t.Run("the gateway checks signatures", func(t *testing.T) {
@@ -159,15 +167,7 @@ func TestWebhookKeySquatting(t *testing.T) {
 			if n := recv.calls.count(id); n != 0 {
 				t.Fatalf("forged events reached the receiver %d times, want 0", n)
 			}
-			for i := range 3 {
-				r := send(t, "POST", gw.url+"/webhooks", genuine, webhookHeaders(webhookSecret, id, genuine)...)
-				if r.status != http.StatusCreated {
-					t.Fatalf("genuine delivery %d: %d %s, want 201", i+1, r.status, r.body)
-				}
-			}
-			if n := recv.created.count(id); n != 1 {
-				t.Errorf("genuine event executed %d times, want 1", n)
-			}
+			recv.deliveredOnce(t, gw, webhookSecret, id, genuine, "the genuine event")
 			for reason, want := range map[string]float64{"mismatch": 2, "missing": 1} {
 				if n := metric(t, gw, "idemgate_signature_failures_total", `route="events"`, `reason="`+reason+`"`); n != want {
 					t.Errorf("idemgate_signature_failures_total{route=events,reason=%s} = %v, want %v", reason, n, want)
@@ -198,15 +198,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 		}
 		fixed := rotatedSecret
 		recv.secret.Store(&fixed)
-		for i := range 3 {
-			r := send(t, "POST", gw.url+"/webhooks", body, webhookHeaders(rotatedSecret, id, body)...)
-			if r.status != http.StatusCreated {
-				t.Fatalf("retry %d after the fix: %d %s, want 201", i+1, r.status, r.body)
-			}
-		}
-		if n := recv.created.count(id); n != 1 {
-			t.Errorf("the event executed %d times after the fix, want 1", n)
-		}
+		recv.deliveredOnce(t, gw, rotatedSecret, id, body, "the event after the fix")
 
 		// A receiver that never accepts: five executions (the default
 		// budget) reach it, then the event is held.
