@@ -16,6 +16,7 @@ func init() {
 		test{"TombstoneAfterExpiry", testTombstoneAfterExpiry},
 		test{"NoTombstone", testNoTombstone},
 		test{"TombstoneExpires", testTombstoneExpires},
+		test{"TombstoneOutlivesAClaimAnew", testTombstoneOutlivesAClaimAnew},
 		test{"TombstoneOfCheckAndOperator", testTombstoneOfCheckAndOperator},
 		test{"Twin", testTwin},
 		test{"TwinExpires", testTwinExpires},
@@ -175,6 +176,37 @@ func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
 	if !res.Claimed || res.Tombstone != nil {
 		t.Fatalf("claim after the tombstone expired: claimed %v, tombstone %+v; want claimed, none", res.Claimed, res.Tombstone)
 	}
+}
+
+// testTombstoneOutlivesAClaimAnew: a record claimed anew after its
+// tombstone was found, and released rather than completed, leaves no
+// tombstone of its own: once it expires, a late claim still finds the
+// earlier completion's.
+func testTombstoneOutlivesAClaimAnew(t *testing.T, h Harness, e store.Engine) {
+	id := NewID(t)
+	req := ClaimReq(id, "tok-A")
+	req.Tombstone = time.Hour
+	done := completedShortly(t, e, req, time.Second)
+	waitGone(t, h, e, id, done.CompletedAt, time.Second)
+
+	again := ClaimReq(id, "tok-B")
+	again.Tombstone, again.TTL = time.Hour, time.Second // released for a second
+	res := MustClaim(t, e, again)
+	if !res.Claimed {
+		t.Fatalf("claim after expiry: not claimed: %+v", res.Record)
+	}
+	wantTombstone(t, "claim after expiry", res.Tombstone, done)
+	ok, err := res.Claim.Release(context.Background())
+	MustOK(t, "Release", ok, err)
+	waitGone(t, h, e, id, h.Now(t, e), time.Second)
+
+	late := ClaimReq(id, "tok-C")
+	late.AfterExpiry = store.AfterExpiryReject
+	res = claimOf(t, e, late)
+	if res.Claimed || res.Record != nil {
+		t.Fatalf("claim under reject once the released record expired: claimed %v, record %+v; want nothing", res.Claimed, res.Record)
+	}
+	wantTombstone(t, "claim under reject once the released record expired", res.Tombstone, done)
 }
 
 func testTombstoneOfCheckAndOperator(t *testing.T, h Harness, e store.Engine) {
