@@ -9,8 +9,9 @@
 //
 // Layout: DIR/db is the Pebble database, DIR/secret the deployment secret
 // (checksummed), DIR/LOCK the owner's lock. A record is one key
-// (r/<id>); the state indexes (i/<state>/<id>) make listing a range scan
-// and the ordered expiry keys (x/<expiry>/<id>) make expiry one.
+// (r/<id>, with its tombstone); the state indexes (i/<state>/<id>) make
+// listing a range scan and the ordered expiry keys (x/<expiry>/<id>)
+// make expiry one.
 //
 // Durable: a change whose loss could execute an operation again or undo
 // a decision (a claim that lets a request through, a release, a hold, an
@@ -31,8 +32,9 @@
 //
 // Bounded: records live on disk; memory is Pebble's block cache and
 // memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
-// Expired records are deleted by a sweep of the expiry keys, and Pebble's
-// compactions give their space back.
+// Expired records are deleted by a sweep of the expiry keys (a record
+// whose tombstone lives on is turned into it, under the same key: see
+// retention.go), and Pebble's compactions give their space back.
 //
 // Damage is loud: Pebble checksums its log, tables and manifest and
 // refuses to open on damage that is not a torn last write; Open reads the

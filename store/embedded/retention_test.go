@@ -60,7 +60,8 @@ func sweptPast(t *testing.T, e *Engine, at int64) {
 // leaves it again when it expires unless it left one of its own.
 func TestTombstoneInRecordKey(t *testing.T) {
 	t.Parallel()
-	e, err := Open(Options{Dir: t.TempDir()})
+	dir := t.TempDir()
+	e, err := Open(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +94,12 @@ func TestTombstoneInRecordKey(t *testing.T) {
 	if p, err := e.List(ctx, store.ListFilter{}); err != nil || len(p.Records) != 0 {
 		t.Fatalf("List after the sweep: %+v, %v; want no records", p, err)
 	}
+	if has, err := e.hasRecords(); has || err != nil {
+		t.Fatalf("hasRecords with only a tombstone: %v, %v; want false", has, err)
+	}
+	if at := e.ExpiresAt(id); !at.IsZero() {
+		t.Fatalf("ExpiresAt of the expired record: %v; want none", at)
+	}
 	want := store.Tombstone{ID: id, CompletedAt: done.CompletedAt, Status: 202}
 	late := req
 	late.Token, late.AfterExpiry, late.HoldTTL = "tok-2", store.AfterExpiryReject, 50*time.Millisecond
@@ -116,5 +123,13 @@ func TestTombstoneInRecordKey(t *testing.T) {
 	late.AfterExpiry, late.Token = store.AfterExpiryReject, "tok-3"
 	if got, err = e.Claim(ctx, late); err != nil || got.Claimed || got.Tombstone == nil || *got.Tombstone != want {
 		t.Fatalf("claim once the new record expired: %+v, %v; want tombstone %+v", got, err, want)
+	}
+
+	// store check reads the tombstone as no record, and no damage.
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Check(dir); err != nil || len(rep.Damage) != 0 || len(rep.Records) != 0 {
+		t.Fatalf("Check of a DIR holding a tombstone alone: %+v, %v; want no records, no damage", rep, err)
 	}
 }
