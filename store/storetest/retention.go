@@ -160,13 +160,21 @@ func testNoTombstone(t *testing.T, h Harness, e store.Engine) {
 	}
 }
 
-func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
-	id := NewID(t)
-	req := ClaimReq(id, "tok-A")
-	req.Tombstone = time.Second
+// expiredWithTombstone completes a new record living 1s that leaves a
+// tombstone of tomb, and waits until the record is gone.
+func expiredWithTombstone(t *testing.T, h Harness, e store.Engine, tomb time.Duration) *store.Record {
+	t.Helper()
+	req := ClaimReq(NewID(t), "tok-A")
+	req.Tombstone = tomb
 	done := completedShortly(t, e, req, time.Second)
+	waitGone(t, h, e, done.ID, done.CompletedAt, time.Second)
+	return done
+}
+
+func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
 	// The tombstone outlives the record by its own lifetime, then goes.
-	waitGone(t, h, e, id, done.CompletedAt, time.Second)
+	done := expiredWithTombstone(t, h, e, time.Second)
+	id := done.ID
 	late := ClaimReq(id, "tok-B")
 	late.AfterExpiry = store.AfterExpiryReject
 	if res := claimOf(t, e, late); res.Claimed || res.Tombstone == nil {
@@ -183,11 +191,8 @@ func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
 // tombstone of its own: once it expires, a late claim still finds the
 // earlier completion's.
 func testTombstoneOutlivesAClaimAnew(t *testing.T, h Harness, e store.Engine) {
-	id := NewID(t)
-	req := ClaimReq(id, "tok-A")
-	req.Tombstone = time.Hour
-	done := completedShortly(t, e, req, time.Second)
-	waitGone(t, h, e, id, done.CompletedAt, time.Second)
+	done := expiredWithTombstone(t, h, e, time.Hour)
+	id := done.ID
 
 	again := ClaimReq(id, "tok-B")
 	again.Tombstone, again.TTL = time.Hour, time.Second // released for a second
