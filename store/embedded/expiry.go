@@ -47,8 +47,9 @@ func (e *Engine) compactExpired() {
 	}
 }
 
-// sweep deletes (or turns into their tombstones) up to sweepBatch expired records (a range scan of the
-// expiry keys up to now) and returns how many keys it looked at.
+// sweep deletes (or turns into their tombstones) up to sweepBatch
+// expired records (a range scan of the expiry keys up to now) and
+// returns how many keys it looked at.
 func (e *Engine) sweep() (int, error) {
 	if e.full.is() {
 		return 0, nil // deletes are writes too: after the disk has room
