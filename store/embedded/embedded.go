@@ -160,11 +160,6 @@ type Engine struct {
 
 	notices store.LocalNotices // completions, releases and holds, to this process's waiters
 
-	// oldTombs: DIR held tombstone keys of the earlier layout (t<id>)
-	// at Open, which a claim that finds no tombstone in the record key
-	// reads too (see retention.go). Set before any call.
-	oldTombs bool
-
 	recovered Recovery
 	closeOnce sync.Once
 	closeErr  error
@@ -270,9 +265,6 @@ func (e *Engine) open() error {
 	}
 	e.recovered.Imported = n
 	if err := e.openSecret(); err != nil {
-		return fail(err)
-	}
-	if e.oldTombs, err = e.hasOldTombstones(); err != nil {
 		return fail(err)
 	}
 	return nil
@@ -458,9 +450,6 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		// The tombstone travels in the record's value: no key of its own.
 		err = putRecord(b, raw, m.next, m.ret.tombAfter(m.next, s.tomb, now))
 	}
-	if err == nil && m.ret.dropTomb && e.oldTombs {
-		err = b.Delete(tombstoneKey(id), nil) // its expiry key: the sweep's
-	}
 	if err == nil && !m.count {
 		err = e.retain(b, m.next, m.ret)
 	}
@@ -590,16 +579,10 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		switch {
 		case cur == nil:
 			// The record key's read found the tombstone too, if any.
-			var err error
-			switch {
-			case !a.Tombstones:
-			case past.until > now:
+			if a.Tombstones && past.until > now {
 				res.Tombstone = past.view(req.ID)
-			case e.oldTombs:
-				if res.Tombstone, err = e.oldTombstone(req.ID, now); err != nil {
-					return mutation{err: err}
-				}
 			}
+			var err error
 			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
 				return mutation{err: err}
 			}

@@ -38,9 +38,7 @@ const (
 
 	// The keys of a tombstone kept beside its record (t<id>, its expiry
 	// key marked x<expiry>!<id>), as an earlier version of this engine
-	// wrote them: no longer written; read while DIR holds any (see
-	// oldTombstone), dropped by an operator's release, deleted by the
-	// sweep when they expire.
+	// wrote them: no longer written or read, the sweep deletes them.
 	kindTombstone byte = 't'
 	markTombstone      = "!"
 )
@@ -125,40 +123,6 @@ func (e *Engine) readRetained(key []byte, now int64) ([]byte, int64, error) {
 		return nil, at, nil
 	}
 	return append([]byte(nil), rest...), at, nil
-}
-
-// hasOldTombstones reports whether DIR holds a tombstone key of the
-// earlier layout (t<id>), expired or not: one seek, at Open.
-func (e *Engine) hasOldTombstones() (bool, error) {
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindTombstone}, UpperBound: []byte{kindTombstone + 1}})
-	if err != nil {
-		return false, e.readErr(err)
-	}
-	has := it.First()
-	err = it.Error()
-	if cerr := it.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return false, e.readErr(err)
-	}
-	return has, nil
-}
-
-// oldTombstone reads the live tombstone of id in the earlier layout's
-// key t<id> (nil: none): its value is its expiry (8 bytes BE ms), then
-// completed at and status as varints, then the reason.
-func (e *Engine) oldTombstone(id string, now int64) (*store.Tombstone, error) {
-	v, _, err := e.readRetained(tombstoneKey(id), now)
-	if v == nil || err != nil {
-		return nil, err
-	}
-	completed, n := binary.Varint(v)
-	status, m := binary.Varint(v[max(n, 0):])
-	if n <= 0 || m <= 0 {
-		return nil, fmt.Errorf("embedded store %s: the tombstone of %s does not decode", e.dir, id)
-	}
-	return &store.Tombstone{ID: id, CompletedAt: time.UnixMilli(completed), Status: int(status), Reason: string(v[n+m:])}, nil
 }
 
 // twinOf reads the live twin entry of digest (nil: none).

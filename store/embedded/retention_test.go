@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -42,16 +41,6 @@ func wantKeys(t *testing.T, e *Engine, what string, want ...string) {
 	}
 }
 
-// openDir opens the engine in dir.
-func openDir(t *testing.T, dir string) *Engine {
-	t.Helper()
-	e, err := Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 // sweptPast waits until the engine's clock passes at, then sweeps.
 func sweptPast(t *testing.T, e *Engine, at int64) {
 	t.Helper()
@@ -72,7 +61,10 @@ func sweptPast(t *testing.T, e *Engine, at int64) {
 func TestTombstoneInRecordKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	e := openDir(t, dir)
+	e, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer e.Close()
 	ctx := context.Background()
 	id := fmt.Sprintf("%032x", 7)
@@ -139,85 +131,5 @@ func TestTombstoneInRecordKey(t *testing.T) {
 	}
 	if rep, err := Check(dir); err != nil || len(rep.Damage) != 0 || len(rep.Records) != 0 {
 		t.Fatalf("Check of a DIR holding a tombstone alone: %+v, %v; want no records, no damage", rep, err)
-	}
-}
-
-// TestOldTombstoneKeys: a DIR written when a tombstone was a key of its
-// own (t<id>, its expiry key x<expiry>!<id>) keeps its tombstones: a
-// claim that finds none in the record key reads the old key, an
-// operator's release drops it, and the sweep deletes the old keys once
-// they expire.
-func TestOldTombstoneKeys(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	e := openDir(t, dir)
-	now := e.now()
-	live, gone, released := fmt.Sprintf("%032x", 1), fmt.Sprintf("%032x", 2), fmt.Sprintf("%032x", 3)
-	b := e.db.NewBatch()
-	for _, o := range []struct {
-		id      string
-		expires int64
-	}{{live, now + time.Hour.Milliseconds()}, {gone, now - 1}, {released, now + time.Hour.Milliseconds()}} {
-		v := binary.BigEndian.AppendUint64(nil, uint64(o.expires))
-		v = binary.AppendVarint(v, now-5000)
-		v = binary.AppendVarint(v, 201)
-		v = append(v, store.ReasonVerified...)
-		if err := b.Set(tombstoneKey(o.id), v, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Set(expiryKey(o.expires, markTombstone+o.id), nil, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	_ = b.Close()
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e = openDir(t, dir)
-	defer e.Close()
-	ctx := context.Background()
-	claim := func(id, token string, after store.AfterExpiry) store.ClaimResult {
-		t.Helper()
-		res, err := e.Claim(ctx, store.ClaimRequest{ID: id, Route: "hooks", Operation: "event", Fingerprint: "fp", Token: token,
-			Lease: time.Minute, HoldTTL: time.Hour, Tombstone: time.Hour, AfterExpiry: after})
-		if err != nil {
-			t.Fatalf("claim %s: %v", id, err)
-		}
-		return res
-	}
-	want := store.Tombstone{ID: live, CompletedAt: time.UnixMilli(now - 5000), Status: 201, Reason: store.ReasonVerified}
-	if res := claim(live, "tok-1", store.AfterExpiryReject); res.Claimed || res.Record != nil || res.Tombstone == nil || *res.Tombstone != want {
-		t.Fatalf("claim under reject of an id with an old tombstone key: %+v; want tombstone %+v, nothing created", res, want)
-	}
-	if res := claim(gone, "tok-1", store.AfterExpiryReject); !res.Claimed || res.Tombstone != nil {
-		t.Fatalf("claim of an id whose old tombstone expired: %+v; want claimed, none", res)
-	}
-
-	// An operator's release drops the old key.
-	if res := claim(released, "tok-1", store.AfterExpiryExecute); !res.Claimed || res.Tombstone == nil {
-		t.Fatalf("claim under execute of an id with an old tombstone key: %+v", res)
-	}
-	ok, err := e.Complete(ctx, store.CompleteRequest{Claim: store.ClaimRequest{ID: released, Token: "tok-1"},
-		Result: store.Result{Status: 200}, TTL: time.Hour})
-	if !ok || err != nil {
-		t.Fatalf("complete: %v, %v", ok, err)
-	}
-	if _, err := e.OperatorRelease(ctx, released, store.Action{Actor: "ops", Reason: "refunded"}, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	r, _ := e.read(released)
-	sweptPast(t, e, r.ExpireAt)
-	if res := claim(released, "tok-2", store.AfterExpiryReject); !res.Claimed || res.Tombstone != nil {
-		t.Fatalf("claim after an operator's release: %+v; want claimed, no tombstone", res)
-	}
-	// Left: the old keys of the live one, and the expiry key of the
-	// released one's, which the sweep deletes when it comes due.
-	for _, k := range keysOf(t, e) {
-		if k[0] == kindTombstone && k[1:] != live || k[0] == kindExpiry && len(k) > 9 && k[9] == markTombstone[0] && k[10:] != live && k[10:] != released {
-			t.Errorf("key %q left: want the old keys of %s only", k, live)
-		}
 	}
 }
