@@ -86,7 +86,7 @@ func (e *Engine) sweep() (int, error) {
 	for _, d := range dues {
 		expire := e.expire
 		if !store.ValidID(d.id) {
-			expire = e.expireRetained // a tombstone's or a twin entry's
+			expire = e.expireRetained // a twin entry's
 		}
 		if err := expire(d.id, d.at, now); err != nil {
 			return len(dues), err

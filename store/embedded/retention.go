@@ -35,15 +35,7 @@ const (
 	kindTwin byte = 'w'
 
 	markTwin = "~"
-
-	// The keys of a tombstone kept beside its record (t<id>, its expiry
-	// key marked x<expiry>!<id>), as an earlier version of this engine
-	// wrote them: no longer written or read, the sweep deletes them.
-	kindTombstone byte = 't'
-	markTombstone      = "!"
 )
-
-func tombstoneKey(id string) []byte { return append([]byte{kindTombstone}, id...) }
 
 func twinKey(digest string) []byte { return append([]byte{kindTwin}, digest...) }
 
@@ -173,19 +165,13 @@ func completion(req store.CompleteRequest, now int64) retention {
 	return ret
 }
 
-// expireRetained deletes the twin entry (or tombstone of the earlier
-// layout) that expiry key (at, marked) names when it expired by now, and
-// the expiry key.
+// expireRetained deletes the twin entry that expiry key (at, marked)
+// names when it expired by now, and the expiry key.
 func (e *Engine) expireRetained(marked string, at, now int64) error {
-	var key []byte
-	switch marked[:1] {
-	case markTombstone:
-		key = tombstoneKey(marked[1:])
-	case markTwin:
-		key = twinKey(marked[1:])
-	default:
+	if marked[:1] != markTwin {
 		return nil
 	}
+	key := twinKey(marked[1:])
 	// A twin entry is written under the completing record's lock, so a refresh landing
 	// between this read and the delete can be lost: the detector then
 	// misses one twin, never reports a false one.
