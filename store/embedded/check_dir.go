@@ -143,12 +143,12 @@ func Check(dir string) (Report, error) {
 	defer it.Close()
 	now := e.now()
 	for it.First(); it.Valid(); it.Next() {
-		r, err := decodeRecord(it.Value())
+		r, _, err := decodeValue(it.Value())
 		if err != nil {
 			damage("record %q does not decode", strings.TrimPrefix(string(it.Key()), "r"))
 			continue
 		}
-		if r.ExpireAt > now {
+		if r != nil && r.ExpireAt > now { // not a tombstone alone, nor expired
 			rep.Records[store.StoredState(r.State)]++
 		}
 	}

@@ -20,6 +20,10 @@ const (
 	opPut     byte = 1 // the whole record (every state change)
 	opAttempt byte = 2 // id, attempts: a claim that only counted
 	opRenew   byte = 3 // id, lease_until: a renewed lease
+
+	// opTomb starts a record key's value once its record expired and
+	// only its tombstone is left (retention.go); never in a journal.
+	opTomb byte = 4
 )
 
 const frameHeader = 8
@@ -297,13 +301,61 @@ func decodePut(d *reader) (*rec, error) {
 	return r, nil
 }
 
-// encodeRecord is a record's stored value: opPut and its fields.
-func encodeRecord(r *rec) []byte { return appendPut(make([]byte, 0, 256+len(r.Body)), r) }
+// encodeRecord is a record's stored value: opPut and its fields, then
+// the tombstone it leaves or carries (a trailing section, absent when
+// there is none: records made before tombstones lack it).
+func encodeRecord(r *rec, t tomb) []byte {
+	b := appendPut(make([]byte, 0, 256+len(r.Body)), r)
+	if t.until == 0 {
+		return b
+	}
+	return appendTomb(b, t)
+}
 
 // decodeRecord is the inverse of encodeRecord.
-func decodeRecord(v []byte) (*rec, error) {
+func decodeRecord(v []byte) (*rec, tomb, error) {
 	if len(v) == 0 || v[0] != opPut {
-		return nil, errBadFrame
+		return nil, tomb{}, errBadFrame
 	}
-	return decodePut(&reader{b: v[1:]})
+	d := &reader{b: v[1:]}
+	r, err := decodePut(d)
+	if err != nil || len(d.b) == 0 {
+		return r, tomb{}, err
+	}
+	t := decodeTomb(d)
+	if d.err != nil || len(d.b) != 0 {
+		return nil, tomb{}, errBadFrame
+	}
+	return r, t, nil
+}
+
+// encodeTomb is the value of a record key that holds only a tombstone.
+func encodeTomb(t tomb) []byte { return appendTomb([]byte{opTomb}, t) }
+
+// decodeValue decodes a record key's value: a record with the tombstone
+// it carries, or a tombstone alone (nil record).
+func decodeValue(v []byte) (*rec, tomb, error) {
+	if len(v) == 0 || v[0] != opTomb {
+		return decodeRecord(v)
+	}
+	d := &reader{b: v[1:]}
+	t := decodeTomb(d)
+	if d.err != nil || len(d.b) != 0 || t.until == 0 {
+		return nil, tomb{}, errBadFrame
+	}
+	return nil, t, nil
+}
+
+// appendTomb encodes a tombstone: its end, completed at and status as
+// varints, the reason.
+func appendTomb(b []byte, t tomb) []byte {
+	b = binary.AppendVarint(b, t.until)
+	b = binary.AppendVarint(b, t.completedAt)
+	b = binary.AppendVarint(b, int64(t.status))
+	return appendString(b, t.reason)
+}
+
+// decodeTomb is the inverse of appendTomb.
+func decodeTomb(d *reader) tomb {
+	return tomb{until: d.varint(), completedAt: d.varint(), status: int(d.varint()), reason: d.string()}
 }

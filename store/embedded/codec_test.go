@@ -20,7 +20,7 @@ func TestRecordCodecOlderForms(t *testing.T) {
 		Answers: []store.Answer{{At: time.UnixMilli(1_700_000_000_500), Status: 502}},
 		Request: []byte("sealed"),
 	}, ExpireAt: 1_700_000_100_000}
-	full := encodeRecord(r)
+	full := encodeRecord(r, tomb{})
 	unknowns := binary.AppendVarint(nil, r.Unknowns)
 	if !bytes.HasSuffix(full, unknowns) {
 		t.Fatalf("the record does not end with Unknowns: %q", full)
@@ -34,14 +34,56 @@ func TestRecordCodecOlderForms(t *testing.T) {
 		{"before unknown outcomes counted", full[:len(full)-len(unknowns)], 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeRecord(tc.b)
-			if err != nil {
-				t.Fatal(err)
+			got, past, err := decodeRecord(tc.b)
+			if err != nil || past != (tomb{}) {
+				t.Fatal(past, err)
 			}
 			if got.Unknowns != tc.wantUnknowns || got.NotDone != 3 || !bytes.Equal(got.Request, r.Request) ||
 				len(got.Answers) != 1 || got.Answers[0].Status != 502 || got.Reason != store.ReasonUnknownReleased {
 				t.Fatalf("decoded %+v", got.Record)
 			}
 		})
+	}
+}
+
+// TestRecordCodecTombstone: a record key's value carries a tombstone
+// after the record's fields, or holds one alone; a record without one
+// is encoded as before tombstones.
+func TestRecordCodecTombstone(t *testing.T) {
+	r := &rec{Record: store.Record{
+		ID: "0123456789abcdef0123456789abcdef", Route: "r", Operation: "r", State: store.StateCompleted,
+		Token: "tok", StartedAt: time.UnixMilli(1_700_000_000_000), CompletedAt: time.UnixMilli(1_700_000_000_100),
+		Attempts: 1, Executions: 1, Result: store.Result{Status: 201, Body: []byte("done")},
+	}, ExpireAt: 1_700_000_100_000}
+	want := tomb{until: 1_700_003_700_000, completedAt: 1_699_000_000_000, status: 200, reason: store.ReasonOperator}
+	plain := encodeRecord(r, tomb{})
+	carrying := encodeRecord(r, want)
+	if !bytes.HasPrefix(carrying, plain) {
+		t.Fatalf("the tombstone is not a trailing section: %q, %q", plain, carrying)
+	}
+	for _, tc := range []struct {
+		name   string
+		v      []byte
+		record bool
+		past   tomb
+	}{
+		{"record", plain, true, tomb{}},
+		{"record carrying a tombstone", carrying, true, want},
+		{"tombstone alone", encodeTomb(want), false, want},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, past, err := decodeValue(tc.v)
+			if err != nil || (got != nil) != tc.record || past != tc.past {
+				t.Fatalf("decoded %+v, %+v, %v; want record %v, tombstone %+v", got, past, err, tc.record, tc.past)
+			}
+			if got != nil && (got.ID != r.ID || string(got.Body) != "done" || got.ExpireAt != r.ExpireAt) {
+				t.Fatalf("decoded %+v", got.Record)
+			}
+		})
+	}
+	for _, bad := range [][]byte{{opTomb}, encodeTomb(tomb{}), append(encodeTomb(want), 0), append(carrying, 0)} {
+		if r, past, err := decodeValue(bad); err == nil {
+			t.Errorf("decodeValue(%q) = %+v, %+v; want an error", bad, r, past)
+		}
 	}
 }

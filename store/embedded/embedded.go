@@ -9,8 +9,9 @@
 //
 // Layout: DIR/db is the Pebble database, DIR/secret the deployment secret
 // (checksummed), DIR/LOCK the owner's lock. A record is one key
-// (r/<id>); the state indexes (i/<state>/<id>) make listing a range scan
-// and the ordered expiry keys (x/<expiry>/<id>) make expiry one.
+// (r/<id>, with its tombstone); the state indexes (i/<state>/<id>) make
+// listing a range scan and the ordered expiry keys (x/<expiry>/<id>)
+// make expiry one.
 //
 // Durable: a change whose loss could execute an operation again or undo
 // a decision (a claim that lets a request through, a release, a hold, an
@@ -31,8 +32,9 @@
 //
 // Bounded: records live on disk; memory is Pebble's block cache and
 // memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
-// Expired records are deleted by a sweep of the expiry keys, and Pebble's
-// compactions give their space back.
+// Expired records are deleted by a sweep of the expiry keys (a record
+// whose tombstone lives on is turned into it, under the same key: see
+// retention.go), and Pebble's compactions give their space back.
 //
 // Damage is loud: Pebble checksums its log, tables and manifest and
 // refuses to open on damage that is not a torn last write; Open reads the
@@ -391,6 +393,12 @@ type mutation struct {
 // under the record's lock and commits what it returns. It returns the
 // record as left and f's result.
 func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now int64) mutation) (*rec, mutation, error) {
+	return e.updateSlot(ctx, op, id, func(cur *rec, _ tomb, now int64) mutation { return f(cur, now) })
+}
+
+// updateSlot is update for a change that reads the tombstone the record
+// key holds too (past: live or not, until 0 when none).
+func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec, past tomb, now int64) mutation) (*rec, mutation, error) {
 	if err := e.enter(); err != nil {
 		return nil, mutation{}, err
 	}
@@ -406,17 +414,17 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	release := func() { unlock(); e.leave() }
-	raw, err := e.read(id)
+	s, err := e.readSlot(id)
 	if err != nil {
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	now := e.now()
-	cur := raw
+	raw, cur := s.rec, s.rec
 	if cur != nil && cur.ExpireAt <= now {
 		cur = nil
 	}
-	m := f(cur, now)
+	m := f(cur, s.tomb, now)
 	if m.next == nil || m.err != nil {
 		release()
 		return cur, m, nil
@@ -431,11 +439,17 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	b := e.db.NewBatch()
-	write := putRecord
-	if m.count {
-		write = func(b *pebble.Batch, _, next *rec) error { return putAttempts(b, next) }
+	switch {
+	case m.count:
+		err = putAttempts(b, m.next)
+	case raw == nil && s.tomb.until != 0:
+		// The key held a tombstone alone: its expiry key goes.
+		err = b.Delete(expiryKey(s.tomb.until, id), nil)
 	}
-	err = write(b, raw, m.next)
+	if err == nil && !m.count {
+		// The tombstone travels in the record's value: no key of its own.
+		err = putRecord(b, raw, m.next, m.ret.tombAfter(m.next, s.tomb, now))
+	}
 	if err == nil && !m.count {
 		err = e.retain(b, m.next, m.ret)
 	}
@@ -446,7 +460,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 	}
 	var undo func()
 	if m.undo {
-		undo = func() { e.undo(id, raw, m.next) }
+		undo = func() { e.undo(id, s, m.next) }
 	}
 	if err := e.commit(ctx, b, m.dur, release, undo); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
@@ -523,20 +537,24 @@ func (e *Engine) writeErr(err error) error {
 	return e.readErr(err)
 }
 
-// undo puts back prev (nil: no record) after a claim's write landed that
-// nobody was told about, unless the record changed since. Called with
-// the record's lock held.
-func (e *Engine) undo(id string, prev, wrote *rec) {
+// undo puts back what record id's key held (prev: a record, a
+// tombstone alone, or nothing) after a claim's write landed that nobody
+// was told about, unless the record changed since. Called with the
+// record's lock held.
+func (e *Engine) undo(id string, prev slot, wrote *rec) {
 	cur, err := e.read(id)
 	if err != nil || cur == nil || cur.Token != wrote.Token || cur.State != wrote.State {
 		return
 	}
 	b := e.db.NewBatch()
 	defer b.Close()
-	if prev == nil {
+	switch {
+	case prev.rec != nil:
+		err = putRecord(b, cur, prev.rec, prev.tomb)
+	case prev.tomb.until != 0:
+		err = buryRecord(b, cur, prev.tomb)
+	default:
 		err = deleteRecord(b, cur)
-	} else {
-		err = putRecord(b, cur, prev)
 	}
 	if err == nil {
 		end := e.wal.begin(true)
@@ -556,16 +574,15 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	}
 	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
 	var res store.ClaimResult
-	out, m, err := e.update(ctx, "claim", req.ID, func(cur *rec, now int64) mutation {
+	out, m, err := e.updateSlot(ctx, "claim", req.ID, func(cur *rec, past tomb, now int64) mutation {
 		res = store.ClaimResult{Now: time.UnixMilli(now)}
 		switch {
 		case cur == nil:
-			var err error
-			if a.Tombstones {
-				if res.Tombstone, err = e.tombstone(req.ID, now); err != nil {
-					return mutation{err: err}
-				}
+			// The record key's read found the tombstone too, if any.
+			if a.Tombstones && past.until > now {
+				res.Tombstone = past.view(req.ID)
 			}
+			var err error
 			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
 				return mutation{err: err}
 			}
@@ -694,8 +711,8 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		r.Request = nil // a completed record keeps no request
 		r.ExpireAt = now + store.Millis(ttl)
 		changed = true
-		// The tombstone and the twin entry go in the completion's own
-		// batch: no write of their own.
+		// The tombstone goes in the record's value, the twin entry in
+		// the completion's own batch: no write of their own.
 		return mutation{next: r, dur: applied, ret: completion(req, now)}
 	})
 	return e.settled(id)(changed && err == nil, err)

@@ -47,8 +47,9 @@ func (e *Engine) compactExpired() {
 	}
 }
 
-// sweep deletes up to sweepBatch expired records (a range scan of the
-// expiry keys up to now) and returns how many keys it looked at.
+// sweep deletes (or turns into their tombstones) up to sweepBatch
+// expired records (a range scan of the expiry keys up to now) and
+// returns how many keys it looked at.
 func (e *Engine) sweep() (int, error) {
 	if e.full.is() {
 		return 0, nil // deletes are writes too: after the disk has room
@@ -85,7 +86,7 @@ func (e *Engine) sweep() (int, error) {
 	for _, d := range dues {
 		expire := e.expire
 		if !store.ValidID(d.id) {
-			expire = e.expireRetained // a tombstone's or a twin entry's
+			expire = e.expireRetained // a twin entry's
 		}
 		if err := expire(d.id, d.at, now); err != nil {
 			return len(dues), err
@@ -94,24 +95,39 @@ func (e *Engine) sweep() (int, error) {
 	return len(dues), nil
 }
 
-// expire deletes record id when it expired by now, and its expiry key at.
+// expire deletes record id when it expired by now, or turns it into the
+// tombstone it leaves when that lives on (see retention.go), or deletes
+// the tombstone alone when it expired; and deletes its expiry key at.
 func (e *Engine) expire(id string, at, now int64) error {
 	unlock, err := e.locks.lock(context.Background(), id, e.opts.OpTimeout)
 	if err != nil {
 		return nil // busy: the next sweep
 	}
 	defer unlock()
-	r, err := e.read(id)
+	s, err := e.readSlot(id)
 	if err != nil {
 		return err
 	}
+	r, t := s.rec, s.tomb
 	b := e.db.NewBatch()
 	defer b.Close()
-	if r != nil && r.ExpireAt <= now {
-		err = deleteRecord(b, r)
+	expires := t.until // the key's expiry key: the record's, or the tombstone's alone
+	switch {
+	case r != nil:
+		expires = r.ExpireAt
+		if r.ExpireAt > now {
+			break
+		}
+		if t.until > now {
+			err = buryRecord(b, r, t)
+		} else {
+			err = deleteRecord(b, r)
+		}
 		e.swept.Add(int64(len(r.Body)) + 256)
+	case t.until != 0 && t.until <= now:
+		err = deleteTomb(b, id, t)
 	}
-	if err == nil && (r == nil || r.ExpireAt != at) {
+	if err == nil && expires != at {
 		err = b.Delete(expiryKey(at, id), nil) // left behind: should not happen
 	}
 	if err == nil && !b.Empty() {

@@ -14,11 +14,12 @@ const dbDir = "db"
 
 // Key layout. Every key starts with one byte naming its kind:
 //
-//	r<id>                      the record (codec.go)
+//	r<id>                      the record and the tombstone it carries, or its tombstone alone once it expired (codec.go, retention.go)
 //	i<state><id>               state index: state is the state's position in store.IndexStates, as a byte
-//	x<expiry: 8 bytes BE ms><id> expiry index, soonest first
+//	x<expiry: 8 bytes BE ms><id> expiry index, soonest first (of a record, or of a tombstone alone)
 //	a<id>                      a replay's attempt count (varint), newer than the record's
 //	m<name>                    the engine's own facts (the clean marker)
+//	w<digest>                  a twin entry (retention.go)
 const (
 	kindAttempts byte = 'a'
 	kindRecord   byte = 'r'
@@ -50,19 +51,38 @@ func parseExpiryKey(k []byte) (at int64, id string, ok bool) {
 	return int64(binary.BigEndian.Uint64(k[1:9])), string(k[9:]), true
 }
 
-// read reads record id as stored, expired or not; nil when there is none.
+// slot is what a record key holds: the record as stored, expired or not
+// (nil: none, or only a tombstone), and the tombstone it leaves or
+// carries (until 0: none), live or not.
+type slot struct {
+	rec  *rec
+	tomb tomb
+}
+
+// read reads record id as stored, expired or not; nil when there is none
+// (or only its tombstone).
 func (e *Engine) read(id string) (*rec, error) {
+	s, err := e.readSlot(id)
+	return s.rec, err
+}
+
+// readSlot reads record id's key: one read, and one more for a record's
+// attempt count.
+func (e *Engine) readSlot(id string) (slot, error) {
 	v, closer, err := e.db.Get(recordKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
+		return slot{}, nil
 	}
 	if err != nil {
-		return nil, e.readErr(err)
+		return slot{}, e.readErr(err)
 	}
 	defer closer.Close()
-	r, err := decodeRecord(v)
+	r, t, err := decodeValue(v)
 	if err != nil {
-		return nil, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
+		return slot{}, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
+	}
+	if r == nil {
+		return slot{tomb: t}, nil
 	}
 	a, closer2, err := e.db.Get(attemptsKey(id))
 	switch {
@@ -70,13 +90,13 @@ func (e *Engine) read(id string) (*rec, error) {
 		n, k := binary.Varint(a)
 		_ = closer2.Close()
 		if k <= 0 {
-			return nil, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
+			return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
 		}
 		r.Attempts = n
 	case !errors.Is(err, pebble.ErrNotFound):
-		return nil, e.readErr(err)
+		return slot{}, e.readErr(err)
 	}
-	return r, nil
+	return slot{rec: r, tomb: t}, nil
 }
 
 // putAttempts writes a replay's attempt count alone: a few bytes instead
@@ -94,14 +114,15 @@ func (e *Engine) readErr(err error) error {
 	return fmt.Errorf("embedded store %s: %w", e.dir, err)
 }
 
-// putRecord writes next in place of old (nil: none) with its index keys.
-func putRecord(b *pebble.Batch, old, next *rec) error {
+// putRecord writes next, carrying tombstone t, in place of old (nil:
+// none) with its index keys.
+func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
 	if old != nil {
 		if err := unindex(b, old); err != nil {
 			return err
 		}
 	}
-	if err := b.Set(recordKey(next.ID), encodeRecord(next), nil); err != nil {
+	if err := b.Set(recordKey(next.ID), encodeRecord(next, t), nil); err != nil {
 		return err
 	}
 	if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
@@ -122,6 +143,30 @@ func deleteRecord(b *pebble.Batch, r *rec) error {
 		return err
 	}
 	return b.Delete(recordKey(r.ID), nil)
+}
+
+// buryRecord replaces r by the tombstone t alone under its key, with an
+// expiry key at the tombstone's end.
+func buryRecord(b *pebble.Batch, r *rec, t tomb) error {
+	if err := unindex(b, r); err != nil {
+		return err
+	}
+	if err := b.Delete(attemptsKey(r.ID), nil); err != nil {
+		return err
+	}
+	if err := b.Set(recordKey(r.ID), encodeTomb(t), nil); err != nil {
+		return err
+	}
+	return b.Set(expiryKey(t.until, r.ID), nil, nil)
+}
+
+// deleteTomb deletes the tombstone t that record id's key holds alone,
+// and its expiry key.
+func deleteTomb(b *pebble.Batch, id string, t tomb) error {
+	if err := b.Delete(expiryKey(t.until, id), nil); err != nil {
+		return err
+	}
+	return b.Delete(recordKey(id), nil)
 }
 
 func unindex(b *pebble.Batch, r *rec) error {

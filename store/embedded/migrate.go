@@ -101,7 +101,7 @@ func (e *Engine) migrate() (int, error) {
 		} else if old != nil {
 			continue // imported by an earlier start that stopped before moving the files
 		}
-		if err := putRecord(b, nil, r); err != nil {
+		if err := putRecord(b, nil, r, tomb{}); err != nil { // journals kept no tombstones
 			return 0, err
 		}
 		n++

@@ -12,28 +12,56 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// Tombstones and twin entries (see store/tombstone.go). A tombstone is one
-// key t<id> beside the record's; a twin entry one key w<digest>. Each value
-// starts with its expiry (8 bytes BE ms), and each has an expiry key like a
-// record's, its id marked (x<expiry>!<id>, x<expiry>~<digest>: no record
-// id holds those bytes), so the same sweep deletes them when they expire.
-// A tombstone is written in the completion's batch, under the record's
-// lock; a claim reads both under the record's lock before it decides.
+// Tombstones and twin entries (see store/tombstone.go).
+//
+// A tombstone lives in its record's own key r<id>, so that neither a
+// completion nor a claim pays for it with a key or a read of its own: a
+// record's value ends with the tombstone it leaves when it expires (its
+// own, written by the completion that asks for one) or carries (an
+// earlier completion's, when the id was claimed anew after it; an
+// operator's release drops it). The claim's read of the record key finds
+// a live record, or an expired one (or none) with the tombstone. When the
+// sweep finds a record expired with its tombstone still to live, it
+// rewrites the key into the tombstone alone (opTomb, a few bytes) and
+// moves its expiry key to the tombstone's end; at that end the same
+// sweep deletes it. Every reader of records takes such a key as no record.
+//
+// A twin entry is one key w<digest>; its value starts with its expiry (8
+// bytes BE ms), and it has an expiry key like a record's, its digest
+// marked (x<expiry>~<digest>: no record id holds that byte), so the same
+// sweep deletes it when it expires. It is written in the completion's
+// batch; a claim with a twin digest reads it under the record's lock.
 const (
-	kindTombstone byte = 't'
-	kindTwin      byte = 'w'
+	kindTwin byte = 'w'
 
-	markTombstone = "!"
-	markTwin      = "~"
+	markTwin = "~"
 )
-
-func tombstoneKey(id string) []byte { return append([]byte{kindTombstone}, id...) }
 
 func twinKey(digest string) []byte { return append([]byte{kindTwin}, digest...) }
 
+// tomb is the tombstone a record key holds: until is its end (ms; 0:
+// none), then what it tells of the completed record.
+type tomb struct {
+	until       int64
+	completedAt int64
+	status      int
+	reason      string
+}
+
+// tombOf is the tombstone a completed record r leaves, outliving it by
+// ms.
+func tombOf(r *rec, ms int64) tomb {
+	return tomb{until: r.ExpireAt + ms, completedAt: msOf(r.CompletedAt), status: r.Status, reason: r.Reason}
+}
+
+// view is t for a caller, as the tombstone of record id.
+func (t tomb) view(id string) *store.Tombstone {
+	return &store.Tombstone{ID: id, CompletedAt: time.UnixMilli(t.completedAt), Status: t.status, Reason: t.reason}
+}
+
 // retention is what a change writes beside the record: a tombstone
-// outliving it by tomb ms (0: none), the removal of its tombstone, a twin
-// entry naming it until twinUntil (ms).
+// outliving it by tomb ms (0: the one it carries, if any), the removal
+// of its tombstone, a twin entry naming it until twinUntil (ms).
 type retention struct {
 	tomb      int64
 	dropTomb  bool
@@ -41,12 +69,16 @@ type retention struct {
 	twinUntil int64
 }
 
-// tombstoneValue: expiry, completed at and status as varints, the reason.
-func tombstoneValue(expires int64, r *rec) []byte {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 24+len(r.Reason)), uint64(expires))
-	v = binary.AppendVarint(v, store.MillisOf(r.CompletedAt))
-	v = binary.AppendVarint(v, int64(r.Status))
-	return append(v, r.Reason...)
+// tombAfter is the tombstone next carries after a change with ret, given
+// the one its key held (past) at now.
+func (ret retention) tombAfter(next *rec, past tomb, now int64) tomb {
+	switch {
+	case ret.tomb > 0:
+		return tombOf(next, ret.tomb)
+	case ret.dropTomb, past.until <= now:
+		return tomb{}
+	}
+	return past
 }
 
 // twinValue: expiry, completed at as a varint, the record id.
@@ -56,7 +88,7 @@ func twinValue(expires, completedAt int64, id string) []byte {
 	return append(v, id...)
 }
 
-// expiresOf is the expiry a tombstone's or twin entry's value starts with.
+// expiresOf is the expiry a twin entry's value starts with.
 func expiresOf(v []byte) (int64, []byte, bool) {
 	if len(v) < 8 {
 		return 0, nil, false
@@ -85,20 +117,6 @@ func (e *Engine) readRetained(key []byte, now int64) ([]byte, int64, error) {
 	return append([]byte(nil), rest...), at, nil
 }
 
-// tombstone reads the live tombstone of id (nil: none).
-func (e *Engine) tombstone(id string, now int64) (*store.Tombstone, error) {
-	v, _, err := e.readRetained(tombstoneKey(id), now)
-	if v == nil || err != nil {
-		return nil, err
-	}
-	completed, n := binary.Varint(v)
-	status, m := binary.Varint(v[max(n, 0):])
-	if n <= 0 || m <= 0 {
-		return nil, fmt.Errorf("embedded store %s: the tombstone of %s does not decode", e.dir, id)
-	}
-	return &store.Tombstone{ID: id, CompletedAt: time.UnixMilli(completed), Status: int(status), Reason: string(v[n+m:])}, nil
-}
-
 // twinOf reads the live twin entry of digest (nil: none).
 func (e *Engine) twinOf(digest string, now int64) (*store.Twin, error) {
 	if digest == "" {
@@ -115,42 +133,26 @@ func (e *Engine) twinOf(digest string, now int64) (*store.Twin, error) {
 	return &store.Twin{ID: string(v[n:]), CompletedAt: time.UnixMilli(completed)}, nil
 }
 
-// retain writes what ret says about next in b, replacing the expiry keys
-// of the tombstone and twin entry it overwrites.
+// retain writes the twin entry ret names next in (none: nothing) in b,
+// replacing the expiry key of the entry it overwrites.
 func (e *Engine) retain(b *pebble.Batch, next *rec, ret retention) error {
-	replace := func(key []byte, mark, id string, value []byte) error {
-		_, old, err := e.readRetained(key, 0)
-		if err != nil {
-			return err
-		}
-		if old != 0 {
-			if err := b.Delete(expiryKey(old, mark+id), nil); err != nil {
-				return err
-			}
-		}
-		if value == nil {
-			return b.Delete(key, nil)
-		}
-		at, _, _ := expiresOf(value)
-		if err := b.Set(key, value, nil); err != nil {
-			return err
-		}
-		return b.Set(expiryKey(at, mark+id), nil, nil)
+	if ret.twin == "" {
+		return nil
 	}
-	switch {
-	case ret.tomb > 0:
-		if err := replace(tombstoneKey(next.ID), markTombstone, next.ID, tombstoneValue(next.ExpireAt+ret.tomb, next)); err != nil {
-			return err
-		}
-	case ret.dropTomb:
-		if err := replace(tombstoneKey(next.ID), markTombstone, next.ID, nil); err != nil {
+	key := twinKey(ret.twin)
+	_, old, err := e.readRetained(key, 0)
+	if err != nil {
+		return err
+	}
+	if old != 0 {
+		if err := b.Delete(expiryKey(old, markTwin+ret.twin), nil); err != nil {
 			return err
 		}
 	}
-	if ret.twin != "" {
-		return replace(twinKey(ret.twin), markTwin, ret.twin, twinValue(ret.twinUntil, store.MillisOf(next.CompletedAt), next.ID))
+	if err := b.Set(key, twinValue(ret.twinUntil, store.MillisOf(next.CompletedAt), next.ID), nil); err != nil {
+		return err
 	}
-	return nil
+	return b.Set(expiryKey(ret.twinUntil, markTwin+ret.twin), nil, nil)
 }
 
 // completion is the retention of a completion: the tombstone it asks for
@@ -163,20 +165,14 @@ func completion(req store.CompleteRequest, now int64) retention {
 	return ret
 }
 
-// expireRetained deletes the tombstone or twin entry that expiry key
-// (at, marked) names when it expired by now, and the expiry key.
+// expireRetained deletes the twin entry that expiry key (at, marked)
+// names when it expired by now, and the expiry key.
 func (e *Engine) expireRetained(marked string, at, now int64) error {
-	var key []byte
-	switch marked[:1] {
-	case markTombstone:
-		key = tombstoneKey(marked[1:])
-	case markTwin:
-		key = twinKey(marked[1:])
-	default:
+	if marked[:1] != markTwin {
 		return nil
 	}
-	// A tombstone changes under its record's lock; a twin entry is
-	// written under the completing record's, so a refresh landing
+	key := twinKey(marked[1:])
+	// A twin entry is written under the completing record's lock, so a refresh landing
 	// between this read and the delete can be lost: the detector then
 	// misses one twin, never reports a false one.
 	unlock, err := e.locks.lock(context.Background(), marked[1:], e.opts.OpTimeout)

@@ -113,13 +113,17 @@ func (e *Engine) secretDigest() ([]byte, bool, error) {
 	return slices.Clone(v), true, nil
 }
 
-// hasRecords reports whether any record is stored.
+// hasRecords reports whether any record is stored (a record key that
+// holds a tombstone alone is none).
 func (e *Engine) hasRecords() (bool, error) {
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kindRecord}, UpperBound: []byte{kindRecord + 1}})
 	if err != nil {
 		return false, e.readErr(err)
 	}
 	has := it.First()
+	for has && len(it.Value()) > 0 && it.Value()[0] == opTomb {
+		has = it.Next()
+	}
 	err = it.Error()
 	_ = it.Close()
 	if err != nil {

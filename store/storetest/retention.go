@@ -16,6 +16,7 @@ func init() {
 		test{"TombstoneAfterExpiry", testTombstoneAfterExpiry},
 		test{"NoTombstone", testNoTombstone},
 		test{"TombstoneExpires", testTombstoneExpires},
+		test{"TombstoneOutlivesAClaimAnew", testTombstoneOutlivesAClaimAnew},
 		test{"TombstoneOfCheckAndOperator", testTombstoneOfCheckAndOperator},
 		test{"Twin", testTwin},
 		test{"TwinExpires", testTwinExpires},
@@ -159,13 +160,21 @@ func testNoTombstone(t *testing.T, h Harness, e store.Engine) {
 	}
 }
 
-func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
-	id := NewID(t)
-	req := ClaimReq(id, "tok-A")
-	req.Tombstone = time.Second
+// expiredWithTombstone completes a new record living 1s that leaves a
+// tombstone of tomb, and waits until the record is gone.
+func expiredWithTombstone(t *testing.T, h Harness, e store.Engine, tomb time.Duration) *store.Record {
+	t.Helper()
+	req := ClaimReq(NewID(t), "tok-A")
+	req.Tombstone = tomb
 	done := completedShortly(t, e, req, time.Second)
+	waitGone(t, h, e, done.ID, done.CompletedAt, time.Second)
+	return done
+}
+
+func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
 	// The tombstone outlives the record by its own lifetime, then goes.
-	waitGone(t, h, e, id, done.CompletedAt, time.Second)
+	done := expiredWithTombstone(t, h, e, time.Second)
+	id := done.ID
 	late := ClaimReq(id, "tok-B")
 	late.AfterExpiry = store.AfterExpiryReject
 	if res := claimOf(t, e, late); res.Claimed || res.Tombstone == nil {
@@ -175,6 +184,34 @@ func testTombstoneExpires(t *testing.T, h Harness, e store.Engine) {
 	if !res.Claimed || res.Tombstone != nil {
 		t.Fatalf("claim after the tombstone expired: claimed %v, tombstone %+v; want claimed, none", res.Claimed, res.Tombstone)
 	}
+}
+
+// testTombstoneOutlivesAClaimAnew: a record claimed anew after its
+// tombstone was found, and released rather than completed, leaves no
+// tombstone of its own: once it expires, a late claim still finds the
+// earlier completion's.
+func testTombstoneOutlivesAClaimAnew(t *testing.T, h Harness, e store.Engine) {
+	done := expiredWithTombstone(t, h, e, time.Hour)
+	id := done.ID
+
+	again := ClaimReq(id, "tok-B")
+	again.Tombstone, again.TTL = time.Hour, time.Second // released for a second
+	res := MustClaim(t, e, again)
+	if !res.Claimed {
+		t.Fatalf("claim after expiry: not claimed: %+v", res.Record)
+	}
+	wantTombstone(t, "claim after expiry", res.Tombstone, done)
+	ok, err := res.Claim.Release(context.Background())
+	MustOK(t, "Release", ok, err)
+	waitGone(t, h, e, id, h.Now(t, e), time.Second)
+
+	late := ClaimReq(id, "tok-C")
+	late.AfterExpiry = store.AfterExpiryReject
+	res = claimOf(t, e, late)
+	if res.Claimed || res.Record != nil {
+		t.Fatalf("claim under reject once the released record expired: claimed %v, record %+v; want nothing", res.Claimed, res.Record)
+	}
+	wantTombstone(t, "claim under reject once the released record expired", res.Tombstone, done)
 }
 
 func testTombstoneOfCheckAndOperator(t *testing.T, h Harness, e store.Engine) {
