@@ -90,8 +90,14 @@ func startProxy(upstream string, note func(op, msg string)) (*proxy, error) {
 	return p, nil
 }
 
+// serve serves ln. Every exchange has a connection of its own (no
+// keep-alive), so that once the proxy refuses, the gateway's next call is
+// a refused dial, never a request written into a pooled connection the
+// proxy had just closed: that fails after sending, an outcome nobody
+// knows, which is another scenario.
 func (p *proxy) serve(ln net.Listener) {
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.handle), ReadHeaderTimeout: 10 * time.Second}
+	p.srv.SetKeepAlivesEnabled(false)
 	go func(srv *http.Server) { _ = srv.Serve(ln) }(p.srv)
 }
 
