@@ -54,17 +54,35 @@ func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reports each schema once: the pools of engines open on one
+// schema (two configs with different store options on one database) are
+// summed, as a series may be collected only once.
 func (poolCollector) Collect(ch chan<- prometheus.Metric) {
+	type sums struct{ acquired, idle, constructing, max, waits, waitSeconds float64 }
+	bySchema := map[string]*sums{}
 	open.Lock()
-	defer open.Unlock()
 	for e := range open.engines {
 		s := e.pool.Stat()
-		for state, n := range map[string]int32{"acquired": s.AcquiredConns(), "idle": s.IdleConns(), "constructing": s.ConstructingConns()} {
-			ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(n), e.schema, state)
+		t := bySchema[e.schema]
+		if t == nil {
+			t = &sums{}
+			bySchema[e.schema] = t
 		}
-		ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()), e.schema)
-		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()), e.schema)
-		ch <- prometheus.MustNewConstMetric(poolWaitSeconds, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds(), e.schema)
+		t.acquired += float64(s.AcquiredConns())
+		t.idle += float64(s.IdleConns())
+		t.constructing += float64(s.ConstructingConns())
+		t.max += float64(s.MaxConns())
+		t.waits += float64(s.EmptyAcquireCount())
+		t.waitSeconds += s.EmptyAcquireWaitTime().Seconds()
+	}
+	open.Unlock()
+	for schema, t := range bySchema {
+		for state, n := range map[string]float64{"acquired": t.acquired, "idle": t.idle, "constructing": t.constructing} {
+			ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, n, schema, state)
+		}
+		ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, t.max, schema)
+		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, t.waits, schema)
+		ch <- prometheus.MustNewConstMetric(poolWaitSeconds, prometheus.CounterValue, t.waitSeconds, schema)
 	}
 }
 

@@ -182,6 +182,16 @@ func testPoolMetrics(t *testing.T, url string) {
 	if v, ok := gauge("idemgate_postgres_pool_connections", "idle"); !ok || v < 1 {
 		t.Fatalf("idle connections = %v (%v), want at least the claim's", v, ok)
 	}
+	// A second engine on the same schema (another config with other
+	// store options): one series, the pools summed.
+	e2, err := Open(Options{URL: url, Schema: "metrics", PoolSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := gauge("idemgate_postgres_pool_max_connections", ""); !ok || v != 5 {
+		t.Fatalf("two engines on one schema: idemgate_postgres_pool_max_connections = %v (%v), want 5", v, ok)
+	}
+	_ = e2.Close()
 	_ = e.Close()
 	if _, ok := gauge("idemgate_postgres_pool_max_connections", ""); ok {
 		t.Fatal("a closed engine's pool is still reported")
