@@ -56,30 +56,16 @@ func (h *Handler) noteRetention(g *guarded, res store.ClaimResult) {
 		h.logger.Warn("a retry came after its record expired",
 			zap.String("route", rt.Name), zap.String("record_id", t.ID),
 			zap.Time("completed_at", t.CompletedAt), zap.Int("stored_status", t.Status),
-			zap.Duration("ttl", rt.TTL), zap.String("after_expiry", string(rt.afterExpiry())))
+			zap.Duration("ttl", rt.TTL), zap.String("after_expiry", string(rt.AfterExpiry)))
 	}
 	if tw := res.Twin; tw != nil {
 		g.twin = tw
-		action := rt.onSamePayload()
+		action := rt.OnSamePayload // resolved: warn unless the route says otherwise
 		h.metrics.SamePayload.WithLabelValues(rt.Name, string(action)).Inc()
 		h.logger.Warn("the payload of an operation completed under another key came with a new key",
 			zap.String("route", rt.Name), zap.String("record_id", g.id), zap.String("same_as", tw.ID),
 			zap.Time("same_as_completed_at", tw.CompletedAt), zap.String("action", string(action)))
 	}
-}
-
-func (rt *route) afterExpiry() config.AfterExpiry {
-	if rt.AfterExpiry == "" {
-		return config.AfterExpiryExecute
-	}
-	return rt.AfterExpiry
-}
-
-func (rt *route) onSamePayload() config.OnSamePayload {
-	if rt.OnSamePayload == "" {
-		return config.OnSamePayloadWarn
-	}
-	return rt.OnSamePayload
 }
 
 // refusedWould is what enforce does with a request the store created no
