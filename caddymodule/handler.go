@@ -54,6 +54,7 @@ type guarded struct {
 	method  string
 	in      *keying.Input
 	key     string
+	keyFrom int // the index of the route's key template the key came from
 	fp      string
 	start   time.Time
 	id      string // key id; the key itself is never logged
@@ -195,7 +196,7 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	if err := keying.ValidateKey(key); err != nil {
 		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	}
-	g.key = key
+	g.key, g.keyFrom = key, idx
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
 		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	}

@@ -52,6 +52,12 @@ var (
 	StoreDown   = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
 
+// InFlightKeyTitle is InFlight's title when the key did not come from
+// the Idempotency-Key header (a webhook's event id in the body, a query
+// parameter, another header): the draft's title would name a header the
+// request never sent.
+const InFlightKeyTitle = "A request is outstanding for this key"
+
 // Write sends p as application/problem+json.
 func (p Problem) Write(w http.ResponseWriter) error {
 	body, err := json.Marshal(p)
