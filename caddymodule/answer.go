@@ -113,9 +113,12 @@ func (h *Handler) fingerprintUnder(g *guarded, rec *store.Record) (string, bool)
 }
 
 // replay writes a stored response: status, headers and body as they were,
-// plus Idempotent-Replayed.
+// plus Idempotent-Replayed. The Server header Caddy set for this answer
+// goes: the stored headers say who answered the first time (behind
+// reverse_proxy: the upstream's Server or none, and Caddy's Via).
 func replay(w http.ResponseWriter, rec *store.Record) error {
 	hdr := w.Header()
+	delete(hdr, "Server")
 	for name, values := range rec.Header {
 		hdr[name] = values
 	}
