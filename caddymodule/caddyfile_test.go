@@ -111,6 +111,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"wait_replicas on Postgres", "idempotency {\n rules good.yaml\n store postgres://db/app\n wait_replicas 1\n}", "wait_replicas is for Redis; on Postgres a claim waits for the synchronous standbys"},
 		{"a Redis option on Postgres", "idempotency {\n rules good.yaml\n store postgresql://db/app\n key_prefix x\n}", "key_prefix is an option of the Redis store; on Postgres"},
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
+		{"bad max_buffered", "idempotency {\n rules good.yaml\n max_buffered lots\n}", `max_buffered: "lots" is not a positive size like 256MiB`},
+		{"max_buffered of nothing", "idempotency {\n rules good.yaml\n max_buffered 0\n}", `max_buffered: "0" is not a positive size`},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},
 		{"lock_lease not longer than op_timeout", "idempotency {\n rules good.yaml\n op_timeout 30s\n}",

@@ -77,7 +77,7 @@ type guarded struct {
 }
 
 // ServeHTTP guards the request if a route matches it: it reads the body
-// within max_body, decides once what to do with the request (decide) and
+// within max_body and max_buffered, decides once what to do with the request (decide) and
 // acts on that decision in one place (act), in enforce and observe mode
 // alike. docs/request-path.md lists one execute's way function by
 // function.
@@ -95,8 +95,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	body, raw, err := exchange.ReadBody(r, rt.MaxBody)
+	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.maxBuffered())
 	defer body.Release()
+	if errors.Is(err, exchange.ErrBusy) {
+		return h.busy(g, w)
+	}
 	if err != nil {
 		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}

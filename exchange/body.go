@@ -52,7 +52,12 @@ var ErrTooLarge = errors.New("request body too large")
 type Body struct {
 	buf  *[]byte   // pooled; nil once forwarded (sent owns it) or released
 	sent *sentBody // the forwarded body; nil until forward
+	held int64     // the bytes counted against the budget, until the buffer goes back
 }
+
+// readChunk is how much of a body of unknown length is read, and counted
+// against the budget, at a time.
+const readChunk = 64 << 10
 
 // ReadBody reads the whole request body, at most limit bytes, into a
 // pooled buffer; the caller calls Release when it is done with the
@@ -62,7 +67,14 @@ type Body struct {
 // beyond limit+1 bytes. A body longer than limit is not read beyond
 // limit+1 bytes. Read whole, the body's bytes come with it, for the key
 // and the fingerprint: they must not be used after Forward or Release.
-func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
+//
+// The body's bytes count against the process's budget of buffered
+// request bodies (see Buffered) until the buffer goes back to the pool.
+// A body whose Content-Length would take the count past budget is not
+// read at all, one of unknown length is counted as it is read: either
+// way ReadBody returns ErrBusy when the budget is used up. A budget of 0
+// counts the body but never refuses it.
+func ReadBody(r *http.Request, limit, budget int64) (Body, []byte, error) {
 	rb := Body{buf: getBuffer()}
 	if r.ContentLength > limit {
 		return rb, nil, ErrTooLarge
@@ -70,8 +82,15 @@ func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return rb, nil, nil
 	}
+	known := r.ContentLength >= 0
+	if known {
+		if !reserve(r.ContentLength, budget) {
+			return rb, nil, ErrBusy
+		}
+		rb.held = r.ContentLength
+	}
 	b := *rb.buf
-	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
+	if known && int64(cap(b)) <= r.ContentLength {
 		b = make([]byte, 0, r.ContentLength+1)
 	}
 	var err error
@@ -87,8 +106,22 @@ func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
 			copy(nb, b)
 			b = nb
 		}
+		end := cap(b)
+		if !known {
+			// Counted before the bytes land, a chunk at a time; what the
+			// read did not fill is given back.
+			end = min(end, len(b)+readChunk)
+			if !reserve(int64(end-len(b)), budget) {
+				*rb.buf = b
+				return rb, nil, ErrBusy
+			}
+		}
 		var n int
-		n, err = r.Body.Read(b[len(b):cap(b)])
+		n, err = r.Body.Read(b[len(b):end])
+		if !known {
+			unreserve(int64(end - len(b) - n))
+			rb.held += int64(n)
+		}
 		b = b[:len(b)+n]
 	}
 	*rb.buf = b
@@ -133,8 +166,8 @@ func (rb *Body) Forward(r *http.Request) {
 		r.Body = http.NoBody
 		return
 	}
-	rb.sent = &sentBody{buf: rb.buf, size: len(body)}
-	rb.buf = nil
+	rb.sent = &sentBody{buf: rb.buf, size: len(body), held: rb.held}
+	rb.buf, rb.held = nil, 0
 	r.Body = rb.sent
 }
 
@@ -191,6 +224,8 @@ func (rb *Body) Release() {
 	case rb.buf != nil:
 		putBuffer(rb.buf)
 		rb.buf = nil
+		unreserve(rb.held)
+		rb.held = 0
 	}
 }
 
@@ -202,6 +237,7 @@ type sentBody struct {
 	mu       sync.Mutex
 	buf      *[]byte // nil once given back
 	size     int     // the body's length
+	held     int64   // the bytes counted against the budget, given back with buf
 	off      int     // read position
 	touched  bool    // Read or Close was called
 	closed   bool    // no more reads: Close was called, or the body was taken back
@@ -257,6 +293,8 @@ func (b *sentBody) giveBack() {
 	if b.closed && b.returned && b.buf != nil {
 		putBuffer(b.buf)
 		b.buf = nil
+		unreserve(b.held)
+		b.held = 0
 	}
 }
 

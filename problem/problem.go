@@ -49,6 +49,7 @@ var (
 	Signature   = Problem{Type: Base + "signature-invalid", Title: "The request's signature could not be verified", Status: http.StatusUnauthorized}
 	Expired     = Problem{Type: Base + "expired", Title: "The operation's record has expired", Status: http.StatusConflict}
 	SamePayload = Problem{Type: Base + "same-payload", Title: "The same payload completed under another key", Status: http.StatusConflict}
+	Busy        = Problem{Type: Base + "busy", Title: "The gateway holds too many request bodies", Status: http.StatusServiceUnavailable, RetryAfter: 1}
 	StoreDown   = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
 
