@@ -95,7 +95,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	defer h.decided(g)
 
-	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.maxBuffered())
+	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.bufferBudget)
 	defer body.Release()
 	if errors.Is(err, exchange.ErrBusy) {
 		return h.busy(g, w)

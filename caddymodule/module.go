@@ -95,7 +95,10 @@ type Handler struct {
 	breakerKeys []string
 	logger      *zap.Logger
 	metrics     *metrics.Set
-	redriveTo   *redrive.To // where re-drives go (see package redrive)
+	// bufferBudget is max_buffered in bytes, resolved at Provision (0,
+	// before it: bodies are counted but never refused).
+	bufferBudget int64
+	redriveTo    *redrive.To // where re-drives go (see package redrive)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -123,6 +126,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications, bufferedBytes)
+	h.bufferBudget = h.maxBuffered()
 
 	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
