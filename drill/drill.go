@@ -99,11 +99,10 @@ func Run(o Options) int {
 		return ExitCannot
 	}
 	var rep *Report
-	ok, interrupted = d.until(func() bool {
+	if _, interrupted = d.until(func() bool {
 		rep, err = d.runAll()
 		return true
-	})
-	if interrupted {
+	}); interrupted {
 		d.interrupted()
 		return ExitInterrupted
 	}
