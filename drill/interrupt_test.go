@@ -2,6 +2,7 @@ package drill
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/redistest"
 )
 
 // childPids are the processes whose parent is pid, from /proc.
@@ -53,22 +56,36 @@ func alive(pid int) bool {
 }
 
 // TestDrillInterrupted: SIGINT or SIGTERM to a running `idemgate drill`
-// stops its gateway (no child process of it is left) and its fault
-// proxy, removes its temporary directory, prints what it had done and
-// exits 130.
+// stops its gateway (no child process of it is left, and none is
+// connected to the drill file's Redis) and its fault proxy, removes its
+// temporary directory, prints what it had done and exits 130.
 func TestDrillInterrupted(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("child processes are found in /proc")
 	}
 	crm := startCRM(t)
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		t.Run(sig.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		sig   syscall.Signal
+		redis bool
+	}{{syscall.SIGINT, false}, {syscall.SIGTERM, false}, {syscall.SIGTERM, true}} {
+		name := tc.sig.String()
+		if tc.redis {
+			name += " on Redis"
+		}
+		sig := tc.sig
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			binaries(t)
+			var rds *redistest.Server
+			extra := ""
+			if tc.redis {
+				rds = redistest.Start(t)
+				extra = "redis: redis://" + rds.Addr + "/0\n"
+			}
 			dir, tmp := t.TempDir(), t.TempDir()
 			file := filepath.Join(dir, "drill.yaml")
-			if err := os.WriteFile(file, []byte(exampleDrill(t, "")), 0o600); err != nil {
+			if err := os.WriteFile(file, []byte(exampleDrill(t, extra)), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(gatewayBin, "drill", "-yes", file)
@@ -134,6 +151,14 @@ func TestDrillInterrupted(t *testing.T) {
 				if alive(pid) {
 					t.Errorf("the drill's child process %d still runs after %v", pid, sig)
 					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			if rds != nil {
+				// Only this test's own connection is left.
+				c := rds.Client(t)
+				list, err := c.ClientList(context.Background()).Result()
+				if n := strings.Count(strings.TrimSpace(list), "\n") + 1; err != nil || n != 1 {
+					t.Errorf("Redis has %d client connections after the drill ended (%v), want only the test's:\n%s", n, err, list)
 				}
 			}
 			left, _ := filepath.Glob(filepath.Join(tmp, "idemgate-drill-*"))
