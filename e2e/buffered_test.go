@@ -26,8 +26,8 @@ const (
 // a route whose duplicates wait for the first (on_in_flight: wait, 32
 // waiters a key), hold at most max_buffered bytes of bodies at once: the
 // gateway's peak RSS stays under max_buffered plus a fixed overhead
-// (without the bound the flood took it from about 63 MB to 620 MB). A
-// body that would pass the budget gets 503 busy with Retry-After: 1
+// (without the bound the flood took it from about 80 MiB to 430–500 MiB
+// here). A body that would pass the budget gets 503 busy with Retry-After: 1
 // before anything is claimed; the key executes once, the waiters replay
 // its answer, the others get the 409 in-flight; idemgate_busy_total
 // counts the 503s and idemgate_buffered_bytes is back at 0 after.
