@@ -314,12 +314,16 @@ func (b *sentBody) Close() error {
 // then (the rest of the chain answered without looking at it) is taken
 // back, as Go's server takes back its own request bodies when a handler
 // returns: a reader that comes later reads nothing, never another
-// request's bytes.
+// request's bytes. So is one read to its end (later reads get io.EOF
+// without the buffer), whether or not its reader closes it: a handler
+// that reads a body and never closes it must not keep its bytes counted
+// against max_buffered for ever. Only a body still being read (by a
+// transport sending it, which always closes it) waits for its Close.
 func (b *sentBody) handlerDone() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.returned = true
-	if !b.touched {
+	if !b.touched || b.off >= b.size {
 		b.closed = true
 	}
 	b.giveBack()

@@ -90,12 +90,30 @@ func TestBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		rb.Forward(r)
-		if _, err := io.ReadAll(r.Body); err != nil {
+		if _, err := io.ReadFull(r.Body, make([]byte, 4000)); err != nil {
 			t.Fatal(err)
 		}
-		rb.Release() // the handler returned; the transport still has the body
+		rb.Release() // the handler returned; the transport is still sending the body
 		held(t, 10_000)
 		_ = r.Body.Close()
 		held(t, 0)
+	})
+
+	t.Run("forwarded, read whole and never closed", func(t *testing.T) {
+		r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
+		rb, _, err := ReadBody(r, 1<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb.Forward(r)
+		if b, err := io.ReadAll(r.Body); err != nil || len(b) != len(body) {
+			t.Fatalf("read %d bytes, %v", len(b), err)
+		}
+		held(t, 10_000)
+		rb.Release()
+		held(t, 0)
+		if n, err := r.Body.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+			t.Errorf("a read after the end: %d, %v; want 0, EOF", n, err)
+		}
 	})
 }
