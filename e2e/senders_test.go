@@ -37,7 +37,6 @@ type senderCase struct {
 // publicBase is the URL the senders that sign the URL were given.
 const publicBase = "https://hooks.example.com"
 
-
 func mac256(key, msg []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write(msg)
@@ -75,13 +74,17 @@ var senderCases = []senderCase{
 			return []string{"Content-Type", "application/json", "Stripe-Signature", "t=" + ts + ",v1=" + hex.EncodeToString(mac256([]byte(secret), append([]byte(ts+"."), body...)))}
 		}},
 	{name: "github", path: "/webhooks/github", secret: "an e2e GitHub webhook secret", captured: true,
-		body: func(string) []byte { return []byte(`{"action":"opened","number":7,"repository":{"full_name":"acme/app"}}`) },
+		body: func(string) []byte {
+			return []byte(`{"action":"opened","number":7,"repository":{"full_name":"acme/app"}}`)
+		},
 		sign: func(secret, id string, body []byte, _ int64) []string {
 			return []string{"Content-Type", "application/json", "X-GitHub-Event", "pull_request", "X-GitHub-Delivery", id,
 				"X-Hub-Signature-256", "sha256=" + hex.EncodeToString(mac256([]byte(secret), body))}
 		}},
 	{name: "shopify", path: "/webhooks/shopify", secret: "shpss_e2e0123456789abcdef01234567", captured: true,
-		body: func(string) []byte { return []byte(`{"id":820982911946154508,"email":"jon@example.com","total_price":"42.00"}`) },
+		body: func(string) []byte {
+			return []byte(`{"id":820982911946154508,"email":"jon@example.com","total_price":"42.00"}`)
+		},
 		sign: func(secret, id string, body []byte, _ int64) []string {
 			return []string{"Content-Type", "application/json", "X-Shopify-Topic", "orders/create", "X-Shopify-Event-Id", id,
 				"X-Shopify-Webhook-Id", "wh-" + id, "X-Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(mac256([]byte(secret), body))}
