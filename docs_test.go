@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/signature/senders"
 )
 
 // docPages are the user documents whose links TestDocsLinks checks.
@@ -139,6 +142,54 @@ func TestDocsSizes(t *testing.T) {
 		}
 		if fi.Size() > c.max {
 			t.Errorf("%s is %d bytes, more than %d", c.page, fi.Size(), c.max)
+		}
+	}
+}
+
+// TestWebhookSenderSnippets loads every YAML snippet of docs/webhooks.md's
+// "Your sender by name" as a rules file: each is valid, warns of
+// nothing, names a sender whose preset gives the route its scheme and
+// key; every sender has its snippet and its row in the table.
+func TestWebhookSenderSnippets(t *testing.T) {
+	b, err := os.ReadFile("docs/webhooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "## Your sender by name")
+	end := strings.Index(text[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("docs/webhooks.md has no section \"Your sender by name\"")
+	}
+	section := text[start : start+1+end]
+	named := map[string]bool{}
+	for i, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		file := "docs/webhooks.md snippet " + strconv.Itoa(i+1)
+		rules, err := config.Parse(file, []byte(m[1]), config.Limits{})
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		if w := rules.Warnings(); w != nil {
+			t.Errorf("%s: warnings: %v", file, w)
+		}
+		res, err := rules.Resolve(config.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Sender == "" || r.Signature == nil || len(r.Key) == 0 {
+				t.Errorf("%s: route %s resolves without a sender, a signature or a key", file, r.Name)
+			}
+			named[r.Sender] = true
+		}
+	}
+	for _, p := range senders.All() {
+		if !named[p.Name] && p.Name != "svix" {
+			t.Errorf("docs/webhooks.md has no route for sender %s", p.Name)
+		}
+		if !strings.Contains(section, "\n| `"+p.Name+"` |") {
+			t.Errorf("docs/webhooks.md's table has no row for sender %s", p.Name)
 		}
 	}
 }
