@@ -151,6 +151,11 @@ func senderRoutes() (rules string, env []string) {
 		}
 		env = append(env, v+"="+c.secret)
 	}
+	// An hmac route keyed by a header its signature does not cover: a
+	// warning at load.
+	b.WriteString("  - name: relay\n    match: { path: /webhooks/relay }\n    key: [\"{header.X-Relay-Id}\"]\n" +
+		"    signature: { scheme: hmac, secrets: [\"{env.SECRET_RELAY}\"], header: X-Relay-Signature }\n")
+	env = append(env, "SECRET_RELAY=an e2e relay secret, 32 bytes long")
 	return b.String(), env
 }
 
@@ -159,7 +164,9 @@ func senderRoutes() (rules string, env []string) {
 // where the sender signs one) executes once and is replayed twice; a
 // forged one gets 401 signature-invalid and is not forwarded; and where
 // the key is outside the signature (github, shopify, twilio) a captured
-// delivery re-sent under a new id is held, not executed.
+// delivery re-sent under a new id is held, not executed. What each
+// route resolved to is logged at load, and a signed route keyed by
+// something its signature does not cover is a warning.
 func TestWebhookSenders(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
 		t.Parallel()
@@ -168,7 +175,8 @@ func TestWebhookSenders(t *testing.T) {
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: rules, env: env,
 			global: "servers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}"})
 		logs := gw.logs.String()
-		for _, want := range []string{`"route":"github"`, `"on_same_payload":"hold"`, `"signed_url":"` + publicBase + `/webhooks/square"`} {
+		for _, want := range []string{`"route":"github"`, `"on_same_payload":"hold"`, `"signed_url":"` + publicBase + `/webhooks/square"`,
+			`route \"relay\" is keyed by the header X-Relay-Id ({header.X-Relay-Id}), which its hmac signature does not cover`} {
 			if !strings.Contains(logs, want) {
 				t.Errorf("the load's log of the signed routes has no %s:\n%s", want, logs)
 			}

@@ -47,18 +47,18 @@ type Preset struct {
 	Docs string
 }
 
-// The tolerances the senders' own SDKs apply.
+// The tolerances the senders' own SDKs apply, and the retry windows.
 const (
-	fiveMinutes  = 5 * time.Minute // stripe (DEFAULT_TOLERANCE 300), @slack/bolt, standardwebhooks, svix
-	fiveSeconds  = 5 * time.Second // @paddle/paddle-node-sdk (MAX_VALID_TIME_DIFFERENCE 5)
-	threeDays    = 72 * time.Hour
-	swSchedule   = 75*time.Hour + 35*time.Minute + 5*time.Second
-	svixSchedule = 27*time.Hour + 35*time.Minute + 5*time.Second
+	sdkTolerance    = 5 * time.Minute // stripe (DEFAULT_TOLERANCE 300), @slack/bolt, standardwebhooks, svix
+	paddleTolerance = 5 * time.Second // @paddle/paddle-node-sdk (MAX_VALID_TIME_DIFFERENCE 5)
+	threeDays       = 72 * time.Hour
+	swSchedule      = 75*time.Hour + 35*time.Minute + 5*time.Second
+	svixSchedule    = 27*time.Hour + 35*time.Minute + 5*time.Second
 )
 
 // presets are the senders, by name.
 var presets = []Preset{
-	{Name: "stripe", Scheme: "stripe", Key: []string{"{body.id}"}, Tolerance: fiveMinutes,
+	{Name: "stripe", Scheme: "stripe", Key: []string{"{body.id}"}, Tolerance: sdkTolerance,
 		Window: threeDays, WindowSource: "Stripe retries live-mode events for up to 3 days",
 		Signed: "t.body", Docs: "Stripe: Receive Stripe events in your webhook endpoint (Verify webhook signatures; Retry behavior)"},
 	{Name: "github", Scheme: "github", Key: []string{"{header.X-GitHub-Delivery}"},
@@ -67,22 +67,22 @@ var presets = []Preset{
 	{Name: "shopify", Scheme: "shopify", Key: []string{"{header.X-Shopify-Event-Id}", "{header.X-Shopify-Webhook-Id}"},
 		Window: 4 * time.Hour, WindowSource: "Shopify retries 8 times over 4 hours", UnsignedKey: true,
 		Signed: "body", Docs: "Shopify: Deliver webhooks through HTTPS (Verify webhooks; Ignore duplicate webhooks); changelog of 10 September 2024 (8 retries over 4 hours)"},
-	{Name: "slack", Scheme: "slack", Key: []string{"{body.event_id}"}, Tolerance: fiveMinutes,
+	{Name: "slack", Scheme: "slack", Key: []string{"{body.event_id}"}, Tolerance: sdkTolerance,
 		Window: 6 * time.Minute, WindowSource: "Slack's Events API retries a failed event 3 times: at once, after 1 minute and after 5 minutes",
 		Signed: "v0:timestamp:body", Docs: "Slack: Verifying requests from Slack; The Events API (Error handling, retries)"},
 	{Name: "twilio", Scheme: "twilio", Key: []string{"{header.I-Twilio-Idempotency-Token}"},
 		WindowSource: "Twilio retries a callback only within its URL's connection overrides (#rc, #tt), seconds apart", UnsignedKey: true, SignsURL: true,
 		Signed: "URL + sorted form parameters (JSON: URL with bodySHA256)", Docs: "Twilio: Webhooks security (Validating signatures from Twilio); Webhooks connection overrides"},
-	{Name: "paddle", Scheme: "paddle", Key: []string{"{body.event_id}"}, Tolerance: fiveSeconds,
+	{Name: "paddle", Scheme: "paddle", Key: []string{"{body.event_id}"}, Tolerance: paddleTolerance,
 		Window: threeDays, WindowSource: "Paddle retries live-account deliveries up to 60 times over 3 days",
 		Signed: "ts:body", Docs: "Paddle: Verify webhook signatures; Handle webhook delivery"},
 	{Name: "square", Scheme: "square", Key: []string{"{body.event_id}"},
 		Window: threeDays, WindowSource: "Square retries unsuccessful deliveries for up to 72 hours after the event", SignsURL: true,
 		Signed: "notification URL + body", Docs: "Square: Validate notifications (Verify the signature); Notification Delivery SLA"},
-	{Name: "standard-webhooks", Scheme: "standard-webhooks", Key: []string{"{header.webhook-id}"}, Tolerance: fiveMinutes,
+	{Name: "standard-webhooks", Scheme: "standard-webhooks", Key: []string{"{header.webhook-id}"}, Tolerance: sdkTolerance,
 		Window: swSchedule, WindowSource: "the Standard Webhooks specification's retry schedule ends 75h35m5s after the first attempt",
 		Signed: "id.timestamp.body", Docs: "Standard Webhooks specification 1.0.0 (Signature scheme; Deliverability and reliability)"},
-	{Name: "svix", Scheme: "standard-webhooks", Key: []string{"{header.webhook-id}"}, Tolerance: fiveMinutes,
+	{Name: "svix", Scheme: "standard-webhooks", Key: []string{"{header.webhook-id}"}, Tolerance: sdkTolerance,
 		Window: svixSchedule, WindowSource: "Svix's retry schedule ends 27h35m5s after the first attempt",
 		Signed: "id.timestamp.body", Docs: "Svix: Verifying webhooks manually; Retries"},
 }
