@@ -83,6 +83,7 @@ type Engine struct {
 
 	secretMu sync.Mutex
 	secret   []byte
+	check    store.SecretCheck // the secret's check value, once read (see KeepSecretCheck)
 
 	notices notices
 
