@@ -106,10 +106,12 @@ func Provision(ctx context.Context, configured string, st store.Engine, keeping 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := Agrees(ctx, st, secret, true); err != nil {
+	// The more specific refusal first: the store's own secret copied
+	// into the config of keep_request routes.
+	if err := notKept(ctx, st, secret, keeping, logger); err != nil {
 		return nil, nil, err
 	}
-	if err := notKept(ctx, st, secret, keeping, logger); err != nil {
+	if err := Agrees(ctx, st, secret, true); err != nil {
 		return nil, nil, err
 	}
 	seal, err := sealed.New(secret)
