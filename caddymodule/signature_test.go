@@ -1,0 +1,29 @@
+package caddymodule
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestWeakSignatureSecretRefused: a signature secret that resolves to
+// under 16 bytes (whsec_ alone, one byte, a space) fails Provision with
+// an error naming the route, the sender's secret and its placeholder,
+// never the value.
+func TestWeakSignatureSecretRefused(t *testing.T) {
+	for _, tc := range []struct{ name, scheme, value, want string }{
+		{"whsec_ alone", "stripe", "whsec_", "is 0 bytes after whsec_"},
+		{"one byte", "github", "k", "is 1 bytes"},
+		{"a space", "github", " ", "is blank"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("IDEMGATE_TEST_WHSEC", tc.value)
+			_, _, err := newHandlerJSON(t, fmt.Sprintf(`{"routes":[{"name":"payments","match":{"path":"/webhooks"},"key":["{body.id}"],`+
+				`"signature":{"scheme":%q,"secrets":["{env.IDEMGATE_TEST_WHSEC}"]}}],"store":{"engine":"embedded","dir":%q}}`, tc.scheme, t.TempDir()))
+			want := "route payments: signature: sender default, secret 0 ({env.IDEMGATE_TEST_WHSEC}): " + tc.want
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Provision: %v; want an error saying %q", err, want)
+			}
+		})
+	}
+}
