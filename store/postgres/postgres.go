@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,6 +124,7 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("store: postgres: %w", err)
 		}
 	}
+	markAcquired(cfg)
 	listen := cfg.ConnConfig
 	if opts.ListenURL != "" {
 		lcfg, err := pgxpool.ParseConfig(opts.ListenURL)
@@ -203,8 +205,9 @@ func (e *Engine) ExpiresAt(ctx context.Context, id string) (time.Time, error) {
 }
 
 // call bounds one store call by the op timeout.
+// Its wait for a connection of the pool counts (see poolWaitErr).
 func (e *Engine) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, e.opts.OpTimeout)
+	return context.WithTimeout(context.WithValue(ctx, gotConnKey{}, new(atomic.Bool)), e.opts.OpTimeout)
 }
 
 // mutation is what a change decided: next is the record to write (nil:
@@ -240,7 +243,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 			continue
 		}
 		if err != nil {
-			return nil, e.opErr(op, id, err)
+			return nil, e.opErr(op, id, e.poolWaitErr(ctx, err))
 		}
 		return out, nil
 	}
