@@ -13,7 +13,9 @@ import (
 // naming the sender and the placeholder, never the value; 16 bytes are
 // accepted.
 func TestNewRefusesWeakSecrets(t *testing.T) {
-	b64 := func(n int) string { return "whsec_" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", n))) }
+	b64 := func(n int) string {
+		return "whsec_" + base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", n)))
+	}
 	for _, tt := range []struct {
 		name   string
 		scheme config.SignatureScheme

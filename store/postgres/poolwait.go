@@ -23,14 +23,10 @@ import (
 // the mark when it hands the call a connection.
 type gotConnKey struct{}
 
-// markAcquired wraps the pool's PrepareConn (or BeforeAcquire) so that
-// the connection's handing out marks the call's context.
+// markAcquired wraps the pool's PrepareConn so that the connection's
+// handing out marks the call's context.
 func markAcquired(cfg *pgxpool.Config) {
 	prepare := cfg.PrepareConn
-	if prepare == nil && cfg.BeforeAcquire != nil {
-		before := cfg.BeforeAcquire
-		prepare = func(ctx context.Context, c *pgx.Conn) (bool, error) { return before(ctx, c), nil }
-	}
 	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
 		if got, ok := ctx.Value(gotConnKey{}).(*atomic.Bool); ok {
 			got.Store(true)
