@@ -152,7 +152,8 @@ func startOrRefused(t *testing.T, g *gateway) bool {
 // saying that every instance must use the same `secret`, so a retry that
 // reaches it cannot execute again: on Redis a gateway with a configured
 // secret beside one using the store's own; on Postgres two configured
-// secrets; an embedded DIR restarted with another secret.
+// secrets, and one with none (so the store's own) after a configured
+// one; an embedded DIR restarted with another secret.
 func TestSecretMismatchRefused(t *testing.T) {
 	const key = "mismatch-1"
 	body := []byte(`{"title":"mismatch"}`)
@@ -207,6 +208,9 @@ func TestSecretMismatchRefused(t *testing.T) {
 		first(t, a)
 		b := writeGateway(t, gatewayConfig{store: url, upstream: up.addr(), rules: behaviourRules, extra: "schema fleet_one\n\t\tsecret {env.E2E_SECRET_B}"})
 		second(t, up, b, `schema \"fleet_one\"`) // as the JSON log escapes it
+		// No secret configured: the one the store keeps is not A's either.
+		c := writeGateway(t, gatewayConfig{store: url, upstream: up.addr(), rules: behaviourRules, extra: "schema fleet_one"})
+		second(t, up, c, `schema \"fleet_one\"`)
 	})
 	t.Run("embedded", func(t *testing.T) {
 		up := newUpstream(t)
@@ -231,6 +235,9 @@ func TestSecretMismatchRefused(t *testing.T) {
 func refusalLine(out string) string {
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "same `secret`") {
+			if i := strings.Index(l, "idempotency store: "); i >= 0 {
+				return l[i:]
+			}
 			return l
 		}
 	}
