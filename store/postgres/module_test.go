@@ -32,3 +32,18 @@ func TestSchemaNames(t *testing.T) {
 		})
 	}
 }
+
+// TestRedacted: a connection URL in a message shows no password, in its
+// user information or in libpq's parameters.
+func TestRedacted(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"postgres://app:hunter2@db:5432/app?sslmode=verify-full", "postgres://app:xxxxx@db:5432/app?sslmode=verify-full"},
+		{"postgres://app@db/app?password=hunter2&sslmode=require", "postgres://app@db/app?password=xxxxx&sslmode=require"},
+		{"postgresql://db/app?sslpassword=hunter2", "postgresql://db/app?sslpassword=xxxxx"},
+		{"host=db password=hunter2", "(a connection string)"},
+	} {
+		if got := Redacted(tc.url); got != tc.want || strings.Contains(got, "hunter2") {
+			t.Errorf("Redacted(%q) = %q, want %q", tc.url, got, tc.want)
+		}
+	}
+}

@@ -156,11 +156,21 @@ func Open(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Redacted is the connection URL without its password, for messages.
+// Redacted is the connection URL without its password, for messages:
+// the one in its user information and libpq's password and sslpassword
+// parameters.
 func Redacted(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
 		return "(a connection string)"
+	}
+	if q := u.Query(); q.Has("password") || q.Has("sslpassword") {
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
