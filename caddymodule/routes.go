@@ -64,6 +64,9 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	}
 	logSignedRoutes(h.logger, resolved)
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
+		if h.RulesFile != "" {
+			return fmt.Errorf("idempotency rules %s: %w", h.RulesFile, err)
+		}
 		return err
 	}
 	rules := make([]routematch.Rule, len(resolved))
@@ -123,7 +126,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }
 			var err error
 			if rt.sig, err = signature.New(*res.Signature, fill); err != nil {
-				return nil, fmt.Errorf("route %s: %w", res.Name, err)
+				return nil, fmt.Errorf("route %s (routes[%d]): %w", res.Name, i, err)
 			}
 		}
 		routes = append(routes, rt)

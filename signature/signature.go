@@ -161,6 +161,9 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 				continue
 			}
 			key, err := v.scheme.key(secret)
+			if err == nil {
+				err = checkStrength(v.scheme, secret, key)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", where, err)
 			}
