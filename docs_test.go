@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/signature/senders"
 )
 
 // docPages are the user documents whose links TestDocsLinks checks.
@@ -141,4 +144,72 @@ func TestDocsSizes(t *testing.T) {
 			t.Errorf("%s is %d bytes, more than %d", c.page, fi.Size(), c.max)
 		}
 	}
+}
+
+// TestWebhookSenderSnippets loads every YAML snippet of docs/webhooks.md's
+// "Your sender by name" and of the README's "Webhooks" as a rules file:
+// each is valid, warns of nothing, names a sender whose preset gives the
+// route its scheme and key; every sender has its snippet and its row in
+// docs/webhooks.md's table.
+func TestWebhookSenderSnippets(t *testing.T) {
+	for _, doc := range []struct{ page, heading string }{{"docs/webhooks.md", "## Your sender by name"}, {"README.md", "## Webhooks"}} {
+		section := docSection(t, doc.page, doc.heading)
+		named := map[string]bool{}
+		for i, m := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(section, -1) {
+			file := doc.page + " snippet " + strconv.Itoa(i+1)
+			rules, err := config.Parse(file, []byte(m[1]), config.Limits{})
+			if err != nil {
+				t.Errorf("%s: %v", file, err)
+				continue
+			}
+			if w := rules.Warnings(); w != nil {
+				t.Errorf("%s: warnings: %v", file, w)
+			}
+			res, err := rules.Resolve(config.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Sender == "" || r.Signature == nil || len(r.Key) == 0 {
+					t.Errorf("%s: route %s resolves without a sender, a signature or a key", file, r.Name)
+				}
+				named[r.Sender] = true
+			}
+		}
+		if len(named) == 0 {
+			t.Errorf("%s: no route names a sender under %q", doc.page, doc.heading)
+		}
+		if doc.page != "docs/webhooks.md" {
+			continue
+		}
+		for _, p := range senders.All() {
+			if !named[p.Name] && p.Name != "svix" {
+				t.Errorf("docs/webhooks.md has no route for sender %s", p.Name)
+			}
+			if !strings.Contains(section, "\n| `"+p.Name+"` |") {
+				t.Errorf("docs/webhooks.md's table has no row for sender %s", p.Name)
+			}
+		}
+	}
+}
+
+// docSection is the text of page from heading to the next heading of
+// its level.
+func docSection(t *testing.T, page, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no heading %q", page, heading)
+	}
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	rest := text[start+1:]
+	if end := strings.Index(rest[len(heading):], "\n"+level); end >= 0 {
+		return rest[:len(heading)+end]
+	}
+	return rest
 }

@@ -192,9 +192,18 @@ func TestRunNowSealedUnderAnotherKey(t *testing.T) {
 	upgraded := keepOne(t, h, "pay-earlier")
 	h.seal = configured
 	rotated := keepOne(t, h, "pay-rotated")
-	// The secret is changed: a new config, the same store.
-	h2, _, err := provisionHandler(t, keepRules, sc, after)
+	// A new config on the same store with another secret is refused
+	// (the store keeps the check value of the first): one that opens
+	// with another sealing key all the same (the check value deleted by
+	// hand) is simulated by giving a second handler the other key.
+	if _, _, err := provisionHandler(t, keepRules, sc, after); err == nil || !strings.Contains(err.Error(), "same `secret`") {
+		t.Fatalf("a config with another secret on the store: %v; want a refusal", err)
+	}
+	h2, _, err := provisionHandler(t, keepRules, sc, before)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.seal, err = sealed.New([]byte(after)); err != nil {
 		t.Fatal(err)
 	}
 	keepOne(t, h2, "pay-after") // the route's chain, for re-drives

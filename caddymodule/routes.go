@@ -62,7 +62,11 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 	for _, w := range h.Rules.Warnings() {
 		h.logger.Warn("route rules warning", zap.String("warning", w.Error()))
 	}
+	logSignedRoutes(h.logger, resolved)
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
+		if h.RulesFile != "" {
+			return fmt.Errorf("idempotency rules %s: %w", h.RulesFile, err)
+		}
 		return err
 	}
 	rules := make([]routematch.Rule, len(resolved))
@@ -122,7 +126,7 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }
 			var err error
 			if rt.sig, err = signature.New(*res.Signature, fill); err != nil {
-				return nil, fmt.Errorf("route %s: %w", res.Name, err)
+				return nil, fmt.Errorf("route %s (routes[%d]): %w", res.Name, i, err)
 			}
 		}
 		routes = append(routes, rt)
@@ -173,4 +177,33 @@ func (h *Handler) keepingRoutes() string {
 		return "route " + names[0]
 	}
 	return "routes " + strings.Join(names, ", ")
+}
+
+// logSignedRoutes logs, at info, what each signed route resolved to (what
+// a sender preset chose, and what the route set itself): the scheme, the
+// key, the tolerance, the ttl, the same-payload rule and where a signed
+// URL comes from. Never a secret: not even its placeholder.
+func logSignedRoutes(logger *zap.Logger, resolved []config.Resolved) {
+	for i := range resolved {
+		res := &resolved[i]
+		if res.Signature == nil {
+			continue
+		}
+		key := make([]string, len(res.Key))
+		for j, t := range res.Key {
+			key[j] = t.String()
+		}
+		fields := []zap.Field{zap.String("route", res.Name), zap.String("sender", res.Sender),
+			zap.String("scheme", string(res.Signature.Scheme)), zap.Strings("key", key),
+			zap.Duration("tolerance", res.Signature.Tolerance), zap.Duration("ttl", res.TTL),
+			zap.Duration("same_payload_window", res.SamePayloadWindow), zap.String("on_same_payload", string(res.OnSamePayload))}
+		if config.SignsURL(res.Signature.Scheme) {
+			url := res.Signature.URL
+			if url == "" {
+				url = "rebuilt from the request (X-Forwarded-Proto and X-Forwarded-Host from trusted_proxies)"
+			}
+			fields = append(fields, zap.String("signed_url", url))
+		}
+		logger.Info("signed webhook route", fields...)
+	}
 }

@@ -75,8 +75,10 @@ func unsaltedKeyID(operation string, h http.Header, key string) string {
 // is the unsalted hash a reader of the log could recompute.
 func TestKeyIDsUnderSecret(t *testing.T) {
 	const secretA, secretB = "first-deployment-secret-0123", "second-deployment-secret-456"
+	// Each config on a store of its own: a store refuses a secret other
+	// than the one its records were made under.
 	cfg := func(secret string) string {
-		return fmt.Sprintf(`{%s,"secret":%q}`, secretRoutes, secret)
+		return fmt.Sprintf(`{%s,"secret":%q,"store":{"engine":"embedded","dir":%q}}`, secretRoutes, secret, t.TempDir())
 	}
 	auth := []string{"Authorization", "Basic YWxpY2U6aHVudGVyMg=="}
 	ids := map[string]string{}

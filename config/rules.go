@@ -296,11 +296,17 @@ type Route struct {
 	// standard-webhooks route without a key is keyed by
 	// {header.webhook-id}.
 	Signature *Signature `json:"signature,omitempty"`
-	// Sender names the webhook sender whose retry window the route
-	// follows: stripe, standard-webhooks, svix, github or shopify (see
-	// Senders). A ttl shorter than its window is a warning. Default: the
-	// sender that signature.scheme implies (stripe, standard-webhooks,
-	// github), else none.
+	// Sender names the route's webhook sender, a preset (package
+	// signature/senders): stripe, github, shopify, slack, twilio,
+	// paddle, square, standard-webhooks or svix. It sets the signature's
+	// scheme and tolerance, the key (the sender's event or delivery id),
+	// raises an inherited ttl to the sender's retry window, and, where
+	// the key is outside what the sender signs (github, shopify, twilio),
+	// holds the same payload under a new key for the ttl
+	// (same_payload_window and on_same_payload: hold). The route gives
+	// signature.secrets; whatever it sets itself wins, and a ttl it sets
+	// shorter than the window is a warning. Default: none; the sender
+	// that signature.scheme implies then gives the window's warning only.
 	Sender string `json:"sender,omitempty"`
 	// Policy holds the route's own policy fields, inline beside the above.
 	Policy

@@ -1,56 +1,55 @@
 package config
 
 import (
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/signature/senders"
 )
 
 // SenderInfo is what the gateway knows of a webhook sender: how long it
 // may deliver one event again, and where that is published.
 type SenderInfo struct {
 	// Window is how long after the first delivery the sender may deliver
-	// the same event again.
+	// the same event again (0: it documents no retries of its own).
 	Window time.Duration
 	// Source says who publishes the window, and how.
 	Source string
 }
 
 // Senders are the webhook senders a route's sender field may name, with
-// their published retry windows:
-//
-//   - stripe: "In live mode, Stripe attempts to deliver a given event to
-//     your webhook endpoint for up to 3 days with an exponential back
-//     off" (Stripe's webhooks documentation): 72h.
-//   - standard-webhooks: the Standard Webhooks specification (1.0.0,
-//     "Deliverability and reliability") recommends a schedule spanning
-//     several days; its example schedule's last attempt is at 75:35:05
-//     after the first: 75h35m5s.
-//   - svix: Svix's own schedule (docs.svix.com/retries: immediately, 5s,
-//     5m, 30m, 2h, 5h, 10h, 10h), the one Svix-based senders use: its
-//     last attempt is at 27h35m5s.
-//   - github: GitHub does not redeliver failed deliveries by itself, but
-//     lets you redeliver any delivery of the past 3 days (GitHub's
-//     "Redelivering webhooks" documentation): 72h.
-//   - shopify: "Webhooks will now be retried a total of 8 times over 4
-//     hours" (Shopify's changelog, effective 10 September 2024, replacing
-//     the 19 retries over 48 hours of before): 4h.
-var Senders = map[string]SenderInfo{
-	"stripe":            {72 * time.Hour, "Stripe retries live-mode events for up to 3 days"},
-	"standard-webhooks": {75*time.Hour + 35*time.Minute + 5*time.Second, "the Standard Webhooks specification's retry schedule ends 75h35m5s after the first attempt"},
-	"svix":              {27*time.Hour + 35*time.Minute + 5*time.Second, "Svix's retry schedule ends 27h35m5s after the first attempt"},
-	"github":            {72 * time.Hour, "GitHub lets you redeliver deliveries of the past 3 days"},
-	"shopify":           {4 * time.Hour, "Shopify retries 8 times over 4 hours"},
-}
+// their published retry windows: the presets of package senders
+// (stripe, github, shopify, slack, twilio, paddle, square,
+// standard-webhooks, svix), where each window's source is given.
+var Senders = func() map[string]SenderInfo {
+	out := map[string]SenderInfo{}
+	for _, p := range senders.All() {
+		out[p.Name] = SenderInfo{Window: p.Window, Source: p.WindowSource}
+	}
+	return out
+}()
 
 // schemeSender is the sender a signature scheme implies when a route
-// names none: the scheme is the sender's own.
+// names none: the scheme is the sender's own. It gives the retry
+// window's warning only; the preset applies when the route names it.
 var schemeSender = map[SignatureScheme]string{
 	SchemeStripe:           "stripe",
 	SchemeStandardWebhooks: "standard-webhooks",
 	SchemeGitHub:           "github",
+	SchemeShopify:          "shopify",
+	SchemeSlack:            "slack",
+	SchemeTwilio:           "twilio",
+	SchemePaddle:           "paddle",
+	SchemeSquare:           "square",
+}
+
+// routePreset is the sender preset a route names with its sender field.
+func routePreset(rt *Route) (senders.Preset, bool) {
+	if rt.Sender == "" {
+		return senders.Preset{}, false
+	}
+	return senders.Lookup(rt.Sender)
 }
 
 // routeSender is the sender a route follows: its sender field, else the
@@ -66,15 +65,16 @@ func routeSender(f string, rt *Route) (name, field string) {
 	return "", ""
 }
 
-// checkSender checks route i's sender and warns when the route's ttl,
-// its own or inherited, is shorter than the sender's retry window: a
-// retry after the ttl executes again.
+// sender checks route i's sender and warns when the route's ttl is
+// shorter than the sender's retry window: a retry after the ttl
+// executes again. A route that names its sender has the window as its
+// ttl's floor, so only a ttl it sets itself can be shorter; one whose
+// sender its scheme implies is warned of an inherited ttl too.
 func (c *errorList) sender(i int, rt *Route, def *Policy) {
 	f := "routes[" + strconv.Itoa(i) + "]."
 	if rt.Sender != "" || c.isWritten(f+"sender") {
-		names := slices.Sorted(maps.Keys(Senders))
 		if _, ok := Senders[rt.Sender]; !ok {
-			c.add(f+"sender", "%s is not one of %s", quote(rt.Sender), strings.Join(names, ", "))
+			c.add(f+"sender", "%s is not one of %s", quote(rt.Sender), strings.Join(senders.Names(), ", "))
 			return
 		}
 	}
@@ -87,6 +87,8 @@ func (c *errorList) sender(i int, rt *Route, def *Policy) {
 	switch {
 	case rt.TTL != 0:
 		field = f + "ttl"
+	case rt.Sender != "":
+		return // the window is the ttl's floor
 	case def.TTL != 0:
 		ttl, field, from = def.TTL, "defaults.ttl", "ttl (from defaults.ttl)"
 	default:

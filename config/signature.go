@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -32,7 +33,45 @@ const (
 	// Signature's header, algorithm, encoding, prefix, signed and
 	// timestamp_header).
 	SchemeHMAC SignatureScheme = "hmac"
+	// SchemeShopify: X-Shopify-Hmac-Sha256: <base64>, HMAC-SHA256 of the
+	// body keyed by the app's secret as it is. No timestamp.
+	SchemeShopify SignatureScheme = "shopify"
+	// SchemeSlack: X-Slack-Signature: v0=<hex>, HMAC-SHA256 of
+	// "v0:<X-Slack-Request-Timestamp>:<body>" keyed by the signing secret.
+	SchemeSlack SignatureScheme = "slack"
+	// SchemeTwilio: X-Twilio-Signature: <base64>, HMAC-SHA1 keyed by the
+	// auth token of the full URL the sender posted to followed by each
+	// form parameter's name and value, sorted by name; for a JSON body
+	// the URL carries bodySHA256, the body's hex SHA-256, and nothing
+	// follows it. No timestamp.
+	SchemeTwilio SignatureScheme = "twilio"
+	// SchemePaddle: Paddle-Signature: ts=<unix seconds>;h1=<hex>[;h1=…],
+	// HMAC-SHA256 of "<ts>:<body>" keyed by the secret as it is.
+	SchemePaddle SignatureScheme = "paddle"
+	// SchemeSquare: X-Square-Hmacsha256-Signature: <base64>, HMAC-SHA256
+	// of the notification URL followed by the body, keyed by the
+	// subscription's signature key. No timestamp.
+	SchemeSquare SignatureScheme = "square"
 )
+
+// schemes are the schemes, in the order errors list them.
+var schemes = []SignatureScheme{SchemeStripe, SchemeStandardWebhooks, SchemeGitHub, SchemeShopify, SchemeSlack,
+	SchemeTwilio, SchemePaddle, SchemeSquare, SchemeHMAC}
+
+// Timed reports whether scheme signs a timestamp; for hmac, whether
+// signed has {timestamp}.
+func Timed(scheme SignatureScheme, signed string) bool {
+	switch scheme {
+	case SchemeStripe, SchemeStandardWebhooks, SchemeSlack, SchemePaddle:
+		return true
+	case SchemeHMAC:
+		return strings.Contains(signed, "{timestamp}")
+	}
+	return false
+}
+
+// SignsURL reports whether scheme signs the URL the sender posted to.
+func SignsURL(scheme SignatureScheme) bool { return scheme == SchemeTwilio || scheme == SchemeSquare }
 
 // Limits and defaults of a signature rule.
 const (
@@ -68,7 +107,9 @@ const standardWebhooksKey = "{header.webhook-id}"
 // "<scheme>:default" for the flat secrets list; it does not depend on
 // the secret, so rotating a secret keeps every key.
 type Signature struct {
-	// Scheme is stripe, standard-webhooks, github or hmac. Required.
+	// Scheme is stripe, standard-webhooks, github, shopify, slack,
+	// twilio, paddle, square or hmac. Required, unless the route's
+	// sender names a preset, whose scheme it then is.
 	Scheme SignatureScheme `json:"scheme,omitempty"`
 	// Secrets are the secrets of the route's one sender, old and new
 	// during a rotation: 1 to 8 placeholders {env.NAME} or {file.PATH}.
@@ -81,9 +122,18 @@ type Signature struct {
 	Senders map[string][]string `json:"senders,omitempty"`
 	// Tolerance is how far a signed timestamp may be from the gateway's
 	// clock, in the past or the future, 1s to 24h; older or newer is
-	// refused. Default 5m. Only for stripe, standard-webhooks and an hmac
-	// that signs {timestamp}.
+	// refused. Default: the sender preset's, else 5m. Only for schemes
+	// that sign a timestamp (stripe, standard-webhooks, slack, paddle, and
+	// an hmac that signs {timestamp}).
 	Tolerance Duration `json:"tolerance,omitempty"`
+	// URL (twilio and square only) is the public URL the sender posts
+	// to, as configured at the sender (https://hooks.example.com/twilio),
+	// without a query: the request's query string is appended to it.
+	// Default: the URL rebuilt from the request, its scheme and host
+	// from X-Forwarded-Proto and X-Forwarded-Host when the request comes
+	// from one of the server's trusted_proxies, else from the connection
+	// and the Host header.
+	URL string `json:"url,omitempty"`
 	// Header (hmac only, required) names the header holding the signature.
 	Header string `json:"header,omitempty"`
 	// Algorithm (hmac only) is sha256 (default) or sha512.
@@ -119,6 +169,9 @@ type SignatureRule struct {
 	// the prefix, the signed template, and the timestamp's header
 	// (canonical; "" when the template has no {timestamp}).
 	Header, Algorithm, Encoding, Prefix, Signed, TimestampHeader string
+	// URL is the public URL a twilio or square signature covers; "" to
+	// rebuild it from the request.
+	URL string
 }
 
 // SignatureSender is one sender of a route and its secrets' placeholders.
@@ -182,16 +235,23 @@ func signedParts(t string) ([]string, string) {
 // {env.NAME} or {file.PATH}.
 var secretRE = regexp.MustCompile(`^\{(?:env\.[A-Za-z_][A-Za-z0-9_]*|file\.[^{}\x00-\x1f]+)\}$`)
 
-// checkSignature checks route f's signature (f is "routes[i].").
-func (c *errorList) signature(f string, s *Signature) {
+// signature checks route f's signature (f is "routes[i].").
+func (c *errorList) signature(f string, rt *Route) {
+	s := rt.Signature
 	if s == nil {
 		return
 	}
 	f += "signature."
-	if s.Scheme == "" {
-		c.add(f+"scheme", "is required: stripe, standard-webhooks, github or hmac")
-	} else {
-		enum(c, f+"scheme", s.Scheme, SchemeStripe, SchemeStandardWebhooks, SchemeGitHub, SchemeHMAC)
+	scheme := routeScheme(rt)
+	names := make([]string, len(schemes))
+	for i, sc := range schemes {
+		names[i] = string(sc)
+	}
+	switch {
+	case s.Scheme != "" || c.isWritten(f+"scheme"):
+		enum(c, f+"scheme", s.Scheme, schemes...)
+	case scheme == "":
+		c.add(f+"scheme", "is required: %s or %s, unless the route's sender names it", strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 	}
 	switch {
 	case s.Secrets != nil && s.Senders != nil:
@@ -213,23 +273,24 @@ func (c *errorList) signature(f string, s *Signature) {
 		c.secrets(f+"senders."+name, s.Senders[name])
 	}
 
-	timed := s.Scheme == SchemeStripe || s.Scheme == SchemeStandardWebhooks || s.Scheme == SchemeHMAC && strings.Contains(s.Signed, "{timestamp}")
+	timed := Timed(scheme, s.Signed)
 	c.duration(f+"tolerance", s.Tolerance, minTolerance)
 	switch {
 	case time.Duration(s.Tolerance) > maxTolerance:
 		c.add(f+"tolerance", "must be at most %s, got %s", maxTolerance, s.Tolerance)
-	case s.Tolerance != 0 && !timed && s.Scheme == SchemeHMAC:
+	case s.Tolerance != 0 && !timed && scheme == SchemeHMAC:
 		c.add(f+"tolerance", "is set, but signed has no {timestamp}: nothing is signed with a time")
-	case s.Tolerance != 0 && !timed && s.Scheme != "":
-		c.add(f+"tolerance", "is set, but the %s scheme signs no timestamp", s.Scheme)
+	case s.Tolerance != 0 && !timed && scheme != "":
+		c.add(f+"tolerance", "is set, but the %s scheme signs no timestamp", scheme)
 	}
+	c.signatureURL(f+"url", scheme, s.URL)
 
 	hmacFields := map[string]string{"header": s.Header, "algorithm": s.Algorithm, "encoding": s.Encoding,
 		"prefix": s.Prefix, "signed": s.Signed, "timestamp_header": s.TimestampHeader}
-	if s.Scheme != SchemeHMAC {
+	if scheme != SchemeHMAC {
 		for _, name := range slices.Sorted(maps.Keys(hmacFields)) {
 			if hmacFields[name] != "" || c.isWritten(f+name) {
-				c.add(f+name, "is a field of the hmac scheme; the %s scheme fixes its own", cmp.Or(string(s.Scheme), "route's"))
+				c.add(f+name, "is a field of the hmac scheme; the %s scheme fixes its own", cmp.Or(string(scheme), "route's"))
 			}
 		}
 		return
@@ -279,19 +340,51 @@ func (c *errorList) secrets(field string, secrets []string) {
 	}
 }
 
-// resolveSignature resolves a route's signature rule; nil for none.
-func resolveSignature(s *Signature) *SignatureRule {
+// signatureURL checks a signature's url: only for a scheme that signs
+// the URL, an absolute http or https URL without query or fragment.
+func (c *errorList) signatureURL(field string, scheme SignatureScheme, raw string) {
+	if raw == "" && !c.isWritten(field) {
+		return
+	}
+	if !SignsURL(scheme) {
+		c.add(field, "is set, but the %s scheme signs no URL (only twilio and square do)", cmp.Or(string(scheme), "route's"))
+		return
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil ||
+		strings.ContainsFunc(raw, func(r rune) bool { return r <= 0x20 || r >= 0x7f }) {
+		c.add(field, "%s is not the URL the sender posts to: write it as configured at the sender, http(s)://host[:port]/path, without query, fragment or user", quote(raw))
+	}
+}
+
+// routeScheme is a route's signature scheme: its own, else its sender
+// preset's; "" when neither.
+func routeScheme(rt *Route) SignatureScheme {
+	if rt.Signature != nil && rt.Signature.Scheme != "" {
+		return rt.Signature.Scheme
+	}
+	if p, ok := routePreset(rt); ok {
+		return SignatureScheme(p.Scheme)
+	}
+	return ""
+}
+
+// resolveSignature resolves a route's signature rule; nil for none. A
+// sender preset gives the scheme and the tolerance the route leaves out.
+func resolveSignature(rt *Route) *SignatureRule {
+	s := rt.Signature
 	if s == nil {
 		return nil
 	}
-	r := &SignatureRule{Scheme: s.Scheme}
+	preset, _ := routePreset(rt)
+	r := &SignatureRule{Scheme: routeScheme(rt), URL: s.URL}
 	if s.Secrets != nil {
 		r.Senders = []SignatureSender{{Name: defaultSenderName, Secrets: slices.Clone(s.Secrets)}}
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.Senders)) {
 		r.Senders = append(r.Senders, SignatureSender{Name: name, Secrets: slices.Clone(s.Senders[name])})
 	}
-	if s.Scheme == SchemeHMAC {
+	if r.Scheme == SchemeHMAC {
 		r.Header = http.CanonicalHeaderKey(s.Header)
 		r.Algorithm = cmp.Or(s.Algorithm, defaultHMACAlgorithm)
 		r.Encoding = cmp.Or(s.Encoding, defaultHMACEncoding)
@@ -301,8 +394,12 @@ func resolveSignature(s *Signature) *SignatureRule {
 			r.TimestampHeader = http.CanonicalHeaderKey(s.TimestampHeader)
 		}
 	}
-	if s.Scheme == SchemeStripe || s.Scheme == SchemeStandardWebhooks || r.TimestampHeader != "" {
-		r.Tolerance = time.Duration(cmp.Or(s.Tolerance, Duration(defaultTolerance)))
+	if Timed(r.Scheme, r.Signed) {
+		tol := defaultTolerance
+		if preset.Tolerance > 0 && SignatureScheme(preset.Scheme) == r.Scheme {
+			tol = preset.Tolerance
+		}
+		r.Tolerance = time.Duration(cmp.Or(s.Tolerance, Duration(tol)))
 	}
 	return r
 }

@@ -61,6 +61,9 @@ func (r *Rules) check(l Limits, c *errorList) ErrorList {
 	for i := range r.Routes {
 		c.route(i, &r.Routes[i], names)
 		checkVerify(c, i, &r.Routes[i], &r.Defaults)
+		if len(c.list) == 0 { // the route resolves
+			c.captured(i, &r.Routes[i], &r.Defaults)
+		}
 		c.sender(i, &r.Routes[i], &r.Defaults)
 		c.statusLists(i, &r.Routes[i], &r.Defaults)
 	}
@@ -107,7 +110,7 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 		}
 	}
 
-	if len(rt.Key) == 0 && (rt.Signature == nil || rt.Signature.Scheme != SchemeStandardWebhooks) {
+	if len(routeKey(rt)) == 0 {
 		c.add(f+"key", "at least one key template is required, e.g. [\"{header.Idempotency-Key}\"]")
 	}
 	c.templates(f+"key", rt.Key)
@@ -128,7 +131,7 @@ func (c *errorList) route(i int, rt *Route, names map[string]int) {
 	if rt.ExternalID == "" && c.isWritten(f+"external_id") {
 		c.add(f+"external_id", "must not be empty (leave it out to record no external id)")
 	}
-	c.signature(f, rt.Signature)
+	c.signature(f, rt)
 	c.policy(f, &rt.Policy)
 }
 

@@ -11,10 +11,16 @@ import (
 // signature, the statuses it stores although they mean "not done", and
 // retention (tombstones, the same-payload detector).
 
-// routeKey is a route's key templates: its own, or {header.webhook-id}
-// for a standard-webhooks route without one.
+// routeKey is a route's key templates: its own, else its sender
+// preset's, else {header.webhook-id} for a standard-webhooks route.
 func routeKey(rt *Route) []string {
-	if len(rt.Key) == 0 && rt.Signature != nil && rt.Signature.Scheme == SchemeStandardWebhooks {
+	if len(rt.Key) > 0 {
+		return rt.Key
+	}
+	if p, ok := routePreset(rt); ok {
+		return p.Key
+	}
+	if rt.Signature != nil && rt.Signature.Scheme == SchemeStandardWebhooks {
 		return []string{standardWebhooksKey}
 	}
 	return rt.Key
@@ -36,9 +42,16 @@ func retryStatuses(rt, def *Policy) []int {
 }
 
 // resolveWebhook fills in res's signature, scope, sender and retention
-// fields.
+// fields. A sender preset the route names raises an inherited ttl to
+// the sender's retry window and, when the route's key is not signed,
+// holds the same payload under a new key within the ttl; what the route
+// sets itself wins.
 func resolveWebhook(res *Resolved, rt *Route, def *Policy) {
-	res.Signature = resolveSignature(rt.Signature)
+	res.Signature = resolveSignature(rt)
+	preset, named := routePreset(rt)
+	if named && rt.TTL == 0 {
+		res.TTL = max(res.TTL, preset.Window)
+	}
 	if res.Signature != nil && rt.Scope == nil {
 		res.Scope, res.ScopeSender = nil, true
 	}
@@ -49,6 +62,11 @@ func resolveWebhook(res *Resolved, rt *Route, def *Policy) {
 	res.AfterExpiry = cmp.Or(rt.AfterExpiry, def.AfterExpiry, AfterExpiryExecute)
 	res.SamePayloadWindow = time.Duration(*cmp.Or(rt.SamePayloadWindow, def.SamePayloadWindow, new(OptDuration(0))))
 	res.OnSamePayload = cmp.Or(rt.OnSamePayload, def.OnSamePayload, OnSamePayloadWarn)
+	if named && rt.SamePayloadWindow == nil && rt.OnSamePayload == "" {
+		if w, action, ok := presetSamePayload(res); ok {
+			res.SamePayloadWindow, res.OnSamePayload = w, action
+		}
+	}
 }
 
 // storeStatuses checks a policy's store_statuses (f is "defaults." or

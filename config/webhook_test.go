@@ -50,7 +50,7 @@ func TestWebhookResolve(t *testing.T) {
 		{res[3], &SignatureRule{Scheme: SchemeHMAC,
 			Senders: []SignatureSender{{"default", []string{"{env.SHOPIFY_SECRET}"}}},
 			Header:  "X-Shopify-Hmac-Sha256", Algorithm: "sha256", Encoding: "base64", Signed: "{body}"},
-			templates("{header.X-Shopify-Webhook-Id}"), nil, true, "shopify", 4 * time.Hour, defaultStatuses, 240 * time.Hour, AfterExpiryReject, 0, OnSamePayloadWarn},
+			templates("{header.X-Shopify-Webhook-Id}"), nil, true, "shopify", 4 * time.Hour, defaultStatuses, 240 * time.Hour, AfterExpiryReject, 96 * time.Hour, OnSamePayloadHold},
 	} {
 		g := tt.got
 		if !reflect.DeepEqual(g.Signature, tt.sig) || !reflect.DeepEqual(g.Key, tt.key) || !reflect.DeepEqual(g.Scope, tt.scope) ||
@@ -170,8 +170,9 @@ func TestWarnings(t *testing.T) {
 		{"ttl of the route shorter than Stripe's window", "routes:\n" + route + "    sender: stripe\n    ttl: 48h\n", []string{
 			`r.yaml:6: routes[0].ttl: routes[0]'s ttl 48h0m0s is shorter than stripe's retry window, 72h0m0s (Stripe retries live-mode events for up to 3 days): a retry after the ttl executes again; set ttl: 72h0m0s or more`}},
 		{"the default ttl, implied by the scheme", "routes:\n" + route + "    signature:\n      scheme: standard-webhooks\n      secrets: [\"{env.SW}\"]\n", []string{
+			`r.yaml:4: routes[0].key: route "create_crm_deal" is keyed by the header Idempotency-Key ({header.Idempotency-Key}), which its standard-webhooks signature does not cover: a captured delivery sent again under a new id verifies and executes again; set same_payload_window (e.g. 24h0m0s) with on_same_payload: hold, or key by something signed`,
 			`r.yaml:6: routes[0].signature.scheme: routes[0]'s ttl (the default) 24h0m0s is shorter than standard-webhooks's retry window, 75h35m5s (the Standard Webhooks specification's retry schedule ends 75h35m5s after the first attempt): a retry after the ttl executes again; set ttl: 76h0m0s or more`}},
-		{"the defaults' ttl", "defaults:\n  ttl: 2h\nroutes:\n" + route + "    sender: shopify\n", []string{
+		{"the defaults' ttl, the sender implied by the scheme", "defaults:\n  ttl: 2h\nroutes:\n" + route + "    signature: { scheme: shopify, secrets: [\"{env.SHOP}\"] }\n    same_payload_window: 2h\n    on_same_payload: hold\n", []string{
 			`r.yaml:2: defaults.ttl: routes[0]'s ttl (from defaults.ttl) 2h0m0s is shorter than shopify's retry window, 4h0m0s (Shopify retries 8 times over 4 hours): a retry after the ttl executes again; set ttl: 4h0m0s or more`}},
 		{"github's window", "routes:\n" + route + "    sender: github\n    ttl: 71h\n", []string{
 			`r.yaml:6: routes[0].ttl: routes[0]'s ttl 71h0m0s is shorter than github's retry window, 72h0m0s (GitHub lets you redeliver deliveries of the past 3 days): a retry after the ttl executes again; set ttl: 72h0m0s or more`}},
@@ -220,9 +221,9 @@ var webhookErrorTests = []struct {
 	want       []string
 }{
 	{"no scheme", webhookRoute + "    signature: { secrets: [\"{env.S}\"] }\n", []string{
-		`r.yaml:5: routes[0].signature.scheme: is required: stripe, standard-webhooks, github or hmac`}},
+		`r.yaml:5: routes[0].signature.scheme: is required: stripe, standard-webhooks, github, shopify, slack, twilio, paddle, square or hmac, unless the route's sender names it`}},
 	{"unknown scheme", webhookRoute + "    signature: { scheme: paypal, secrets: [\"{env.S}\"] }\n", []string{
-		`r.yaml:5: routes[0].signature.scheme: "paypal" is not one of stripe, standard-webhooks, github, hmac`}},
+		`r.yaml:5: routes[0].signature.scheme: "paypal" is not one of stripe, standard-webhooks, github, shopify, slack, twilio, paddle, square, hmac`}},
 	{"no secrets", webhookRoute + "    signature:\n      scheme: stripe\n", []string{
 		`r.yaml:5: routes[0].signature: needs secrets (one sender) or senders (several), e.g. secrets: ["{env.WEBHOOK_SECRET}"]`}},
 	{"secrets and senders", webhookRoute + "    signature:\n      scheme: stripe\n      secrets: [\"{env.S}\"]\n      senders: { a: [\"{env.A}\"] }\n", []string{
@@ -273,9 +274,9 @@ var webhookErrorTests = []struct {
 	{"signature under defaults", "defaults:\n  signature: { scheme: stripe }\n" + webhookRoute, []string{
 		`r.yaml:2: defaults.signature: unknown field`}},
 	{"unknown sender", webhookRoute + "    sender: paypal\n", []string{
-		`r.yaml:5: routes[0].sender: "paypal" is not one of github, shopify, standard-webhooks, stripe, svix`}},
+		`r.yaml:5: routes[0].sender: "paypal" is not one of github, paddle, shopify, slack, square, standard-webhooks, stripe, svix, twilio`}},
 	{"empty sender", webhookRoute + "    sender: \"\"\n", []string{
-		`r.yaml:5: routes[0].sender: "" is not one of github, shopify, standard-webhooks, stripe, svix`}},
+		`r.yaml:5: routes[0].sender: "" is not one of github, paddle, shopify, slack, square, standard-webhooks, stripe, svix, twilio`}},
 	{"store_statuses", "defaults:\n  retry_statuses: [404, 429]\n  store_statuses: [404, 503, 307, 200, 404]\n" + webhookRoute, []string{
 		`r.yaml:3: defaults.store_statuses[0]: 404 is also in defaults.retry_statuses: a status is either released or stored; remove it from one list`,
 		`r.yaml:3: defaults.store_statuses[1]: 503 is not a 4xx status: a 5xx outside retry_statuses is an unknown outcome (see on_unknown_outcome), a 307 or 308 follows on_redirect`,

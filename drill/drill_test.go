@@ -263,3 +263,18 @@ func TestDrillBadFileExit(t *testing.T) {
 		t.Errorf("exit status %d, output:\n%s", code, out)
 	}
 }
+
+// TestDrillTwiceOnOneRedis: a second drill on the Redis of a first (each
+// run with a secret of its own) runs under a key prefix of its own, so
+// the store's check of the secret does not refuse it, and holds.
+func TestDrillTwiceOnOneRedis(t *testing.T) {
+	t.Parallel()
+	store := "redis: redis://" + redistest.Start(t).Addr + "/0\nscenarios: [parallel]\n"
+	crm := startCRM(t)
+	for run := range 2 {
+		code, out, rep := drillRun(t, crm, exampleDrill(t, store))
+		if code != ExitHeld || len(rep.Results) != 1 || rep.Results[0].Verdict != Held {
+			t.Fatalf("run %d: exit status %d, want 0:\n%s", run+1, code, out)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package drill
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +68,12 @@ func newGateway(bin, dir, rules, redis, secret, proxyAddr string) (*gateway, err
 	storeArg := strconv.Quote(filepath.Join(dir, "store"))
 	env := []string{"XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir, "IDEMGATE_DRILL_SECRET=" + secret}
 	if redis != "" {
-		storeArg = "{$IDEMGATE_DRILL_REDIS}"
+		// A key prefix of the run's own: the run's secret is its own,
+		// and a store refuses a secret other than its records' (so the
+		// drill never shares the keys of a gateway on that Redis).
+		var run [4]byte
+		_, _ = rand.Read(run[:])
+		storeArg = "{$IDEMGATE_DRILL_REDIS}\n\t\tkey_prefix idemgate-drill-" + hex.EncodeToString(run[:]) + ":"
 		env = append(env, "IDEMGATE_DRILL_REDIS="+redis)
 	} else {
 		storeArg = "embedded " + storeArg

@@ -252,3 +252,19 @@ func (t Template) expandWith(lookup func(part) (string, error)) (value string, o
 	}
 	return b.String(), ok && err == nil, err
 }
+
+// Placeholder is one placeholder of a template: its source (header,
+// query, form or body) and its name (the canonical header name, the
+// parameter name or the body path).
+type Placeholder struct{ Source, Name string }
+
+// Placeholders returns t's placeholders, in order.
+func (t Template) Placeholders() []Placeholder {
+	var out []Placeholder
+	for _, p := range t.parts {
+		if p.src != srcLiteral {
+			out = append(out, Placeholder{Source: p.src.String(), Name: p.text})
+		}
+	}
+	return out
+}

@@ -96,14 +96,22 @@ func Provision(ctx context.Context, configured string, st store.Engine, keeping 
 		}
 		defer clear(secret)
 		ids, err := keying.NewIDKey(secret)
-		return ids, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return ids, nil, Agrees(ctx, st, secret, false)
 	}
 	defer clear(secret)
 	ids, err := keying.NewIDKey(secret)
 	if err != nil {
 		return nil, nil, err
 	}
+	// The more specific refusal first: the store's own secret copied
+	// into the config of keep_request routes.
 	if err := notKept(ctx, st, secret, keeping, logger); err != nil {
+		return nil, nil, err
+	}
+	if err := Agrees(ctx, st, secret, true); err != nil {
 		return nil, nil, err
 	}
 	seal, err := sealed.New(secret)

@@ -23,6 +23,8 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("sha256=", "", "", "", int64(0))
 	f.Add(slackSig, "", slackTime, slackBody, int64(1531420618))
 	f.Add("v0=zz", "", "99999999999999999999", "", int64(1<<62))
+	f.Add("ts=1;h1=00;h1=", "bodySHA256=ab", "", "a=1&a=1&b=%zz", int64(1))
+	f.Add("AAAAAAAAAAAAAAAAAAAAAAAAAAA=", "x=%", "", "=&&=", int64(0))
 
 	e := env{"{env.STRIPE}": stripeSecret, "{env.SW}": swSecret, "{env.GH}": githubSecret, "{env.SLACK}": slackSecret}
 	sender := func(s string) []config.SignatureSender {
@@ -36,6 +38,11 @@ func FuzzHeaders(f *testing.F) {
 			Algorithm: "sha256", Encoding: "hex", Prefix: "v0=", Signed: "v0:{timestamp}:{body}", TimestampHeader: "X-Slack-Request-Timestamp"},
 		{Scheme: config.SchemeHMAC, Senders: sender("{env.SLACK}"), Header: "X-Slack-Signature",
 			Algorithm: "sha512", Encoding: "base64", Signed: "{body}"},
+		{Scheme: config.SchemeShopify, Senders: sender("{env.GH}")},
+		{Scheme: config.SchemeSlack, Tolerance: 5 * time.Minute, Senders: sender("{env.SLACK}")},
+		{Scheme: config.SchemeTwilio, Senders: sender("{env.GH}")},
+		{Scheme: config.SchemePaddle, Tolerance: 5 * time.Second, Senders: sender("{env.GH}")},
+		{Scheme: config.SchemeSquare, Senders: sender("{env.GH}")},
 	}
 	verifiers := make([]*Verifier, len(rules))
 	for i, r := range rules {
@@ -47,14 +54,16 @@ func FuzzHeaders(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sig, id, ts, body string, now int64) {
 		h := http.Header{}
-		for _, name := range []string{"Stripe-Signature", "Webhook-Signature", "X-Hub-Signature-256", "X-Slack-Signature"} {
+		for _, name := range []string{"Stripe-Signature", "Webhook-Signature", "X-Hub-Signature-256", "X-Slack-Signature",
+			"X-Shopify-Hmac-Sha256", "X-Twilio-Signature", "Paddle-Signature", "X-Square-Hmacsha256-Signature"} {
 			h.Set(name, sig)
 		}
 		h.Set("Webhook-Id", id)
 		h.Set("Webhook-Timestamp", ts)
 		h.Set("X-Slack-Request-Timestamp", ts)
+		h.Set("Content-Type", "application/x-www-form-urlencoded")
 		for i, v := range verifiers {
-			sender, reason, ok := v.Verify(h, []byte(body), time.Unix(now, 0))
+			sender, reason, ok := v.VerifyURL(h, "https://hooks.example.com:443/t?"+id, []byte(body), time.Unix(now, 0))
 			switch {
 			case ok && (sender == "" || reason != ""):
 				t.Errorf("rule %d: accepted with sender %q and reason %q", i, sender, reason)

@@ -17,7 +17,7 @@ const (
 	githubPrefix = "sha256="
 )
 
-func (github) read(v string, h http.Header, body []byte) (message, Reason) {
+func (github) read(v string, h http.Header, _ string, body []byte) (message, Reason) {
 	hexSig, ok := strings.CutPrefix(v, githubPrefix)
 	sig, err := hex.DecodeString(hexSig)
 	if !ok || err != nil || len(sig) != sha256.Size {

@@ -42,7 +42,7 @@ func newHMAC(rule *config.SignatureRule) (*hmacScheme, error) {
 	return s, nil
 }
 
-func (s *hmacScheme) read(v string, h http.Header, body []byte) (message, Reason) {
+func (s *hmacScheme) read(v string, h http.Header, _ string, body []byte) (message, Reason) {
 	enc, ok := strings.CutPrefix(v, s.prefix)
 	if !ok {
 		return message{}, Malformed

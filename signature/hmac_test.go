@@ -58,9 +58,9 @@ func TestHMACBodyBase64(t *testing.T) {
 	rule := config.SignatureRule{Scheme: config.SchemeHMAC,
 		Senders: []config.SignatureSender{{Name: "default", Secrets: []string{"{env.K}"}}},
 		Header:  "X-Signature", Algorithm: "sha512", Encoding: "base64", Signed: "{body}"}
-	v := newVerifier(t, rule, env{"{env.K}": "shop secret"})
+	v := newVerifier(t, rule, env{"{env.K}": "shop secret 0123456"})
 	body := `{"id":820982911946154508}`
-	mac := hmac.New(sha512.New, []byte("shop secret"))
+	mac := hmac.New(sha512.New, []byte("shop secret 0123456"))
 	mac.Write([]byte(body))
 	sig := mac.Sum(nil)
 	std, raw := base64.StdEncoding.EncodeToString(sig), base64.RawStdEncoding.EncodeToString(sig)

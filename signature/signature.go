@@ -1,6 +1,9 @@
 // Package signature verifies the signatures webhook senders put on their
 // deliveries, before the gateway claims anything for them: Stripe's,
-// Standard Webhooks', GitHub's, and a generic HMAC in a named header.
+// Standard Webhooks', GitHub's, Shopify's, Slack's, Twilio's, Paddle's,
+// Square's, and a generic HMAC in a named header. Package senders holds
+// the presets that name them; testdata/vectors.json holds deliveries
+// each sender's own SDK signed, and the script that made them.
 //
 // A Verifier is built once per route from its resolved rule
 // (config.SignatureRule) and its secrets, filled in from their {env.NAME}
@@ -23,6 +26,7 @@ package signature
 
 import (
 	"crypto/hmac"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"errors"
@@ -87,17 +91,21 @@ type scheme interface {
 	// header names the header that carries the signatures.
 	header() string
 	// read returns the signed message and the signatures of a request
-	// whose signature header is sig, or why they cannot be had.
-	read(sig string, h http.Header, body []byte) (message, Reason)
+	// whose signature header is sig, or why they cannot be had. url is
+	// the URL the sender posted to, for a scheme that signs it.
+	read(sig string, h http.Header, url string, body []byte) (message, Reason)
 	// key turns a resolved secret into the HMAC key, or says why it is
 	// not a secret of the scheme (never quoting it).
 	key(secret string) ([]byte, error)
 }
 
 // message is what a request signs, in parts (so that the body is not
-// copied), and the signatures it carries.
+// copied), and the signatures it carries. alt, when set, is another
+// form of the message that also verifies (Twilio's URL with and without
+// its default port).
 type message struct {
 	parts [][]byte
+	alt   [][]byte
 	sigs  [][]byte
 	at    int64 // the signed unix seconds, when timed
 	timed bool
@@ -116,6 +124,14 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 		v.scheme = standardWebhooks{}
 	case config.SchemeGitHub:
 		v.scheme = github{}
+	case config.SchemeShopify, config.SchemeSlack:
+		v.scheme, v.hash = fixedHMAC(rule.Scheme), sha256.New
+	case config.SchemeTwilio:
+		v.scheme, v.hash = twilio{}, sha1.New
+	case config.SchemePaddle:
+		v.scheme = paddle{}
+	case config.SchemeSquare:
+		v.scheme = square{}
 	case config.SchemeHMAC:
 		h, err := newHMAC(&rule)
 		if err != nil {
@@ -145,6 +161,9 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 				continue
 			}
 			key, err := v.scheme.key(secret)
+			if err == nil {
+				err = checkStrength(v.scheme, secret, key)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", where, err)
 			}
@@ -161,7 +180,7 @@ func New(rule config.SignatureRule, resolve func(tmpl string) (string, error)) (
 // timed reports whether s signs a timestamp.
 func timed(s scheme) bool {
 	switch s := s.(type) {
-	case stripe, standardWebhooks:
+	case stripe, standardWebhooks, paddle:
 		return true
 	case *hmacScheme:
 		return s.timestampHeader != ""
@@ -174,11 +193,27 @@ func timed(s scheme) bool {
 // signatures; sender is then that sender's identity, the route's
 // default scope. Otherwise reason says why, for the metric only.
 func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
+	return v.VerifyURL(h, "", body, now)
+}
+
+// NeedsURL reports whether the scheme signs the URL the sender posted
+// to: VerifyURL must then be given it.
+func (v *Verifier) NeedsURL() bool {
+	switch v.scheme.(type) {
+	case twilio, square:
+		return true
+	}
+	return false
+}
+
+// VerifyURL is Verify for a request the sender posted to url, the full
+// URL with its query, as the sender had it (see NeedsURL).
+func (v *Verifier) VerifyURL(h http.Header, url string, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
 	sig, reason := header(h, v.scheme.header())
 	if reason != "" {
 		return "", reason, false
 	}
-	m, reason := v.scheme.read(sig, h, body)
+	m, reason := v.scheme.read(sig, h, url, body)
 	if reason != "" {
 		return "", reason, false
 	}
@@ -190,19 +225,27 @@ func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) (sender str
 	}
 	for _, s := range v.senders {
 		for _, k := range s.keys {
-			mac := hmac.New(v.hash, k)
-			for _, p := range m.parts {
-				mac.Write(p)
-			}
-			sum := mac.Sum(nil)
-			for _, sig := range m.sigs {
-				if hmac.Equal(sum, sig) {
-					return s.id, "", true
-				}
+			if v.matches(k, m.parts, m.sigs) || m.alt != nil && v.matches(k, m.alt, m.sigs) {
+				return s.id, "", true
 			}
 		}
 	}
 	return "", Mismatch, false
+}
+
+// matches reports whether the HMAC of parts under key is one of sigs.
+func (v *Verifier) matches(key []byte, parts, sigs [][]byte) bool {
+	mac := hmac.New(v.hash, key)
+	for _, p := range parts {
+		mac.Write(p)
+	}
+	sum := mac.Sum(nil)
+	for _, sig := range sigs {
+		if hmac.Equal(sum, sig) {
+			return true
+		}
+	}
+	return false
 }
 
 // header returns the one value of header name: Missing when there is

@@ -86,11 +86,11 @@ func stripeSig(secret, t, body string) string {
 // listed and both accepted, with the same identity; once the old one is
 // removed its signatures are refused.
 func TestRotation(t *testing.T) {
-	e := env{"{env.OLD}": "whsec_old_secret", "{env.NEW}": "whsec_new_secret"}
+	e := env{"{env.OLD}": "whsec_old_signing_secret_01", "{env.NEW}": "whsec_new_signing_secret_02"}
 	now, ts, body := time.Unix(1700000000, 0), "1700000000", `{"id":"evt_1"}`
-	byOld := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_old_secret", ts, body)}
-	byNew := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_new_secret", ts, body)}
-	both := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_new_secret", ts, body) + ",v1=" + stripeSig("whsec_old_secret", ts, body)}
+	byOld := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_old_signing_secret_01", ts, body)}
+	byNew := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_new_signing_secret_02", ts, body)}
+	both := []string{"Stripe-Signature", "t=" + ts + ",v1=" + stripeSig("whsec_new_signing_secret_02", ts, body) + ",v1=" + stripeSig("whsec_old_signing_secret_01", ts, body)}
 
 	rotating := newVerifier(t, flat(config.SchemeStripe, "{env.OLD}", "{env.NEW}"), e)
 	check(t, rotating, []vector{
@@ -109,7 +109,7 @@ func TestRotation(t *testing.T) {
 // TestTwoSenders: each sender's signature verifies as that sender, so
 // their event ids are scoped apart; a third secret verifies as neither.
 func TestTwoSenders(t *testing.T) {
-	e := env{"{env.A1}": "secret-a-1", "{env.A2}": "secret-a-2", "{file./run/b}": "secret-b"}
+	e := env{"{env.A1}": "secret-of-acme-a-1", "{env.A2}": "secret-of-acme-a-2", "{file./run/b}": "secret-of-beta-b-1"}
 	rule := config.SignatureRule{Scheme: config.SchemeGitHub, Senders: []config.SignatureSender{
 		{Name: "acme", Secrets: []string{"{env.A1}", "{env.A2}"}},
 		{Name: "beta", Secrets: []string{"{file./run/b}"}},
@@ -122,9 +122,9 @@ func TestTwoSenders(t *testing.T) {
 		return []string{"X-Hub-Signature-256", "sha256=" + hex.EncodeToString(mac.Sum(nil))}
 	}
 	check(t, v, []vector{
-		{"acme's first secret", sig("secret-a-1"), body, time.Time{}, "github:acme", ""},
-		{"acme's second secret", sig("secret-a-2"), body, time.Time{}, "github:acme", ""},
-		{"beta's secret", sig("secret-b"), body, time.Time{}, "github:beta", ""},
+		{"acme's first secret", sig("secret-of-acme-a-1"), body, time.Time{}, "github:acme", ""},
+		{"acme's second secret", sig("secret-of-acme-a-2"), body, time.Time{}, "github:acme", ""},
+		{"beta's secret", sig("secret-of-beta-b-1"), body, time.Time{}, "github:beta", ""},
 		{"nobody's secret", sig("secret-c"), body, time.Time{}, "", Mismatch},
 	})
 }

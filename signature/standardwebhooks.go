@@ -23,7 +23,7 @@ const (
 	swPrefix    = "whsec_"
 )
 
-func (standardWebhooks) read(v string, h http.Header, body []byte) (message, Reason) {
+func (standardWebhooks) read(v string, h http.Header, _ string, body []byte) (message, Reason) {
 	id, reason := header(h, swID)
 	if reason != "" {
 		return message{}, Malformed // the id is signed: without it nothing can match

@@ -16,7 +16,7 @@ type stripe struct{}
 
 const stripeHeader = "Stripe-Signature"
 
-func (stripe) read(v string, h http.Header, body []byte) (message, Reason) {
+func (stripe) read(v string, h http.Header, _ string, body []byte) (message, Reason) {
 	var m message
 	t, seenT := "", false
 	for _, item := range strings.Split(v, ",") {

@@ -116,6 +116,16 @@ type Engine interface {
 	// KeptSecret returns the deployment secret kept in the store, without
 	// creating one: nil when the store keeps none (yet).
 	KeptSecret(ctx context.Context) ([]byte, error)
+	// KeepSecretCheck keeps check, the check value of the deployment
+	// secret the gateway derives record ids under (keying.SecretCheck),
+	// when the store keeps none yet, atomically: the first gateway's
+	// wins. It returns the check value the store keeps, which the caller
+	// compares with its own.
+	KeepSecretCheck(ctx context.Context, check []byte) (SecretCheck, error)
+	// Where names the store in messages: the Redis address (password
+	// redacted) and key prefix, the Postgres URL (password redacted) and
+	// schema, or the embedded store's directory.
+	Where() string
 
 	// Close releases the engine's resources.
 	Close() error

@@ -44,6 +44,9 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&m.Schema) {
 				return d.ArgErr()
 			}
+			if err := checkSchema(m.Schema); err != nil {
+				return d.WrapErr(err)
+			}
 		case "listen_url":
 			if !d.AllArgs(&m.ListenURL) {
 				return d.ArgErr()

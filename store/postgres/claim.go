@@ -171,7 +171,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
 			req.Twin, string(a.OnTombstone()), string(a.OnTwin))
 		if err != nil {
-			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+			return store.ClaimResult{}, e.opErr("claim", req.ID, e.poolWaitErr(ctx, err))
 		}
 		var r *rec
 		if rows.Next() {
@@ -185,7 +185,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			err = rows.Err()
 		}
 		if err != nil {
-			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+			return store.ClaimResult{}, e.opErr("claim", req.ID, e.poolWaitErr(ctx, err))
 		}
 		var res store.ClaimResult
 		if tca != nil {
@@ -209,7 +209,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		// A claim retried by its claimant: already the caller's, unchanged.
 		cur, now, err := e.get(ctx, req.ID)
 		if err != nil {
-			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+			return store.ClaimResult{}, e.opErr("claim", req.ID, e.poolWaitErr(ctx, err))
 		}
 		if cur != nil && cur.State == store.StateInFlight && cur.Token == req.Token {
 			res := store.ClaimResult{Claimed: true, Record: cur.View(), Now: time.UnixMilli(now)}

@@ -85,7 +85,7 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		store.Millis(ttl), req.Claim.Route, req.Claim.Operation, req.Claim.Fingerprint, req.Claim.FingerprintRule,
 		started, e.notices.channel, store.Millis(req.Tombstone), twin, store.Millis(window)).Scan(&n, &sync, &notified)
 	if err != nil {
-		return false, e.opErr("complete", id, err)
+		return false, e.opErr("complete", id, e.poolWaitErr(ctx, err))
 	}
 	return n > 0, nil
 }

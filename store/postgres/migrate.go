@@ -15,10 +15,14 @@ import (
 
 // The schema is made by the numbered migrations in migrations/
 // (NNNN_what.sql), each applied once, in order, and recorded in the
-// table migrations of the store's schema. Open applies the missing
-// ones in one transaction under a transaction-scoped advisory lock, so
-// gateways starting together take turns and no session state outlives
-// it; a schema newer than this binary's migrations is refused.
+// table migrations of the store's schema. Open applies the ones not
+// recorded yet in one transaction under a transaction-scoped advisory
+// lock, so gateways starting together take turns and no session state
+// outlives it; a schema that records a migration this binary does not
+// have (a newer gateway's) is refused. Numbers increase but may leave
+// gaps (a number kept for a migration made elsewhere): each migration
+// is recorded by its own number, so one merged later into the gap is
+// still applied, and none may depend on a later-numbered one.
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -30,8 +34,8 @@ type migration struct {
 	sql     string
 }
 
-// migrations returns the embedded migrations in order; their numbers
-// run 1, 2, … without gaps.
+// migrations returns the embedded migrations in order of their numbers,
+// which are positive and distinct.
 func migrations() ([]migration, error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
 	if err != nil {
@@ -53,11 +57,19 @@ func migrations() ([]migration, error) {
 	}
 	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
 	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("store: postgres: migration %s out of sequence (want %04d)", m.name, i+1)
+		if m.version < 1 || i > 0 && m.version == ms[i-1].version {
+			return nil, fmt.Errorf("store: postgres: migration %s: its number is not positive or is taken", m.name)
 		}
 	}
 	return ms, nil
+}
+
+// latest is the highest migration number of ms (0: none).
+func latest(ms []migration) int {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
 }
 
 // lockKey is the advisory lock of schema's migrations.
@@ -88,14 +100,32 @@ func (e *Engine) migrate(ctx context.Context) (from, to int, err error) {
 				return err
 			}
 		}
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM migrations").Scan(&from); err != nil {
+		rows, err := tx.Query(ctx, "SELECT version FROM migrations ORDER BY version")
+		if err != nil {
 			return err
 		}
-		if from > len(ms) {
-			return fmt.Errorf("schema %q is at version %d, newer than this binary's %d: "+
-				"a newer gateway migrated it; run that version (or newer) here too", e.schema, from, len(ms))
+		done, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
 		}
-		for _, m := range ms[from:] {
+		if len(done) > 0 {
+			from = int(done[len(done)-1])
+		}
+		known := make(map[int]bool, len(ms))
+		for _, m := range ms {
+			known[m.version] = true
+		}
+		for _, v := range done {
+			if !known[int(v)] {
+				return fmt.Errorf("schema %q is at version %d, newer than this binary's %d: "+
+					"a newer gateway migrated it (migration %04d is not in this binary); run that version (or newer) here too",
+					e.schema, from, latest(ms), v)
+			}
+		}
+		for _, m := range ms {
+			if slices.Contains(done, int32(m.version)) {
+				continue
+			}
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return fmt.Errorf("migration %s: %w", m.name, err)
 			}
@@ -105,5 +135,5 @@ func (e *Engine) migrate(ctx context.Context) (from, to int, err error) {
 		}
 		return nil
 	})
-	return from, len(ms), err
+	return from, latest(ms), err
 }

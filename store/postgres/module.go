@@ -98,6 +98,9 @@ func (m *Module) Validate() error {
 	case m.Schema != "" && len(m.Schema) > 63:
 		return fmt.Errorf("postgres store: schema %q is longer than Postgres's 63 bytes", m.Schema)
 	}
+	if err := checkSchema(m.Schema); err != nil {
+		return fmt.Errorf("postgres store: %w", err)
+	}
 	return nil
 }
 

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,7 @@ type Engine struct {
 
 	secretMu sync.Mutex
 	secret   []byte
+	check    store.SecretCheck // the secret's check value, once read (see KeepSecretCheck)
 
 	notices notices
 
@@ -122,6 +124,7 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("store: postgres: %w", err)
 		}
 	}
+	markAcquired(cfg)
 	listen := cfg.ConnConfig
 	if opts.ListenURL != "" {
 		lcfg, err := pgxpool.ParseConfig(opts.ListenURL)
@@ -153,11 +156,21 @@ func Open(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Redacted is the connection URL without its password, for messages.
+// Redacted is the connection URL without its password, for messages:
+// the one in its user information and libpq's password and sslpassword
+// parameters.
 func Redacted(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
 		return "(a connection string)"
+	}
+	if q := u.Query(); q.Has("password") || q.Has("sslpassword") {
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }
@@ -202,8 +215,9 @@ func (e *Engine) ExpiresAt(ctx context.Context, id string) (time.Time, error) {
 }
 
 // call bounds one store call by the op timeout.
+// Its wait for a connection of the pool counts (see poolWaitErr).
 func (e *Engine) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, e.opts.OpTimeout)
+	return context.WithTimeout(context.WithValue(ctx, gotConnKey{}, new(atomic.Bool)), e.opts.OpTimeout)
 }
 
 // mutation is what a change decided: next is the record to write (nil:
@@ -239,7 +253,7 @@ func (e *Engine) update(ctx context.Context, op, id string, f func(cur *rec, now
 			continue
 		}
 		if err != nil {
-			return nil, e.opErr(op, id, err)
+			return nil, e.opErr(op, id, e.poolWaitErr(ctx, err))
 		}
 		return out, nil
 	}

@@ -174,6 +174,7 @@ func (m *Module) OpenEngine() (store.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.where = strings.Join(m.redactedAddresses(), ",")
 	storeUp.WithLabelValues(label).Set(1)
 	s.onClose = func() { storeUp.DeleteLabelValues(label) }
 	handlerLog().Debug("record store connected", zap.Strings("addresses", redactAll(m.Addresses)))
@@ -319,6 +320,17 @@ func (m *Module) poolKey(opts Options) string {
 		fmt.Fprintf(h, "|%q|%x", c.TLSCAFile, sha256.Sum256(pem))
 	}
 	return "redis|" + hex.EncodeToString(h.Sum(nil))
+}
+
+// redactedAddresses are the addresses with their placeholders replaced
+// and their passwords hidden, for messages.
+func (m *Module) redactedAddresses() []string {
+	repl := caddy.NewReplacer()
+	out := make([]string, len(m.Addresses))
+	for i, a := range m.Addresses {
+		out[i] = redactURL(repl.ReplaceAll(a, ""))
+	}
+	return out
 }
 
 // redactURL hides the password of a store address in messages, also when

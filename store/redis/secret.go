@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // minSecretLen is the shortest secret Secret accepts from Redis, as
@@ -20,8 +22,9 @@ const minSecretLen = 16
 // config reloads never need Redis for it and every config sharing the
 // connection derives the same ids.
 type secretCache struct {
-	mu  sync.Mutex
-	val []byte
+	mu    sync.Mutex
+	val   []byte
+	check store.SecretCheck // the kept check value, once read (see KeepSecretCheck)
 }
 
 // SecretKey returns the Redis key that keeps the deployment secret:

@@ -149,6 +149,8 @@ type Store struct {
 	clockKnown  atomic.Bool
 
 	secret secretCache    // the deployment secret, once read (see Secret)
+	addrs  []string       // the addresses dialled (see Where)
+	where  string         // the store's address for messages, password redacted (see Where)
 	evict  *evictionGuard // the eviction policy check
 	health health         // reachability, for Options.OnAvailability
 
@@ -238,6 +240,7 @@ func Open(opts Options) (*Store, error) {
 	client := goredis.NewUniversalClient(uo)
 	s := New(client, opts.KeyPrefix, opts.OpTimeout)
 	s.evict = guard
+	s.addrs = opts.Addrs
 	if opts.WaitReplicas > 0 {
 		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, store.OrDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
 		s.waitStrict = opts.WaitStrict

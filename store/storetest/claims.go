@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,7 @@ func init() {
 		test{"ClaimRequestValidation", testClaimRequestValidation},
 		test{"RecordsExpire", testRecordsExpire},
 		test{"Secret", testSecret},
+		test{"SecretCheck", testSecretCheck},
 	)
 }
 
@@ -673,5 +675,42 @@ func testSecret(t *testing.T, h Harness, e store.Engine) {
 	b[0] ^= 0xff
 	if c, _ := e.Secret(ctx); !bytes.Equal(a, c) {
 		t.Fatal("changing a returned secret changed the kept one")
+	}
+}
+
+// testSecretCheck: the first check value kept wins, with its creation
+// time; calls at once with other values all get it back.
+func testSecretCheck(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	if e.Where() == "" {
+		t.Fatal("Where names no store")
+	}
+	before := time.Now().Add(-time.Second)
+	vals := make([][]byte, 8)
+	got := make([]store.SecretCheck, len(vals))
+	errs := make([]error, len(vals))
+	var wg sync.WaitGroup
+	for i := range vals {
+		vals[i] = bytes.Repeat([]byte{byte(i + 1)}, 32)
+		wg.Go(func() { got[i], errs[i] = e.KeepSecretCheck(ctx, vals[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("KeepSecretCheck: %v", err)
+	}
+	if !slices.ContainsFunc(vals, func(v []byte) bool { return bytes.Equal(v, got[0].Value) }) {
+		t.Fatalf("kept check value %x is none of those given", got[0].Value)
+	}
+	for i, c := range got {
+		if !bytes.Equal(c.Value, got[0].Value) || !c.MadeAt.Equal(got[0].MadeAt) {
+			t.Fatalf("call %d got %x made %v; call 0 got %x made %v", i, c.Value, c.MadeAt, got[0].Value, got[0].MadeAt)
+		}
+	}
+	if m := got[0].MadeAt; m.Before(before) || m.After(time.Now().Add(time.Second)) {
+		t.Fatalf("check value made at %v, want about now", m)
+	}
+	again, err := e.KeepSecretCheck(ctx, []byte("another-check-value-entirely-32b"))
+	if err != nil || !bytes.Equal(again.Value, got[0].Value) {
+		t.Fatalf("a later KeepSecretCheck: %x, %v; want the kept %x", again.Value, err, got[0].Value)
 	}
 }
