@@ -58,9 +58,11 @@ func alive(pid int) bool {
 // TestDrillInterrupted: SIGINT or SIGTERM to a running `idemgate drill`
 // stops its gateway (no child process of it is left, and none is
 // connected to the drill file's Redis) and its fault proxy, removes its
-// temporary directory, prints what it had done and exits 130.
+// temporary directory, prints what it had done and exits 130. Not
+// parallel, its cases one after the other: the drills' fault proxies
+// listen on ports the kernel picks, which a test that frees its own
+// proxy's port (TestProxyDropAfterAnswer) must not see taken meanwhile.
 func TestDrillInterrupted(t *testing.T) {
-	t.Parallel()
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("child processes are found in /proc")
 	}
@@ -75,7 +77,6 @@ func TestDrillInterrupted(t *testing.T) {
 		}
 		sig := tc.sig
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
 			binaries(t)
 			var rds *redistest.Server
 			extra := ""
