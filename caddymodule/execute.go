@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -38,14 +39,23 @@ func (h *Handler) forwardOnce(g *guarded, c *store.Claim, w http.ResponseWriter,
 
 	cw := exchange.NewCapture(w, g.rt.MaxResponse)
 	defer cw.Release()
+	var up http.ResponseWriter = cw
+	var tap *mcp.Tap // a tool call's answer, tapped for its JSON-RPC response
+	if g.call != nil {
+		tap = tapCall(g, cw)
+		up = tap
+	}
 
-	panicked, err = h.callUnderLease(c, next, cw, r)
+	panicked, err = h.callUnderLease(c, next, up, r)
 
 	// The upstream's answer is all here (unless it was too large to hold
 	// back): record it, then hand it to the client at whatever pace the
 	// client reads. A duplicate meanwhile replays it. A response that
 	// broke off reaches the client as it came, broken.
 	out, res := cw.Outcome(g.rt.answers, err, panicked)
+	if tap != nil {
+		out, res = toolOutcome(g.rt, tap, out, res)
+	}
 	result = h.record(g, c, out, res)
 	cw.Deliver()
 	if panicked != nil {

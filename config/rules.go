@@ -251,6 +251,11 @@ type Match struct {
 	// Path is required: a pattern of Caddy's path matcher, such as
 	// "/crm/deals" or "/orders/*/refund".
 	Path string `json:"path,omitempty"`
+	// Tools are the MCP tools the route guards (protocol: mcp, where
+	// at least one is required): a JSON-RPC request tools/call whose
+	// params.name is one of them. Names as the server lists them (case
+	// matters), each once.
+	Tools []string `json:"tools,omitempty"`
 }
 
 // Fingerprint selects what of the request counts when deciding whether a
@@ -296,6 +301,16 @@ type Route struct {
 	// standard-webhooks route without a key is keyed by
 	// {header.webhook-id}.
 	Signature *Signature `json:"signature,omitempty"`
+	// Protocol is what the endpoint speaks: http (the default: every
+	// matched request is guarded) or mcp (an MCP server's Streamable
+	// HTTP endpoint: only tool calls of match.tools are guarded, and the
+	// gateway answers them in JSON-RPC; see docs/mcp.md).
+	Protocol Protocol `json:"protocol,omitempty"`
+	// OnToolError is what a tool result with isError: true means on a
+	// route with protocol mcp: store (the default: the tool ran, and its
+	// answer is replayed) or release (not done: the next retry runs the
+	// tool again, counted against retry.max_executions).
+	OnToolError OnToolError `json:"on_tool_error,omitempty"`
 	// Sender names the webhook sender whose retry window the route
 	// follows: stripe, standard-webhooks, svix, github or shopify (see
 	// Senders). A ttl shorter than its window is a warning. Default: the
@@ -370,6 +385,13 @@ type Resolved struct {
 	InFlightWait time.Duration
 
 	Verify *VerifyRule // nil when the route has no verify rule
+
+	// Protocol is the endpoint's protocol; Tools the guarded MCP tools
+	// (nil unless Protocol is mcp) and OnToolError what a tool's
+	// isError result means (store unless Protocol is mcp).
+	Protocol    Protocol
+	Tools       []string
+	OnToolError OnToolError
 
 	// Signature is the route's signature check; nil when none.
 	Signature *SignatureRule
@@ -454,9 +476,10 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 	if res.OnInFlight == OnInFlightWait {
 		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))
 	}
+	resolveProtocol(&res, rt)
 	resolveRecovery(&res, &rt.Policy, def)
 	resolveWebhook(&res, rt, def)
-	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
+	for _, m := range firstSlice(rt.Match.Methods, methodsOf(rt.Protocol)) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))
 	}
 	return res

@@ -63,6 +63,7 @@ func (r *Rules) check(l Limits, c *errorList) ErrorList {
 		checkVerify(c, i, &r.Routes[i], &r.Defaults)
 		c.sender(i, &r.Routes[i], &r.Defaults)
 		c.statusLists(i, &r.Routes[i], &r.Defaults)
+		c.protocol(i, &r.Routes[i], &r.Defaults)
 	}
 	c.samePayload(r)
 	c.leases(r, l)

@@ -1,0 +1,122 @@
+package caddymodule
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/problem"
+	"github.com/idemgate/idemgate/protocol/mcp"
+	"github.com/idemgate/idemgate/store"
+)
+
+// The request path's hooks for routes with protocol: mcp (docs/mcp.md).
+// Package mcp reads and writes the protocol; these put it in the steps:
+// which requests are guarded (toolCall, in ServeHTTP once the body is
+// read), the upstream's answer tapped and what it means (tapCall and
+// toolOutcome, in forwardOnce), a replay with the retry's own JSON-RPC
+// id (replayCall, in answer) and the gateway's own answers as JSON-RPC
+// errors (toolError, in problem).
+
+// toolCall is a guarded MCP tool call.
+type toolCall struct {
+	mcp.Call
+	sse bool // the caller accepts an event stream
+	// ambiguous: the body could be read as a guarded call by a server
+	// that matches member names in any case; it is refused.
+	ambiguous bool
+}
+
+// toolCall says whether the request to g's MCP route, whose body is
+// body, is guarded: a tool call of a listed tool (g.call), or a body
+// refused as ambiguous. Anything else on the endpoint passes untouched.
+func (h *Handler) toolCall(g *guarded, r *http.Request, body []byte) bool {
+	v, call := g.rt.tools.Match(body)
+	switch v {
+	case mcp.Guard:
+		g.call = &toolCall{Call: call, sse: mcp.AcceptsSSE(r.Header)}
+	case mcp.Ambiguous:
+		g.call = &toolCall{ambiguous: true}
+	default:
+		return false
+	}
+	return true
+}
+
+// ambiguousCall is the decision on a body refused as ambiguous.
+func ambiguousCall(rt *route) decision {
+	return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.AmbiguousCall.With(
+		"members of this JSON-RPC request are named in another case than the protocol's, and a server matching names in any case would read it as a call of a guarded tool; nothing was forwarded", rt.Name)}
+}
+
+// tapCall taps the upstream's answer to the tool call g, on its way to
+// the capture cw, for the JSON-RPC response to the call.
+func tapCall(g *guarded, cw *exchange.Capture) *mcp.Tap {
+	return mcp.NewTap(cw, g.call.Call, g.rt.MaxResponse)
+}
+
+// toolOutcome is what the upstream's answer to a tool call means, and
+// the result a completed call leaves: the JSON-RPC response to the call
+// (from a JSON body, or from the event stream that streamed through),
+// never the stream's other events. An answer that is not that response
+// is an outcome unknown (a stream that ended before it, a body or event
+// past max_response); an HTTP refusal (3xx, 4xx) is "not done": the
+// server handled no message. A tool result with isError: true is a
+// result, unless the route's on_tool_error is release.
+func toolOutcome(rt *route, tap *mcp.Tap, out exchange.Result, res store.Result) (exchange.Result, store.Result) {
+	if out.Verdict != exchange.VerdictComplete {
+		return out, res
+	}
+	if out.Status >= 300 {
+		return exchange.Result{Verdict: exchange.VerdictRelease, Status: out.Status, Reason: "not_a_tool_answer"}, res
+	}
+	a := tap.Answer(res.Body, res.BodyOmitted)
+	switch {
+	case a.Message == nil:
+		return exchange.Result{Verdict: exchange.VerdictUnknown, Status: out.Status, Reason: a.Missing, CutOff: true}, res
+	case a.ToolError && rt.OnToolError == config.OnToolErrorRelease:
+		return exchange.Result{Verdict: exchange.VerdictRelease, Status: out.Status, Reason: "tool_error"}, res
+	}
+	sum := sha256.Sum256(a.Message)
+	res.Body, res.BodyOmitted, res.Digest, res.ExternalID = a.Message, false, hex.EncodeToString(sum[:]), ""
+	if res.Header != nil {
+		res.Header.Del("Mcp-Session-Id")
+		res.Header.Del("Content-Length")
+	}
+	if rt.ExternalID != "" {
+		if v := gjson.GetBytes(a.Message, rt.ExternalID); v.Exists() && store.ValidExternalID(v.String()) {
+			res.ExternalID = v.String()
+		}
+	}
+	return out, res
+}
+
+// replayCall answers a retried tool call from its completed record: the
+// stored JSON-RPC response with the retry's id, as one SSE message event
+// when the original came as an event stream and the retry accepts one,
+// else as JSON. A stored result that is no JSON-RPC response (an error
+// stored under on_unknown_outcome: store) is replayed as it was.
+func replayCall(g *guarded, w http.ResponseWriter, rec *store.Record) error {
+	msg, ok := mcp.Reply(rec.Body, g.call.ID)
+	if !ok || rec.BodyOmitted || rec.Status != http.StatusOK {
+		return replay(w, rec)
+	}
+	return mcp.WriteReplay(w, rec.Header, msg, mcp.IsSSE(rec.Header) && g.call.sse)
+}
+
+// toolError sends the gateway's own answer on an MCP route as a
+// JSON-RPC error, HTTP 200, with the caller's id (null when none could
+// be read): an MCP client never gets problem+json.
+func toolError(g *guarded, w http.ResponseWriter, p problem.Problem) error {
+	id := ""
+	if g.call != nil {
+		id = g.call.ID
+	}
+	g.status = http.StatusOK
+	return mcp.WriteError(w, id, p)
+}

@@ -1,0 +1,142 @@
+// Package mcp is the Model Context Protocol on the gateway's request path:
+// which requests to an MCP server's Streamable HTTP endpoint are guarded
+// tool calls (Tools.Match), the JSON-RPC response to one found in an
+// application/json or text/event-stream answer as it streams through
+// (Tap), a stored response replayed with a retry's own JSON-RPC id
+// (WriteReplay), and the gateway's own answers as JSON-RPC errors
+// (WriteError). It knows nothing of Caddy or of the store: the handler
+// hooks it into its steps.
+package mcp
+
+import (
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/idemgate/idemgate/keying"
+)
+
+// Method is the JSON-RPC method of a tool call.
+const Method = "tools/call"
+
+// Tools are the tool names a route guards.
+type Tools map[string]bool
+
+// NewTools returns the set of names.
+func NewTools(names []string) Tools {
+	t := make(Tools, len(names))
+	for _, n := range names {
+		t[n] = true
+	}
+	return t
+}
+
+// Call is one guarded tool call: a single JSON-RPC request with method
+// tools/call whose params.name is listed.
+type Call struct {
+	// ID is the request's JSON-RPC id as its JSON text (a string with
+	// its quotes, or a number), copied out of the body.
+	ID string
+	// Tool is params.name.
+	Tool string
+}
+
+// Verdict is what Match makes of a request body.
+type Verdict int
+
+const (
+	// Pass: not a guarded call (not JSON, a batch, a notification, a
+	// response, another method, another tool); it goes on untouched.
+	Pass Verdict = iota
+	// Guard: a tools/call of a listed tool.
+	Guard
+	// Ambiguous: a body whose members could be read as a guarded call
+	// by a server that matches names without regard to case ("Method",
+	// "PARAMS"): refused, so that no parser may run a listed tool
+	// that the gateway let through unguarded.
+	Ambiguous
+)
+
+// Match reads body as one JSON-RPC message and says whether it is a
+// guarded call. Members are read as the server's JSON parser reads
+// them: names exactly, and of a name given twice the last value (as
+// encoding/json, JavaScript's JSON.parse and the MCP SDKs do). A body
+// nesting deeper than keying.MaxDepth is not read (Pass): the key and
+// the fingerprint refuse it if a route reads it.
+func (t Tools) Match(body []byte) (Verdict, Call) {
+	if keying.CheckDepth(body) != nil || !gjson.ValidBytes(body) {
+		return Pass, Call{}
+	}
+	doc := gjson.ParseBytes(body)
+	if !doc.IsObject() {
+		return Pass, Call{} // a batch, or a lone value
+	}
+	exact, folded := read(doc, strings.EqualFold)
+	v, c := t.verdict(exact)
+	if !exact.same(folded) {
+		// Names in another case: a server that matches them so might
+		// read another message. Refused if that one is a guarded call.
+		if fv, _ := t.verdict(folded); fv == Guard {
+			return Ambiguous, Call{}
+		}
+	}
+	return v, c
+}
+
+// message is the members of a JSON-RPC message that Match reads.
+type message struct {
+	version, method, id, name gjson.Result
+}
+
+// same reports whether m and o are the same members of one document.
+func (m message) same(o message) bool {
+	eq := func(a, b gjson.Result) bool { return a.Index == b.Index && a.Raw == b.Raw }
+	return eq(m.version, o.version) && eq(m.method, o.method) && eq(m.id, o.id) && eq(m.name, o.name)
+}
+
+// read reads doc's members exactly, and as a parser that matches names
+// in any case would (folded); of a name given twice, the last value.
+func read(doc gjson.Result, fold func(a, b string) bool) (exact, folded message) {
+	var params, foldedParams gjson.Result
+	doc.ForEach(func(k, v gjson.Result) bool {
+		for _, m := range [...]struct {
+			name       string
+			exact, fld *gjson.Result
+		}{{"jsonrpc", &exact.version, &folded.version}, {"method", &exact.method, &folded.method},
+			{"id", &exact.id, &folded.id}, {"params", &params, &foldedParams}} {
+			if k.Str == m.name {
+				*m.exact = v
+			}
+			if fold(k.Str, m.name) {
+				*m.fld = v
+			}
+		}
+		return true
+	})
+	name := func(p gjson.Result, f func(a, b string) bool) (n gjson.Result) {
+		if p.IsObject() {
+			p.ForEach(func(k, v gjson.Result) bool {
+				if f(k.Str, "name") {
+					n = v
+				}
+				return true
+			})
+		}
+		return n
+	}
+	exact.name = name(params, func(a, b string) bool { return a == b })
+	folded.name = name(foldedParams, fold)
+	return exact, folded
+}
+
+// verdict says whether m is a guarded call.
+func (t Tools) verdict(m message) (Verdict, Call) {
+	switch {
+	case m.version.Type != gjson.String || m.version.Str != "2.0",
+		m.method.Type != gjson.String || m.method.Str != Method,
+		m.id.Type != gjson.String && m.id.Type != gjson.Number,
+		m.name.Type != gjson.String || !t[m.name.Str]:
+		return Pass, Call{}
+	}
+	return Guard, Call{ID: strings.Clone(m.id.Raw), Tool: strings.Clone(m.name.Str)}
+}
