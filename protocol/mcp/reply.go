@@ -15,9 +15,12 @@ import (
 
 // Reply is the stored answer to a call, made the answer to a retry whose
 // JSON-RPC id is id: a stored JSON-RPC response with id in place of its
-// own, or a JSON object stored without one (an operator's completion of
-// a held call, giving the tool's result) as the result of a response
-// with id. ok is false when the stored body is neither.
+// own; or a JSON object stored without one, as the result of a response
+// with id: a tool result as it is (an operator's completion giving
+// "content"), any other object (the upstream's record of the operation,
+// found by a verification lookup) as a tool result whose structured
+// content it is, with its JSON as text content. ok is false when the
+// stored body is none of these.
 func Reply(stored []byte, id string) (msg []byte, ok bool) {
 	if id == "" || !gjson.ValidBytes(stored) {
 		return nil, false
@@ -27,7 +30,14 @@ func Reply(stored []byte, id string) (msg []byte, ok bool) {
 		return nil, false
 	}
 	member, raw := "result", doc.Raw
-	if doc.Get("jsonrpc").Exists() || doc.Get("id").Exists() {
+	switch {
+	case !doc.Get("jsonrpc").Exists() && !doc.Get("id").Exists() && !doc.Get("content").Exists():
+		text, err := json.Marshal(doc.Raw)
+		if err != nil {
+			return nil, false
+		}
+		raw = `{"content":[{"type":"text","text":` + string(text) + `}],"structuredContent":` + doc.Raw + `}`
+	case doc.Get("jsonrpc").Exists() || doc.Get("id").Exists():
 		switch r, e := doc.Get("result"), doc.Get("error"); {
 		case r.Exists():
 			raw = r.Raw
