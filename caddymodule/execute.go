@@ -20,6 +20,9 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
+	if g.call != nil {
+		defer h.calls.enter(g.call, r)()
+	}
 	_, panicked, err := h.forwardOnce(g, c, w, r, next, body)
 	if panicked != nil {
 		panic(panicked)

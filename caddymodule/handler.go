@@ -97,9 +97,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	body, raw, err := exchange.ReadBody(r, rt.MaxBody)
 	defer body.Release()
 	if err == nil && rt.tools != nil && !h.toolCall(g, r, raw) {
-		// Not a guarded tool call: on its way untouched, never stored.
-		body.Forward(r)
-		return next.ServeHTTP(w, r)
+		// Not a guarded tool call: on its way, never stored.
+		return h.passOn(w, r, next, &body, raw)
 	}
 	defer h.decided(g)
 	if err != nil {

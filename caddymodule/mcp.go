@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tidwall/gjson"
 
@@ -46,6 +49,72 @@ func (h *Handler) toolCall(g *guarded, r *http.Request, body []byte) bool {
 		return false
 	}
 	return true
+}
+
+// passOn sends a request to an MCP route that is not a guarded tool call
+// on to the server untouched, with one exception: a notification that
+// cancels a guarded call this handler is running for the same session
+// is answered here (202) and not forwarded. The call goes on, and its
+// answer is stored for the client's retry, as for a client that hung
+// up (execute): forwarded, the cancel would only make the server drop
+// the answer the retry needs, after the tool may have acted.
+func (h *Handler) passOn(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, raw []byte) error {
+	if id, ok := mcp.Cancels(raw); ok && h.calls.running(r.Header.Get(mcp.SessionHeader), id) {
+		w.WriteHeader(http.StatusAccepted)
+		return nil
+	}
+	body.Forward(r)
+	return next.ServeHTTP(w, r)
+}
+
+// runningCalls are the guarded tool calls a handler runs, by session and
+// JSON-RPC id (mcp.IDKey): the calls a cancel notification may name.
+// A nil *runningCalls runs none.
+type runningCalls struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+// newRunningCalls is the running calls of a handler with routes; nil
+// when none of them is an MCP route.
+func newRunningCalls(routes []*route) *runningCalls {
+	for _, rt := range routes {
+		if rt.tools != nil {
+			return &runningCalls{calls: map[string]int{}}
+		}
+	}
+	return nil
+}
+
+// enter notes call, made on r's session, as running until the returned
+// func is called. A call without a session (a stateless server) is not
+// noted: its cancel cannot name it apart from other clients' calls.
+func (rc *runningCalls) enter(call *toolCall, r *http.Request) (leave func()) {
+	session := r.Header.Get(mcp.SessionHeader)
+	if rc == nil || session == "" {
+		return func() {}
+	}
+	k := session + "\x00" + mcp.IDKey(call.ID)
+	rc.mu.Lock()
+	rc.calls[k]++
+	rc.mu.Unlock()
+	return func() {
+		rc.mu.Lock()
+		if rc.calls[k]--; rc.calls[k] <= 0 {
+			delete(rc.calls, k)
+		}
+		rc.mu.Unlock()
+	}
+}
+
+// running reports whether the call id (JSON text) of session is running.
+func (rc *runningCalls) running(session, id string) bool {
+	if rc == nil || session == "" {
+		return false
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.calls[session+"\x00"+mcp.IDKey(id)] > 0
 }
 
 // ambiguousCall is the decision on a body refused as ambiguous.

@@ -81,6 +81,7 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		return err
 	}
 	h.live = make([]routeRuntime, len(h.routes))
+	h.calls = newRunningCalls(h.routes)
 	return h.provisionBreakers(ctx)
 }
 

@@ -19,7 +19,7 @@ import (
 const mcpEdgeRoutes = `routes:
   - name: edge_tool
     protocol: mcp
-    match: { path: /mcp, tools: [create_deal, flaky_tool, cut_tool, held_tool] }
+    match: { path: /mcp, tools: [create_deal, flaky_tool, cut_tool, held_tool, slow_tool] }
     key: ["{body.params.arguments.event_id}:{body.params.name}"]
     on_tool_error: release
     max_body: 2KiB
@@ -38,7 +38,9 @@ type rawMCP struct {
 	mu    sync.Mutex
 	calls map[string]int // tool executions by tool and event id
 	other int            // messages that were not tool calls
-	gate  chan struct{}
+	gate  chan struct{}  // held_tool goes on when closed
+	slow  chan struct{}  // slow_tool goes on when closed
+	last  string         // the last message that was not a tool call
 }
 
 func (s *rawMCP) serve(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +59,7 @@ func (s *rawMCP) serve(w http.ResponseWriter, r *http.Request) {
 	if m.Method != "tools/call" {
 		s.mu.Lock()
 		s.other++
+		s.last = string(body)
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, orNull(m.ID))
@@ -71,9 +74,13 @@ func (s *rawMCP) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
 		return // the stream ends: no response
-	case "held_tool":
+	case "held_tool", "slow_tool":
+		gate := s.gate
+		if m.Params.Name == "slow_tool" {
+			gate = s.slow
+		}
 		select {
-		case <-s.gate:
+		case <-gate:
 		case <-time.After(10 * time.Second):
 		}
 	}
@@ -131,7 +138,7 @@ func readRPC(t *testing.T, r response) rpcAnswer {
 
 func TestMCPEdges(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be backend) {
-		srv := &rawMCP{calls: map[string]int{}, gate: make(chan struct{})}
+		srv := &rawMCP{calls: map[string]int{}, gate: make(chan struct{}), slow: make(chan struct{})}
 		up := startFake(t, srv.serve)
 		gw := startGateway(t, gatewayConfig{store: be.store(t), upstream: up.addr(), rules: mcpEdgeRoutes})
 		post := func(path string, body []byte) response {
@@ -215,6 +222,46 @@ func TestMCPEdges(t *testing.T) {
 			}
 			if r := <-done; r.status != 200 {
 				t.Fatalf("the first: %d %s", r.status, r.body)
+			}
+		})
+
+		t.Run("a cancel of a guarded call in flight is answered, not forwarded", func(t *testing.T) {
+			done := make(chan response, 1)
+			go func() {
+				r, _ := do(client, "POST", gw.url+"/mcp", rpcCall("41", "slow_tool", "e-cancel"), "Content-Type", "application/json",
+					"Authorization", "Bearer agent-7", "Mcp-Session-Id", "session-a")
+				done <- r
+			}()
+			waitFor(t, func() bool { return srv.count("slow_tool", "e-cancel") == 1 })
+			srv.mu.Lock()
+			before := srv.other
+			srv.mu.Unlock()
+			cancel := func(session, id string) response {
+				return send(t, "POST", gw.url+"/mcp", []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"timeout"}}`),
+					"Content-Type", "application/json", "Mcp-Session-Id", session)
+			}
+			if r := cancel("session-a", "41.0"); r.status != http.StatusAccepted {
+				t.Fatalf("the cancel of the running call: %d %s", r.status, r.body)
+			}
+			srv.mu.Lock()
+			swallowed := srv.other == before
+			srv.mu.Unlock()
+			cancel("session-b", "41") // another session's request 41: not this call
+			cancel("session-a", "42") // another request of this session
+			close(srv.slow)
+			first := <-done
+			srv.mu.Lock()
+			passed, last := srv.other-before, srv.last
+			srv.mu.Unlock()
+			if !swallowed || passed != 2 || !strings.Contains(last, `"requestId":42`) {
+				t.Fatalf("the server got %d cancels (swallowed the first: %v), the last %s", passed, swallowed, last)
+			}
+			if a := readRPC(t, first); a.Result.Content[0].Text != "run 1" {
+				t.Fatalf("the cancelled call's answer: %+v", a)
+			}
+			r := post("/mcp", rpcCall("43", "slow_tool", "e-cancel"))
+			if r.header.Get("Idempotent-Replayed") != "true" || string(readRPC(t, r).ID) != "43" {
+				t.Fatalf("the retry of the cancelled call: %v %s", r.header, r.body)
 			}
 		})
 

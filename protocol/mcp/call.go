@@ -9,6 +9,7 @@
 package mcp
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -139,4 +140,40 @@ func (t Tools) verdict(m message) (Verdict, Call) {
 		return Pass, Call{}
 	}
 	return Guard, Call{ID: strings.Clone(m.id.Raw), Tool: strings.Clone(m.name.Str)}
+}
+
+// SessionHeader is the header of an MCP session's id.
+const SessionHeader = "Mcp-Session-Id"
+
+// Cancels reads body as a notifications/cancelled and returns the id
+// (JSON text) of the request it cancels.
+func Cancels(body []byte) (requestID string, ok bool) {
+	if keying.CheckDepth(body) != nil || !gjson.ValidBytes(body) {
+		return "", false
+	}
+	doc := gjson.ParseBytes(body)
+	if !doc.IsObject() || doc.Get("method").Str != "notifications/cancelled" || doc.Get("id").Exists() {
+		return "", false
+	}
+	id := doc.Get("params.requestId")
+	if id.Type != gjson.String && id.Type != gjson.Number {
+		return "", false
+	}
+	return id.Raw, true
+}
+
+// IDKey is a JSON-RPC id (JSON text) as a map key: the same for ids that
+// SameID finds the same.
+func IDKey(id string) string {
+	r := gjson.Parse(id)
+	switch r.Type {
+	case gjson.String:
+		return "s" + r.Str
+	case gjson.Number:
+		if f, err := strconv.ParseFloat(r.Raw, 64); err == nil {
+			return "n" + strconv.FormatFloat(f, 'g', -1, 64)
+		}
+		return "n" + r.Raw
+	}
+	return "?" + id
 }
