@@ -170,6 +170,9 @@ func startGateway(bin, rules, upstream string) (url string, p *proc.Process, sto
 	if err != nil {
 		return "", nil, nil, err
 	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return "", nil, nil, err
+	}
 	port, err := proc.FreePort()
 	if err != nil {
 		return "", nil, nil, err
