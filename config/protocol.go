@@ -68,6 +68,25 @@ func resolveProtocol(res *Resolved, rt *Route) {
 	res.Fingerprint.IgnoreQuery = true
 }
 
+// mcpPaths checks that no two MCP routes match the same path: the first
+// guards the endpoint, and passes every call of a tool it does not list
+// on untouched, so a later one would never see its tools' calls.
+func (c *errorList) mcpPaths(r *Rules) {
+	first := map[string]int{}
+	for i := range r.Routes {
+		rt := &r.Routes[i]
+		if rt.Protocol != ProtocolMCP || rt.Match.Path == "" {
+			continue
+		}
+		p := strings.ToLower(rt.Match.Path)
+		if j, dup := first[p]; dup {
+			c.add("routes["+strconv.Itoa(i)+"].match.path", "%s is the MCP endpoint of routes[%d] (%s), which passes the calls of tools it does not list untouched: list these tools there, with a key template each (the first that resolves wins)", quote(rt.Match.Path), j, r.Routes[j].Name)
+			continue
+		}
+		first[p] = i
+	}
+}
+
 // maxToolName is the longest tool name a route may list.
 const maxToolName = 128
 

@@ -57,7 +57,7 @@ func TestProtocolErrors(t *testing.T) {
   - name: c
     protocol: mcp
     match:
-      path: /mcp
+      path: /mcp2
       methods: [POST, DELETE]
       tools: [create_deal, "", create_deal, " x"]
     key: ["{body.params.arguments.event_id}"]
@@ -77,5 +77,21 @@ func TestProtocolErrors(t *testing.T) {
 		`r.yaml:18: routes[2].fingerprint.query: the query string never counts in a tool call's fingerprint; leave fingerprint.query out`,
 		`r.yaml:19: routes[2].keep_request: a tool call cannot be re-driven by an operator; leave keep_request out on a protocol: mcp route`,
 		`r.yaml:20: routes[2].on_tool_error: "retry" is not one of store, release`,
+	})
+}
+
+func TestProtocolOneRoutePerEndpoint(t *testing.T) {
+	t.Parallel()
+	wantParseErrors(t, `routes:
+  - name: deals
+    protocol: mcp
+    match: { path: /mcp, tools: [create_deal] }
+    key: ["{body.params.arguments.event_id}"]
+  - name: invoices
+    protocol: mcp
+    match: { path: /MCP, tools: [send_invoice] }
+    key: ["{body.params.arguments.invoice_id}"]
+`, []string{
+		`r.yaml:8: routes[1].match.path: "/MCP" is the MCP endpoint of routes[0] (deals), which passes the calls of tools it does not list untouched: list these tools there, with a key template each (the first that resolves wins)`,
 	})
 }

@@ -65,6 +65,7 @@ func (r *Rules) check(l Limits, c *errorList) ErrorList {
 		c.statusLists(i, &r.Routes[i], &r.Defaults)
 		c.protocol(i, &r.Routes[i], &r.Defaults)
 	}
+	c.mcpPaths(r)
 	c.samePayload(r)
 	c.leases(r, l)
 	return c.list
