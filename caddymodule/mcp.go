@@ -120,7 +120,7 @@ func (rc *runningCalls) running(session, id string) bool {
 // ambiguousCall is the decision on a body refused as ambiguous.
 func ambiguousCall(rt *route) decision {
 	return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.AmbiguousCall.With(
-		"members of this JSON-RPC request are named in another case than the protocol's, and a server matching names in any case would read it as a call of a guarded tool; nothing was forwarded", rt.Name)}
+		"members of this JSON-RPC request are named in another case than the protocol's, and a server matching names in any case would read another call of a guarded tool; nothing was forwarded", rt.Name)}
 }
 
 // tapCall taps the upstream's answer to the tool call g, on its way to

@@ -76,8 +76,9 @@ func (t Tools) Match(body []byte) (Verdict, Call) {
 	v, c := t.verdict(exact)
 	if !exact.same(folded) {
 		// Names in another case: a server that matches them so might
-		// read another message. Refused if that one is a guarded call.
-		if fv, _ := t.verdict(folded); fv == Guard {
+		// read another message (or other arguments). Refused if either
+		// reading is a guarded call.
+		if fv, _ := t.verdict(folded); fv == Guard || v == Guard {
 			return Ambiguous, Call{}
 		}
 	}
@@ -86,13 +87,13 @@ func (t Tools) Match(body []byte) (Verdict, Call) {
 
 // message is the members of a JSON-RPC message that Match reads.
 type message struct {
-	version, method, id, name gjson.Result
+	version, method, id, name, args gjson.Result
 }
 
 // same reports whether m and o are the same members of one document.
 func (m message) same(o message) bool {
 	eq := func(a, b gjson.Result) bool { return a.Index == b.Index && a.Raw == b.Raw }
-	return eq(m.version, o.version) && eq(m.method, o.method) && eq(m.id, o.id) && eq(m.name, o.name)
+	return eq(m.version, o.version) && eq(m.method, o.method) && eq(m.id, o.id) && eq(m.name, o.name) && eq(m.args, o.args)
 }
 
 // read reads doc's members exactly, and as a parser that matches names
@@ -114,10 +115,10 @@ func read(doc gjson.Result, fold func(a, b string) bool) (exact, folded message)
 		}
 		return true
 	})
-	name := func(p gjson.Result, f func(a, b string) bool) (n gjson.Result) {
+	member := func(p gjson.Result, name string, f func(a, b string) bool) (n gjson.Result) {
 		if p.IsObject() {
 			p.ForEach(func(k, v gjson.Result) bool {
-				if f(k.Str, "name") {
+				if f(k.Str, name) {
 					n = v
 				}
 				return true
@@ -125,8 +126,9 @@ func read(doc gjson.Result, fold func(a, b string) bool) (exact, folded message)
 		}
 		return n
 	}
-	exact.name = name(params, func(a, b string) bool { return a == b })
-	folded.name = name(foldedParams, fold)
+	same := func(a, b string) bool { return a == b }
+	exact.name, exact.args = member(params, "name", same), member(params, "arguments", same)
+	folded.name, folded.args = member(foldedParams, "name", fold), member(foldedParams, "arguments", fold)
 	return exact, folded
 }
 

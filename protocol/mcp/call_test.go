@@ -38,7 +38,8 @@ func TestMatch(t *testing.T) {
 		{"Method in another case", `{"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"create_deal"}}`, Ambiguous, "", ""},
 		{"Params in another case", `{"jsonrpc":"2.0","id":1,"method":"tools/call","PARAMS":{"name":"create_deal"}}`, Ambiguous, "", ""},
 		{"Name in another case", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_deals","NAME":"create_deal"}}`, Ambiguous, "", ""},
-		{"another case that reads the same", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_deal","Arguments":{}}}`, Guard, "1", "create_deal"},
+		{"Arguments in another case", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_deal","arguments":{"a":1},"Arguments":{"a":2}}}`, Ambiguous, "", ""},
+		{"another case that reads the same", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_deal","arguments":{},"_Meta":{}}}`, Guard, "1", "create_deal"},
 		{"another case, no guarded call either way", `{"jsonrpc":"2.0","id":1,"Method":"tools/list"}`, Pass, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
