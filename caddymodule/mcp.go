@@ -136,15 +136,19 @@ func tapCall(g *guarded, cw *exchange.Capture) *mcp.Tap {
 // is an outcome unknown (a stream that ended before it, a body or event
 // past max_response); an HTTP refusal (3xx, 4xx) is "not done": the
 // server handled no message. A tool result with isError: true is a
-// result, unless the route's on_tool_error is release.
+// result, unless the route's on_tool_error is release. An event stream
+// that broke after the response came whole is no outcome unknown: the
+// call's answer is known, and stored.
 func toolOutcome(rt *route, tap *mcp.Tap, out exchange.Result, res store.Result) (exchange.Result, store.Result) {
-	if out.Verdict != exchange.VerdictComplete {
+	a := tap.Answer(res.Body, res.BodyOmitted)
+	switch {
+	case out.Verdict != exchange.VerdictComplete && a.SSE && a.Message != nil && tap.Status() == http.StatusOK:
+		out = exchange.Result{Verdict: exchange.VerdictComplete, Status: http.StatusOK}
+	case out.Verdict != exchange.VerdictComplete:
 		return out, res
-	}
-	if out.Status >= 300 {
+	case out.Status >= 300:
 		return exchange.Result{Verdict: exchange.VerdictRelease, Status: out.Status, Reason: "not_a_tool_answer"}, res
 	}
-	a := tap.Answer(res.Body, res.BodyOmitted)
 	switch {
 	case a.Message == nil:
 		return exchange.Result{Verdict: exchange.VerdictUnknown, Status: out.Status, Reason: a.Missing, CutOff: true}, res

@@ -19,7 +19,7 @@ import (
 const mcpEdgeRoutes = `routes:
   - name: edge_tool
     protocol: mcp
-    match: { path: /mcp, tools: [create_deal, flaky_tool, cut_tool, held_tool, slow_tool] }
+    match: { path: /mcp, tools: [create_deal, flaky_tool, cut_tool, held_tool, slow_tool, abrupt_tool] }
     key: ["{body.params.arguments.event_id}:{body.params.name}"]
     on_tool_error: release
     max_body: 2KiB
@@ -70,6 +70,15 @@ func (s *rawMCP) serve(w http.ResponseWriter, r *http.Request) {
 	n := s.calls[m.Params.Name+"/"+m.Params.Arguments.EventID]
 	s.mu.Unlock()
 	switch m.Params.Name {
+	case "abrupt_tool":
+		// The response event, then the connection broken mid-stream.
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"run %d\"}]}}\n\n", m.ID, n)
+		_ = http.NewResponseController(w).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
 	case "cut_tool":
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
@@ -157,6 +166,20 @@ func TestMCPEdges(t *testing.T) {
 			}
 			if n := srv.count("cut_tool", "e-cut"); n != 1 {
 				t.Fatalf("cut_tool ran %d times", n)
+			}
+		})
+
+		t.Run("a stream that breaks after the response is a result", func(t *testing.T) {
+			if _, err := do(client, "POST", gw.url+"/mcp", rpcCall("1", "abrupt_tool", "e-abrupt"), "Content-Type", "application/json",
+				"Accept", "application/json, text/event-stream", "Authorization", "Bearer agent-7"); err == nil {
+				t.Log("the broken stream read without an error")
+			}
+			r := post("/mcp", rpcCall("2", "abrupt_tool", "e-abrupt"))
+			if r.header.Get("Idempotent-Replayed") != "true" || !strings.HasPrefix(string(r.body), "event: message\ndata: ") || !strings.Contains(string(r.body), `"id":2,`) || !strings.Contains(string(r.body), "run 1") {
+				t.Fatalf("the retry: %d %v %q", r.status, r.header, r.body)
+			}
+			if n := srv.count("abrupt_tool", "e-abrupt"); n != 1 {
+				t.Fatalf("abrupt_tool ran %d times", n)
 			}
 		})
 

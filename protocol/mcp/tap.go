@@ -33,6 +33,9 @@ func NewTap(w http.ResponseWriter, call Call, max int64) *Tap {
 	return &Tap{w: w, id: call.ID, max: int(min(max, 1<<30))}
 }
 
+// Status is the status the answer came with; 0 before one.
+func (t *Tap) Status() int { return t.status }
+
 // Header is the capture's header map.
 func (t *Tap) Header() http.Header { return t.w.Header() }
 
