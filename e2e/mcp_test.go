@@ -495,6 +495,7 @@ func TestMCPToolCallsExecuteOnce(t *testing.T) {
 				t.Fatal("the call whose answer was dropped succeeded")
 			}
 			retry := connectAgent(t, gw.url+"/mcp", nil)
+			_, _ = retry.cs.ListTools(context.Background(), nil) // another JSON-RPC id for the retry
 			_, err := retry.callTool("create_deal", args, false)
 			we := rpcError(t, err)
 			if we.Code != -32009 {
@@ -508,9 +509,10 @@ func TestMCPToolCallsExecuteOnce(t *testing.T) {
 			if err := json.Unmarshal(we.Data, &data); err != nil || data.Status != 409 || !strings.HasSuffix(data.Type, "#outcome-unknown") || data.RecordID == "" {
 				t.Fatalf("error.data: %s", we.Data)
 			}
-			ex, _, _ := retry.rec.call(t, "create_deal")
-			if ct := ex.header.Get("Content-Type"); ct != "application/json" {
-				t.Fatalf("the held answer came as %q", ct)
+			ex, id, body := retry.rec.call(t, "create_deal")
+			_, firstID, _ := first.rec.call(t, "create_deal")
+			if ct := ex.header.Get("Content-Type"); ct != "application/json" || id == firstID || !strings.Contains(body, `"id":`+id+`,`) {
+				t.Fatalf("the held answer to id %s (the first call's %s) came as %q: %s", id, firstID, ct, body)
 			}
 			if n := srv.count("drop-held"); n != 1 {
 				t.Fatalf("create_deal ran %d times", n)
@@ -524,6 +526,7 @@ func TestMCPToolCallsExecuteOnce(t *testing.T) {
 				t.Fatal("the call whose answer was dropped succeeded")
 			}
 			retry := connectAgent(t, gw.url+"/mcp-verified", nil)
+			_, _ = retry.cs.ListTools(context.Background(), nil)
 			res, err := retry.callTool("create_deal", args, false)
 			if err != nil {
 				t.Fatalf("the verified retry: %v", err)
