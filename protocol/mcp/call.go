@@ -11,6 +11,7 @@ package mcp
 import (
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -68,7 +69,8 @@ func (t Tools) Match(body []byte) (Verdict, Call) {
 	if keying.CheckDepth(body) != nil || !gjson.ValidBytes(body) {
 		return Pass, Call{}
 	}
-	doc := gjson.ParseBytes(body)
+	// The body outlives Match; what Match returns is copied out of it.
+	doc := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
 	if !doc.IsObject() {
 		return Pass, Call{} // a batch, or a lone value
 	}
@@ -101,35 +103,45 @@ func (m message) same(o message) bool {
 func read(doc gjson.Result, fold func(a, b string) bool) (exact, folded message) {
 	var params, foldedParams gjson.Result
 	doc.ForEach(func(k, v gjson.Result) bool {
-		for _, m := range [...]struct {
-			name       string
-			exact, fld *gjson.Result
-		}{{"jsonrpc", &exact.version, &folded.version}, {"method", &exact.method, &folded.method},
-			{"id", &exact.id, &folded.id}, {"params", &params, &foldedParams}} {
-			if k.Str == m.name {
-				*m.exact = v
-			}
-			if fold(k.Str, m.name) {
-				*m.fld = v
-			}
-		}
+		set(k.Str, v, "jsonrpc", &exact.version, &folded.version, fold)
+		set(k.Str, v, "method", &exact.method, &folded.method, fold)
+		set(k.Str, v, "id", &exact.id, &folded.id, fold)
+		set(k.Str, v, "params", &params, &foldedParams, fold)
 		return true
 	})
-	member := func(p gjson.Result, name string, f func(a, b string) bool) (n gjson.Result) {
-		if p.IsObject() {
-			p.ForEach(func(k, v gjson.Result) bool {
-				if f(k.Str, name) {
-					n = v
-				}
-				return true
-			})
+	if params.IsObject() {
+		var fname, fargs *gjson.Result // the same object read both ways: once
+		if foldedParams.Index == params.Index && foldedParams.Raw == params.Raw {
+			fname, fargs = &folded.name, &folded.args
 		}
-		return n
+		params.ForEach(func(k, v gjson.Result) bool {
+			set(k.Str, v, "name", &exact.name, fname, fold)
+			set(k.Str, v, "arguments", &exact.args, fargs, fold)
+			return true
+		})
+		if fname != nil {
+			return exact, folded
+		}
 	}
-	same := func(a, b string) bool { return a == b }
-	exact.name, exact.args = member(params, "name", same), member(params, "arguments", same)
-	folded.name, folded.args = member(foldedParams, "name", fold), member(foldedParams, "arguments", fold)
+	if foldedParams.IsObject() {
+		foldedParams.ForEach(func(k, v gjson.Result) bool {
+			set(k.Str, v, "name", nil, &folded.name, fold)
+			set(k.Str, v, "arguments", nil, &folded.args, fold)
+			return true
+		})
+	}
 	return exact, folded
+}
+
+// set sets the member v, named key, into exact when key is name, and
+// into folded when fold finds them the same (either may be nil).
+func set(key string, v gjson.Result, name string, exact, folded *gjson.Result, fold func(a, b string) bool) {
+	if exact != nil && key == name {
+		*exact = v
+	}
+	if folded != nil && fold(key, name) {
+		*folded = v
+	}
 }
 
 // verdict says whether m is a guarded call.
