@@ -293,14 +293,6 @@ type Route struct {
 	// Verify, when set, says how to look the operation up by its key when
 	// its outcome is unknown, before an operator is needed (see Verify).
 	Verify *Verify `json:"verify,omitempty"`
-	// Signature, when set, is the webhook signature every request must
-	// carry, checked before anything is claimed (see Signature). The
-	// verified sender is then the route's scope, unless the route sets
-	// scope itself (defaults.scope does not apply: it names API
-	// clients, and a webhook carries no credentials of theirs). A
-	// standard-webhooks route without a key is keyed by
-	// {header.webhook-id}.
-	Signature *Signature `json:"signature,omitempty"`
 	// Protocol is what the endpoint speaks: http (the default: every
 	// matched request is guarded) or mcp (an MCP server's Streamable
 	// HTTP endpoint: only tool calls of match.tools are guarded, and the
@@ -311,6 +303,14 @@ type Route struct {
 	// answer is replayed) or release (not done: the next retry runs the
 	// tool again, counted against retry.max_executions).
 	OnToolError OnToolError `json:"on_tool_error,omitempty"`
+	// Signature, when set, is the webhook signature every request must
+	// carry, checked before anything is claimed (see Signature). The
+	// verified sender is then the route's scope, unless the route sets
+	// scope itself (defaults.scope does not apply: it names API
+	// clients, and a webhook carries no credentials of theirs). A
+	// standard-webhooks route without a key is keyed by
+	// {header.webhook-id}.
+	Signature *Signature `json:"signature,omitempty"`
 	// Sender names the webhook sender whose retry window the route
 	// follows: stripe, standard-webhooks, svix, github or shopify (see
 	// Senders). A ttl shorter than its window is a warning. Default: the
