@@ -84,7 +84,8 @@ type Handler struct {
 	breakerKeys []string
 	logger      *zap.Logger
 	metrics     *metrics.Set
-	redriveTo   *redrive.To // where re-drives go (see package redrive)
+	redriveTo   *redrive.To   // where re-drives go (see package redrive)
+	calls       *runningCalls // MCP tool calls this handler runs (see mcp.go); nil until the first
 }
 
 // CaddyModule returns the Caddy module information.
