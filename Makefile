@@ -4,7 +4,7 @@ GO      ?= go
 TAGS    := nobadger,nomysql,nopgx
 BIN     := bin/idemgate
 
-.PHONY: all build run demo drill test vet lint clean soak bench bench-micro
+.PHONY: all build run demo mcp-demo drill test vet lint clean soak bench bench-micro
 
 all: build
 
@@ -40,6 +40,12 @@ run: build
 # gateway and a CRM of its own on free ports.
 demo: build
 	@bin/demo
+
+# An agent's MCP tool call that times out, and its retries on new
+# sessions, through a gateway in front of an MCP server made with the
+# official Go SDK (examples/mcp): one deal. Both on free loopback ports.
+mcp-demo: build
+	@$(GO) run ./examples/mcp
 
 # `idemgate drill` (docs/drill.md) against the example CRM, started on a
 # free loopback port: examples/drill/drill.yaml's nine scenarios through

@@ -32,6 +32,9 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	case store.StateCompleted:
 		g.outcome = outcomeReplayed
 		g.status = rec.Status
+		if g.call != nil {
+			return replayCall(g, w, rec)
+		}
 		return replay(w, rec)
 	case store.StateUnknown:
 		switch {
@@ -167,5 +170,8 @@ func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
 func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem.Problem) error {
 	g.status = p.Status
 	p.Owner = g.rt.Owner
+	if g.rt.tools != nil {
+		return toolError(g, w, p)
+	}
 	return p.Write(w)
 }

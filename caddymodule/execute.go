@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -19,6 +20,9 @@ func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, ne
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
+	if g.call != nil {
+		defer h.calls.enter(g.call, r)()
+	}
 	_, panicked, err := h.forwardOnce(g, c, w, r, next, body)
 	if panicked != nil {
 		panic(panicked)
@@ -38,14 +42,23 @@ func (h *Handler) forwardOnce(g *guarded, c *store.Claim, w http.ResponseWriter,
 
 	cw := exchange.NewCapture(w, g.rt.MaxResponse)
 	defer cw.Release()
+	var up http.ResponseWriter = cw
+	var tap *mcp.Tap // a tool call's answer, tapped for its JSON-RPC response
+	if g.call != nil {
+		tap = tapCall(g, cw)
+		up = tap
+	}
 
-	panicked, err = h.callUnderLease(c, next, cw, r)
+	panicked, err = h.callUnderLease(c, next, up, r)
 
 	// The upstream's answer is all here (unless it was too large to hold
 	// back): record it, then hand it to the client at whatever pace the
 	// client reads. A duplicate meanwhile replays it. A response that
 	// broke off reaches the client as it came, broken.
 	out, res := cw.Outcome(g.rt.answers, err, panicked)
+	if tap != nil {
+		out, res = toolOutcome(g.rt, tap, out, res)
+	}
 	result = h.record(g, c, out, res)
 	cw.Deliver()
 	if panicked != nil {

@@ -73,6 +73,7 @@ type guarded struct {
 	would   string           // observe mode: what enforce would have done (see observe)
 	waited  time.Duration    // on_in_flight wait: how long it waited for the first request
 	span    trace.Span       // the request's span when Caddy's tracing is on
+	call    *toolCall        // the MCP tool call (a route with protocol: mcp), else nil
 	repl    *caddy.Replacer  // the request's placeholders, nil outside Caddy
 }
 
@@ -93,10 +94,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer h.use.Leave()
 	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	defer h.decided(g)
 
 	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.bufferBudget)
 	defer body.Release()
+	if err == nil && rt.tools != nil && !h.toolCall(g, r, raw) {
+		// Not a guarded tool call: on its way, never stored.
+		return h.passOn(w, r, next, &body, raw)
+	}
+	defer h.decided(g)
 	if errors.Is(err, exchange.ErrBusy) {
 		return h.busy(g, w)
 	}
@@ -166,6 +171,9 @@ type decision struct {
 // within max_body) is body. It sends nothing to the client.
 func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body []byte) decision {
 	rt := g.rt
+	if g.call != nil && g.call.ambiguous {
+		return ambiguousCall(rt)
+	}
 	// The method as the route matched it: a retry sent as `post` is the
 	// same request as POST (it is forwarded as sent).
 	g.method = strings.ToUpper(r.Method)

@@ -98,7 +98,8 @@ type Handler struct {
 	// bufferBudget is max_buffered in bytes, resolved at Provision (0,
 	// before it: bodies are counted but never refused).
 	bufferBudget int64
-	redriveTo    *redrive.To // where re-drives go (see package redrive)
+	redriveTo    *redrive.To   // where re-drives go (see package redrive)
+	calls        *runningCalls // MCP tool calls this handler runs (see mcp.go); nil until the first
 }
 
 // CaddyModule returns the Caddy module information.

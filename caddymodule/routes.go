@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/routematch"
 	"github.com/idemgate/idemgate/sealed"
 	"github.com/idemgate/idemgate/signature"
@@ -36,6 +37,9 @@ type route struct {
 	// sig checks the route's signature with its secrets filled in; nil
 	// when the route has no signature.
 	sig *signature.Verifier
+	// tools are the MCP tools guarded (protocol: mcp); nil on other
+	// routes.
+	tools mcp.Tools
 }
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
@@ -81,6 +85,7 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		return err
 	}
 	h.live = make([]routeRuntime, len(h.routes))
+	h.calls = newRunningCalls(h.routes)
 	return h.provisionBreakers(ctx)
 }
 
@@ -121,6 +126,9 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 			}
 		}
 		rt.wait = rt.waits()
+		if res.Protocol == config.ProtocolMCP {
+			rt.tools = mcp.NewTools(res.Tools)
+		}
 		if res.Signature != nil {
 			repl := caddy.NewReplacer()
 			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }

@@ -251,6 +251,11 @@ type Match struct {
 	// Path is required: a pattern of Caddy's path matcher, such as
 	// "/crm/deals" or "/orders/*/refund".
 	Path string `json:"path,omitempty"`
+	// Tools are the MCP tools the route guards (protocol: mcp, where
+	// at least one is required): a JSON-RPC request tools/call whose
+	// params.name is one of them. Names as the server lists them (case
+	// matters), each once.
+	Tools []string `json:"tools,omitempty"`
 }
 
 // Fingerprint selects what of the request counts when deciding whether a
@@ -288,6 +293,16 @@ type Route struct {
 	// Verify, when set, says how to look the operation up by its key when
 	// its outcome is unknown, before an operator is needed (see Verify).
 	Verify *Verify `json:"verify,omitempty"`
+	// Protocol is what the endpoint speaks: http (the default: every
+	// matched request is guarded) or mcp (an MCP server's Streamable
+	// HTTP endpoint: only tool calls of match.tools are guarded, and the
+	// gateway answers them in JSON-RPC; see docs/mcp.md).
+	Protocol Protocol `json:"protocol,omitempty"`
+	// OnToolError is what a tool result with isError: true means on a
+	// route with protocol mcp: store (the default: the tool ran, and its
+	// answer is replayed) or release (not done: the next retry runs the
+	// tool again, counted against retry.max_executions).
+	OnToolError OnToolError `json:"on_tool_error,omitempty"`
 	// Signature, when set, is the webhook signature every request must
 	// carry, checked before anything is claimed (see Signature). The
 	// verified sender is then the route's scope, unless the route sets
@@ -377,6 +392,13 @@ type Resolved struct {
 
 	Verify *VerifyRule // nil when the route has no verify rule
 
+	// Protocol is the endpoint's protocol; Tools the guarded MCP tools
+	// (nil unless Protocol is mcp) and OnToolError what a tool's
+	// isError result means (store unless Protocol is mcp).
+	Protocol    Protocol
+	Tools       []string
+	OnToolError OnToolError
+
 	// Signature is the route's signature check; nil when none.
 	Signature *SignatureRule
 	// ScopeSender: the route's scope is the verified sender's identity
@@ -460,9 +482,10 @@ func resolveRoute(rt *Route, def *Policy) Resolved {
 	if res.OnInFlight == OnInFlightWait {
 		res.InFlightWait = time.Duration(cmp.Or(rt.InFlightWait, def.InFlightWait, Duration(defaultInFlightWait)))
 	}
+	resolveProtocol(&res, rt)
 	resolveRecovery(&res, &rt.Policy, def)
 	resolveWebhook(&res, rt, def)
-	for _, m := range firstSlice(rt.Match.Methods, defaultMethods) {
+	for _, m := range firstSlice(rt.Match.Methods, methodsOf(rt.Protocol)) {
 		res.Methods = append(res.Methods, strings.ToUpper(m))
 	}
 	return res

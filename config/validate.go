@@ -66,7 +66,9 @@ func (r *Rules) check(l Limits, c *errorList) ErrorList {
 		}
 		c.sender(i, &r.Routes[i], &r.Defaults)
 		c.statusLists(i, &r.Routes[i], &r.Defaults)
+		c.protocol(i, &r.Routes[i], &r.Defaults)
 	}
+	c.mcpPaths(r)
 	c.samePayload(r)
 	c.leases(r, l)
 	return c.list

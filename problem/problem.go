@@ -50,7 +50,10 @@ var (
 	Expired     = Problem{Type: Base + "expired", Title: "The operation's record has expired", Status: http.StatusConflict}
 	SamePayload = Problem{Type: Base + "same-payload", Title: "The same payload completed under another key", Status: http.StatusConflict}
 	Busy        = Problem{Type: Base + "busy", Title: "The gateway holds too many request bodies", Status: http.StatusServiceUnavailable, RetryAfter: 1}
-	StoreDown   = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
+	// AmbiguousCall: an MCP route's request that a server matching
+	// member names in any case could read as a guarded tool call.
+	AmbiguousCall = Problem{Type: Base + "ambiguous-call", Title: "The tool call can be read more than one way", Status: http.StatusBadRequest}
+	StoreDown     = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
 
 // InFlightKeyTitle is InFlight's title when the key did not come from
