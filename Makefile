@@ -18,16 +18,22 @@ build:
 # when a port it needs is taken: Caddy listens with SO_REUSEPORT, so a
 # second gateway would bind too and split the traffic with the first.
 # The operator console (127.0.0.1:8443/ops/) gets a password made for the
-# run, printed with its user name.
+# run, printed with its user name. The example CRM keeps its deals in
+# memory, so the gateway's store is new on every run too (a temporary
+# directory, printed at start and removed when the run ends): the
+# README's walkthrough answers as written every time.
 run: build
 	@bin/demo -check-ports :8080,127.0.0.1:9001,localhost:2019,127.0.0.1:8443 -who 'make run'
-	@pw=$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'); \
+	@store=$$(mktemp -d "$${TMPDIR:-/tmp}/idemgate-run-XXXXXX") || exit 1; \
+	trap 'rm -rf "$$store"' EXIT INT TERM; \
+	echo "store: embedded, new for this run, in $$store (removed when the run ends)"; \
+	pw=$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'); \
 	IDEMGATE_CONSOLE_HASH=$$($(BIN) hash-password --plaintext "$$pw") || exit 1; \
 	export IDEMGATE_CONSOLE_HASH; \
 	echo "operator console: http://127.0.0.1:8443/ops/ (user operator, password $$pw)"; \
 	bin/crm -listen 127.0.0.1:9001 & crm=$$!; \
-	trap 'kill $$crm 2>/dev/null' EXIT INT TERM; \
-	CRM_URL=http://127.0.0.1:9001 $(BIN) run --config Caddyfile.example --adapter caddyfile
+	trap 'kill $$crm 2>/dev/null; rm -rf "$$store"' EXIT INT TERM; \
+	IDEMGATE_STORE_DIR=$$store CRM_URL=http://127.0.0.1:9001 $(BIN) run --config Caddyfile.example --adapter caddyfile
 
 # One webhook delivered three times (two racing): one deal is created.
 # Through the `make run` gateway when it is running, else through a

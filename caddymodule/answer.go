@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,7 +50,7 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 		return h.problem(g, w, p)
 	default:
 		g.outcome = outcomeInFlight
-		p := problem.InFlight.With("the first request with this key is still being processed; retry later", g.rt.Name)
+		p := inFlight(g.rt, g.keyFrom)
 		// The store's clock, not this gateway's: instances with skewed
 		// clocks give the same hint.
 		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
@@ -57,6 +58,24 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 		}
 		return h.problem(g, w, p)
 	}
+}
+
+// inFlight is the 409 for a key whose first request is still running. It
+// names where the key came from: the IETF draft's title where that is the
+// Idempotency-Key header, else a title that names no header and a detail
+// that names the route's key template the key was derived from.
+func inFlight(rt *route, keyFrom int) problem.Problem {
+	const retry = " is still being processed; retry later"
+	if keyFrom < 0 || keyFrom >= len(rt.Key) {
+		return problem.InFlight.With("the first request with this key"+retry, rt.Name)
+	}
+	src := rt.Key[keyFrom].String()
+	if strings.EqualFold(src, "{header.Idempotency-Key}") {
+		return problem.InFlight.With("the first request with this key (from its Idempotency-Key header)"+retry, rt.Name)
+	}
+	p := problem.InFlight.With("the first request with this key (from the route's key template "+src+")"+retry, rt.Name)
+	p.Title = problem.InFlightKeyTitle
+	return p
 }
 
 // exhausted answers a retry of an operation held because its retries were
@@ -97,9 +116,12 @@ func (h *Handler) fingerprintUnder(g *guarded, rec *store.Record) (string, bool)
 }
 
 // replay writes a stored response: status, headers and body as they were,
-// plus Idempotent-Replayed.
+// plus Idempotent-Replayed. The Server header Caddy set for this answer
+// goes: the stored headers say who answered the first time (behind
+// reverse_proxy: the upstream's Server or none, and Caddy's Via).
 func replay(w http.ResponseWriter, rec *store.Record) error {
 	hdr := w.Header()
+	delete(hdr, "Server")
 	for name, values := range rec.Header {
 		hdr[name] = values
 	}

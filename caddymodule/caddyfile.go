@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -35,6 +36,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	idempotency {
 //	    rules        <file>                 # YAML route rules, inlined while adapting
 //	    secret       <secret>               # record ids are keyed with it (default: kept in the store)
+//	    max_buffered <size>                 # request-body bytes held at once by the process (default 256MiB)
 //	    store        embedded [<dir>] | <redis-url> [<redis-url>...] | <postgres-url> | <engine> [<args>...]
 //	    <store option> ...                  # any other option is the store's
 //	}
@@ -79,6 +81,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			if !strings.Contains(h.Secret, "{") && len(h.Secret) < keying.MinSecretLen {
 				return d.Errf("secret: %d bytes, at least %d needed", len(h.Secret), keying.MinSecretLen)
+			}
+		case "max_buffered":
+			var size string
+			if !d.AllArgs(&size) {
+				return d.ArgErr()
+			}
+			if err := h.MaxBuffered.UnmarshalJSON([]byte(strconv.Quote(size))); err != nil || h.MaxBuffered <= 0 {
+				return d.Errf("max_buffered: %q is not a positive size like 256MiB", size)
 			}
 		case "store":
 			if storeLine != nil {

@@ -114,6 +114,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"Postgres schema information_schema", "idempotency {\n rules good.yaml\n store postgres://db/app\n schema information_schema\n}", `schema: "information_schema" is the SQL standard's catalog: name one for the store alone, e.g. idemgate, at `},
 		{"Postgres schema pg_", "idempotency {\n rules good.yaml\n store postgres://db/app\n schema pg_idemgate\n}", `schema: "pg_idemgate" starts with pg_, which Postgres keeps for its own schemas: name one for the store alone, e.g. idemgate, at `},
 		{"short secret", "idempotency {\n rules good.yaml\n secret hunter2\n}", "secret: 7 bytes, at least 16 needed, at "},
+		{"bad max_buffered", "idempotency {\n rules good.yaml\n max_buffered lots\n}", `max_buffered: "lots" is not a positive size like 256MiB`},
+		{"max_buffered of nothing", "idempotency {\n rules good.yaml\n max_buffered 0\n}", `max_buffered: "0" is not a positive size`},
 		{"secret without a value", "idempotency {\n rules good.yaml\n secret\n}", "wrong argument count"},
 		{"embedded with two directories", "idempotency {\n rules good.yaml\n store embedded a b\n}", "store embedded takes one directory"},
 		{"lock_lease not longer than op_timeout", "idempotency {\n rules good.yaml\n op_timeout 30s\n}",

@@ -54,6 +54,7 @@ type guarded struct {
 	method  string
 	in      *keying.Input
 	key     string
+	keyFrom int // the index of the route's key template the key came from
 	fp      string
 	start   time.Time
 	id      string // key id; the key itself is never logged
@@ -77,7 +78,7 @@ type guarded struct {
 }
 
 // ServeHTTP guards the request if a route matches it: it reads the body
-// within max_body, decides once what to do with the request (decide) and
+// within max_body and max_buffered, decides once what to do with the request (decide) and
 // acts on that decision in one place (act), in enforce and observe mode
 // alike. docs/request-path.md lists one execute's way function by
 // function.
@@ -94,13 +95,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, start: time.Now(), span: trace.SpanFromContext(r.Context())}
 	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 
-	body, raw, err := exchange.ReadBody(r, rt.MaxBody)
+	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.bufferBudget)
 	defer body.Release()
 	if err == nil && rt.tools != nil && !h.toolCall(g, r, raw) {
 		// Not a guarded tool call: on its way, never stored.
 		return h.passOn(w, r, next, &body, raw)
 	}
 	defer h.decided(g)
+	if errors.Is(err, exchange.ErrBusy) {
+		return h.busy(g, w)
+	}
 	if err != nil {
 		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
 	}
@@ -203,7 +207,7 @@ func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, ta
 	if err := keying.ValidateKey(key); err != nil {
 		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
 	}
-	g.key = key
+	g.key, g.keyFrom = key, idx
 	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
 		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
 	}

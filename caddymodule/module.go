@@ -68,6 +68,17 @@ type Handler struct {
 	// one the store keeps beside them.
 	Secret string `json:"secret,omitempty"`
 
+	// MaxBuffered caps the bytes of request bodies held at once by the
+	// whole process: a guarded request's body is read whole to key and
+	// fingerprint it, before its duplicate can be recognised. A request
+	// whose body would take the process past it is answered 503 busy
+	// (problem+json, Retry-After: 1) before anything is claimed or
+	// forwarded. The count is the process's, across every handler and
+	// config reload; each handler refuses when the count would pass its
+	// own value. A number of bytes or a size like "256MiB", at least every
+	// route's max_body. Default 256MiB.
+	MaxBuffered config.Size `json:"max_buffered,omitempty"`
+
 	routes   []*route
 	matcher  *routematch.Table // the routes' methods and paths, in order
 	live     []routeRuntime    // by route, as routes
@@ -84,8 +95,11 @@ type Handler struct {
 	breakerKeys []string
 	logger      *zap.Logger
 	metrics     *metrics.Set
-	redriveTo   *redrive.To   // where re-drives go (see package redrive)
-	calls       *runningCalls // MCP tool calls this handler runs (see mcp.go); nil until the first
+	// bufferBudget is max_buffered in bytes, resolved at Provision (0,
+	// before it: bodies are counted but never refused).
+	bufferBudget int64
+	redriveTo    *redrive.To   // where re-drives go (see package redrive)
+	calls        *runningCalls // MCP tool calls this handler runs (see mcp.go); nil until the first
 }
 
 // CaddyModule returns the Caddy module information.
@@ -112,7 +126,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications)
+	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications, bufferedBytes)
+	h.bufferBudget = h.maxBuffered()
 
 	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
@@ -160,7 +175,7 @@ func (h *Handler) Validate() error {
 	if len(h.routes) == 0 {
 		return errors.New("idempotency: no routes configured (set rules or routes)")
 	}
-	return nil
+	return h.validateBuffered()
 }
 
 // Cleanup gives back the handler's breakers, takes the store off the

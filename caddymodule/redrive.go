@@ -123,7 +123,7 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	}
 	c := store.ClaimFor(h.store, claimed, req, rt.TTL)
 
-	body, _, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))))
+	body, _, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))), 0)
 	defer body.Release()
 	if err != nil {
 		_, _ = c.Release(context.Background())

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/config"
@@ -22,10 +23,13 @@ import (
 
 // Exit statuses of `idemgate drill`.
 const (
-	ExitHeld    = 0 // every scenario held
-	ExitFailed  = 1 // a scenario did not hold: more records than expected, a count that cannot be trusted, a wrong answer
-	ExitCannot  = 2 // the drill could not run
-	maxScenario = 2 * time.Minute
+	ExitHeld   = 0 // every scenario held
+	ExitFailed = 1 // a scenario did not hold: more records than expected, a count that cannot be trusted, a wrong answer
+	ExitCannot = 2 // the drill could not run
+	// ExitInterrupted: SIGINT or SIGTERM ended the drill (128 + SIGINT,
+	// as a shell reports a Ctrl-C).
+	ExitInterrupted = 130
+	maxScenario     = 2 * time.Minute
 )
 
 // Options are the command line of `idemgate drill`.
@@ -39,6 +43,11 @@ type Options struct {
 	IsTTY   bool      // Stdin is a terminal
 	Out     io.Writer // the plan and the report
 	Err     io.Writer // progress and errors
+	// Interrupt delivers SIGINT and SIGTERM (signal.Notify): the drill
+	// then stops its gateway and fault proxy, removes its temporary
+	// files, prints what it had done and returns ExitInterrupted. nil:
+	// the drill is not interrupted.
+	Interrupt <-chan os.Signal
 }
 
 // drill is one run.
@@ -57,6 +66,15 @@ type drill struct {
 	mu    sync.Mutex
 	n     int                // the last operation's {n}
 	byTag map[string]*Result // operation tag → its scenario's result
+	// What an interrupt tears down and reports, under mu: the temporary
+	// directory ("" once removed), the report so far and the scenario
+	// that is running.
+	dir     string
+	rep     *Report
+	running string
+	// stopped is set by an interrupt: the scenarios still running in the
+	// background start nothing more and print nothing more.
+	stopped atomic.Bool
 }
 
 // Run runs the drill the options name and returns its exit status.
@@ -72,10 +90,22 @@ func Run(o Options) int {
 		return ExitCannot
 	}
 	d.printPlan()
-	if !d.confirmed() {
+	ok, interrupted := d.until(func() bool { return d.confirmed() })
+	switch {
+	case interrupted:
+		fmt.Fprintln(o.Err, "\nidemgate drill: interrupted before it started; nothing ran")
+		return ExitInterrupted
+	case !ok:
 		return ExitCannot
 	}
-	rep, err := d.runAll()
+	var rep *Report
+	if _, interrupted = d.until(func() bool {
+		rep, err = d.runAll()
+		return true
+	}); interrupted {
+		d.interrupted()
+		return ExitInterrupted
+	}
 	if err != nil {
 		fmt.Fprintf(o.Err, "idemgate drill: %v\n", err)
 		return ExitCannot
@@ -199,20 +229,29 @@ func (d *drill) runAll() (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	d.dir = dir
+	d.mu.Unlock()
 	defer os.RemoveAll(dir)
-	d.proxy, err = startProxy(keying.ExpandEnv(d.file.Upstream), d.proxyNote)
+	pr, err := startProxy(keying.ExpandEnv(d.file.Upstream), d.proxyNote)
 	if err != nil {
 		return nil, err
 	}
-	defer d.proxy.close()
-	d.gw, err = newGateway(d.opts.Gateway, dir, d.file.Rules, keying.ExpandEnv(d.file.Redis), d.secret, d.proxy.addr)
+	d.mu.Lock()
+	d.proxy = pr
+	d.mu.Unlock()
+	defer pr.close()
+	gw, err := newGateway(d.opts.Gateway, dir, d.file.Rules, keying.ExpandEnv(d.file.Redis), d.secret, d.proxy.addr)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.gw.start(); err != nil {
+	d.mu.Lock()
+	d.gw = gw
+	d.mu.Unlock()
+	defer gw.stop()
+	if err := gw.start(); err != nil {
 		return nil, err
 	}
-	defer func() { d.gw.stop() }()
 	rep := &Report{File: d.opts.File, Run: d.run, Upstream: host(d.file.Upstream), Route: d.route.Name,
 		Store: "embedded", Counted: "count request", Started: time.Now().UTC()}
 	if d.file.Redis != "" {
@@ -222,17 +261,32 @@ func (d *drill) runAll() (*Report, error) {
 		rep.Counted = "the upstream's 2xx answers through the drill's proxy (no count request)"
 	}
 	d.start = time.Now()
+	d.mu.Lock()
+	d.rep = rep
+	d.mu.Unlock()
 	for i, name := range d.file.Scenarios {
+		if d.stopped.Load() {
+			break
+		}
 		s := scenarioByName[name]
 		fmt.Fprintf(d.opts.Err, "[%d/%d] %s: %s ... ", i+1, len(d.file.Scenarios), name, s.what(d))
 		r := &Result{Name: name, What: s.what(d), Expected: s.expect(d)}
 		r.start = time.Now()
+		d.mu.Lock()
+		d.running = name
+		d.mu.Unlock()
 		if err := s.run(d, r); err != nil {
 			r.Errors = append(r.Errors, err.Error())
 		}
 		r.finish()
+		if d.stopped.Load() {
+			break
+		}
 		fmt.Fprintln(d.opts.Err, r.Verdict)
+		d.mu.Lock()
 		rep.Results = append(rep.Results, r)
+		d.running = ""
+		d.mu.Unlock()
 	}
 	rep.Duration = time.Since(d.start).Round(time.Millisecond).String()
 	return rep, nil

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/proc"
@@ -26,8 +28,11 @@ type gateway struct {
 	admin  string // http://127.0.0.1:port of its admin API
 	env    []string
 	starts int
-	p      *proc.Process
 	client *http.Client
+
+	mu     sync.Mutex
+	p      *proc.Process // the running process, under mu
+	closed bool          // stop was called: nothing starts any more
 }
 
 // gatewayCaddyfile: admin port, gateway port, rules file, store, proxy
@@ -90,13 +95,20 @@ func newGateway(bin, dir, rules, redis, secret, proxyAddr string) (*gateway, err
 // lists records (the handler and its store are up) and its port takes
 // connections.
 func (g *gateway) start() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return errStopped
+	}
 	g.starts++
 	p, err := proc.Start(fmt.Sprintf("gateway-%d", g.starts), proc.Options{LogDir: g.dir, Env: g.env},
 		g.bin, "run", "--config", filepath.Join(g.dir, "Caddyfile"), "--adapter", "caddyfile")
 	if err != nil {
+		g.mu.Unlock()
 		return err
 	}
 	g.p = p
+	g.mu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := g.client.Get(g.admin + "/idempotency/records?limit=1")
@@ -120,13 +132,30 @@ func (g *gateway) start() error {
 	}
 }
 
-// kill ends the gateway with SIGKILL, as a crash would.
-func (g *gateway) kill() { g.p.Kill() }
+// errStopped: the drill's gateway was stopped for good (the drill was
+// interrupted); it does not start again.
+var errStopped = errors.New("the drill's gateway was stopped")
 
-// stop ends the gateway gracefully.
+// kill ends the gateway with SIGKILL, as a crash would.
+func (g *gateway) kill() {
+	g.mu.Lock()
+	p := g.p
+	g.mu.Unlock()
+	if p != nil {
+		p.Kill()
+	}
+}
+
+// stop ends the gateway gracefully, for good: a start after it (a
+// restart scenario that an interrupt overtook) starts nothing. Calling it
+// again does nothing more.
 func (g *gateway) stop() {
-	if g.p != nil {
-		g.p.Stop()
+	g.mu.Lock()
+	g.closed = true
+	p := g.p
+	g.mu.Unlock()
+	if p != nil {
+		p.Stop()
 	}
 }
 

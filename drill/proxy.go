@@ -55,6 +55,7 @@ type proxy struct {
 
 	mu       sync.Mutex
 	srv      *http.Server // nil while refusing
+	closed   bool         // close was called: it never listens again
 	steps    map[string][]step
 	counts   map[string]*opCounts
 	answered *sync.Cond // broadcast when an upstream answer arrives
@@ -117,6 +118,9 @@ func (p *proxy) refuse() {
 func (p *proxy) resume() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("the fault proxy was stopped")
+	}
 	if p.srv != nil {
 		return nil
 	}
@@ -128,8 +132,14 @@ func (p *proxy) resume() error {
 	return nil
 }
 
-// close stops the proxy for good.
-func (p *proxy) close() { p.refuse() }
+// close stops the proxy for good: a resume after it (a scenario that an
+// interrupt overtook) does not listen again.
+func (p *proxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.refuse()
+}
 
 // plan sets the faults of an operation's next arrivals, in order; the
 // arrivals after them pass.

@@ -37,7 +37,7 @@ func exampleGateway(t *testing.T, store, upstream, rules string, env ...string) 
 		{":8080 {", fmt.Sprintf(":%d {", g.port)},
 		{":8443 {", fmt.Sprintf(":%d {", freePort(t))},
 		{"rules examples/webhook/routes.yaml", "rules " + rules},
-		{"store embedded\n", "store " + store + "\n"},
+		{"store embedded {$IDEMGATE_STORE_DIR}\n", "store " + store + "\n"},
 		{"reverse_proxy 127.0.0.1:9001", "reverse_proxy " + upstream},
 	} {
 		if n := strings.Count(caddyfile, r[0]); n != 1 {

@@ -47,44 +47,52 @@ func TestReadmeWalkthrough(t *testing.T) {
 		waitFor(t, func() bool { _, err := do(client, "GET", "http://"+crmAddr+"/stats", nil); return err == nil })
 		gw := exampleGateway(t, be.store(t), crmAddr, rules, "CRM_URL=http://"+crmAddr)
 
-		var script strings.Builder
-		script.WriteString("set -e -o pipefail\n")
-		for i, s := range steps {
-			cmd := strings.NewReplacer(
-				"localhost:8080", strings.TrimPrefix(gw.url, "http://"),
-				"localhost:2019", strings.TrimPrefix(gw.admin, "http://"),
-				"localhost:9001", crmAddr,
-			).Replace(s.command)
-			fmt.Fprintf(&script, "echo '@@step %d'\n%s\n", i, cmd)
-		}
-		out, err := exec.Command("bash", "-c", script.String()).CombinedOutput()
-		if err != nil {
-			t.Fatalf("the README's commands failed: %v\n%s", err, out)
-		}
-		outputs := strings.Split(string(out), "@@step ")[1:]
-		if len(outputs) != len(steps) {
-			t.Fatalf("%d of %d commands ran:\n%s", len(outputs), len(steps), out)
-		}
-		for i, s := range steps {
-			got := strings.ReplaceAll(strings.TrimPrefix(outputs[i], fmt.Sprintf("%d\n", i)), "\r", "")
-			if !strings.HasSuffix(got, "\n") {
-				got += "\n" // a body without a final newline, as curl prints it
-			}
-			for _, want := range s.output {
-				if !strings.ContainsAny(want, "…") && !strings.Contains(want, "...") {
-					if !strings.Contains("\n"+got, "\n"+want+"\n") {
-						t.Errorf("$ %s\nprinted %q, the README shows %q", s.command, got, want)
-					}
-					continue
-				}
-				for _, pair := range readmePairs(want) {
-					if !strings.Contains(got, pair) {
-						t.Errorf("$ %s\nprinted %q, without the README's %s", s.command, got, pair)
-					}
-				}
-			}
-		}
+		runWalkthrough(t, steps, strings.NewReplacer(
+			"localhost:8080", strings.TrimPrefix(gw.url, "http://"),
+			"localhost:2019", strings.TrimPrefix(gw.admin, "http://"),
+			"localhost:9001", crmAddr,
+		))
 	})
+}
+
+// runWalkthrough runs the walkthrough's commands, with addresses
+// replaced by addr, in order in one bash, and checks that each prints
+// what the README shows: every output line it shows without an ellipsis
+// as it is (curl's CRLF read as LF), every "field":value pair it shows.
+func runWalkthrough(t *testing.T, steps []readmeStep, addr *strings.Replacer) {
+	t.Helper()
+	var script strings.Builder
+	script.WriteString("set -e -o pipefail\n")
+	for i, s := range steps {
+		fmt.Fprintf(&script, "echo '@@step %d'\n%s\n", i, addr.Replace(s.command))
+	}
+	out, err := exec.Command("bash", "-c", script.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's commands failed: %v\n%s", err, out)
+	}
+	outputs := strings.Split(string(out), "@@step ")[1:]
+	if len(outputs) != len(steps) {
+		t.Fatalf("%d of %d commands ran:\n%s", len(outputs), len(steps), out)
+	}
+	for i, s := range steps {
+		got := strings.ReplaceAll(strings.TrimPrefix(outputs[i], fmt.Sprintf("%d\n", i)), "\r", "")
+		if !strings.HasSuffix(got, "\n") {
+			got += "\n" // a body without a final newline, as curl prints it
+		}
+		for _, want := range s.output {
+			if !strings.ContainsAny(want, "…") && !strings.Contains(want, "...") {
+				if !strings.Contains("\n"+got, "\n"+want+"\n") {
+					t.Errorf("$ %s\nprinted %q, the README shows %q", s.command, got, want)
+				}
+				continue
+			}
+			for _, pair := range readmePairs(want) {
+				if !strings.Contains(got, pair) {
+					t.Errorf("$ %s\nprinted %q, without the README's %s", s.command, got, pair)
+				}
+			}
+		}
+	}
 }
 
 // readmeStep is one command of a README console block and what the

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemgate/idemgate/keying"
 )
@@ -35,6 +36,43 @@ func putBuffer(b *[]byte) {
 	bufPool.Put(b)
 }
 
+// ErrBusy: the request body would take the bytes of request bodies the
+// process holds past its budget (max_buffered). Nothing was claimed.
+var ErrBusy = errors.New("too many request body bytes are held at once")
+
+// buffered is the bytes of request bodies the process holds now, whatever
+// handler or config read them: one count for the whole process, so that it
+// outlives config reloads and bounds every site's handler together.
+var buffered atomic.Int64
+
+// Buffered returns the bytes of request bodies the process holds now.
+func Buffered() int64 { return buffered.Load() }
+
+// reserve counts n more bytes held, unless budget is positive and the
+// count would pass it; it reports whether it counted them.
+func reserve(n, budget int64) bool {
+	if budget <= 0 {
+		buffered.Add(n)
+		return true
+	}
+	for {
+		cur := buffered.Load()
+		if cur+n > budget {
+			return false
+		}
+		if buffered.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// unreserve counts n bytes no longer held.
+func unreserve(n int64) {
+	if n != 0 {
+		buffered.Add(-n)
+	}
+}
+
 // ErrTooLarge: the request body is longer than the route's max_body.
 var ErrTooLarge = errors.New("request body too large")
 
@@ -52,7 +90,12 @@ var ErrTooLarge = errors.New("request body too large")
 type Body struct {
 	buf  *[]byte   // pooled; nil once forwarded (sent owns it) or released
 	sent *sentBody // the forwarded body; nil until forward
+	held int64     // the bytes counted against the budget, until the buffer goes back
 }
+
+// readChunk is how much of a body of unknown length is read, and counted
+// against the budget, at a time.
+const readChunk = 64 << 10
 
 // ReadBody reads the whole request body, at most limit bytes, into a
 // pooled buffer; the caller calls Release when it is done with the
@@ -62,7 +105,14 @@ type Body struct {
 // beyond limit+1 bytes. A body longer than limit is not read beyond
 // limit+1 bytes. Read whole, the body's bytes come with it, for the key
 // and the fingerprint: they must not be used after Forward or Release.
-func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
+//
+// The body's bytes count against the process's budget of buffered
+// request bodies (see Buffered) until the buffer goes back to the pool.
+// A body whose Content-Length would take the count past budget is not
+// read at all, one of unknown length is counted as it is read: either
+// way ReadBody returns ErrBusy when the budget is used up. A budget of 0
+// counts the body but never refuses it.
+func ReadBody(r *http.Request, limit, budget int64) (Body, []byte, error) {
 	rb := Body{buf: getBuffer()}
 	if r.ContentLength > limit {
 		return rb, nil, ErrTooLarge
@@ -70,8 +120,15 @@ func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return rb, nil, nil
 	}
+	known := r.ContentLength >= 0
+	if known {
+		if !reserve(r.ContentLength, budget) {
+			return rb, nil, ErrBusy
+		}
+		rb.held = r.ContentLength
+	}
 	b := *rb.buf
-	if r.ContentLength >= 0 && int64(cap(b)) <= r.ContentLength {
+	if known && int64(cap(b)) <= r.ContentLength {
 		b = make([]byte, 0, r.ContentLength+1)
 	}
 	var err error
@@ -87,8 +144,22 @@ func ReadBody(r *http.Request, limit int64) (Body, []byte, error) {
 			copy(nb, b)
 			b = nb
 		}
+		end := cap(b)
+		if !known {
+			// Counted before the bytes land, a chunk at a time; what the
+			// read did not fill is given back.
+			end = min(end, len(b)+readChunk)
+			if !reserve(int64(end-len(b)), budget) {
+				*rb.buf = b
+				return rb, nil, ErrBusy
+			}
+		}
 		var n int
-		n, err = r.Body.Read(b[len(b):cap(b)])
+		n, err = r.Body.Read(b[len(b):end])
+		if !known {
+			unreserve(int64(end - len(b) - n))
+			rb.held += int64(n)
+		}
 		b = b[:len(b)+n]
 	}
 	*rb.buf = b
@@ -133,8 +204,8 @@ func (rb *Body) Forward(r *http.Request) {
 		r.Body = http.NoBody
 		return
 	}
-	rb.sent = &sentBody{buf: rb.buf, size: len(body)}
-	rb.buf = nil
+	rb.sent = &sentBody{buf: rb.buf, size: len(body), held: rb.held}
+	rb.buf, rb.held = nil, 0
 	r.Body = rb.sent
 }
 
@@ -191,6 +262,8 @@ func (rb *Body) Release() {
 	case rb.buf != nil:
 		putBuffer(rb.buf)
 		rb.buf = nil
+		unreserve(rb.held)
+		rb.held = 0
 	}
 }
 
@@ -202,6 +275,7 @@ type sentBody struct {
 	mu       sync.Mutex
 	buf      *[]byte // nil once given back
 	size     int     // the body's length
+	held     int64   // the bytes counted against the budget, given back with buf
 	off      int     // read position
 	touched  bool    // Read or Close was called
 	closed   bool    // no more reads: Close was called, or the body was taken back
@@ -240,12 +314,16 @@ func (b *sentBody) Close() error {
 // then (the rest of the chain answered without looking at it) is taken
 // back, as Go's server takes back its own request bodies when a handler
 // returns: a reader that comes later reads nothing, never another
-// request's bytes.
+// request's bytes. So is one read to its end (later reads get io.EOF
+// without the buffer), whether or not its reader closes it: a handler
+// that reads a body and never closes it must not keep its bytes counted
+// against max_buffered for ever. Only a body still being read (by a
+// transport sending it, which always closes it) waits for its Close.
 func (b *sentBody) handlerDone() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.returned = true
-	if !b.touched {
+	if !b.touched || b.off >= b.size {
 		b.closed = true
 	}
 	b.giveBack()
@@ -257,6 +335,8 @@ func (b *sentBody) giveBack() {
 	if b.closed && b.returned && b.buf != nil {
 		putBuffer(b.buf)
 		b.buf = nil
+		unreserve(b.held)
+		b.held = 0
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 func readRequestBody(t *testing.T, body string) (*http.Request, Body) {
 	t.Helper()
 	r := httptest.NewRequest("POST", "/x", strings.NewReader(body))
-	rb, _, err := ReadBody(r, 1<<20)
+	rb, _, err := ReadBody(r, 1<<20, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,9 @@ type Set struct {
 	// that found no waiting place, by which bound was full.
 	Waiters      *prometheus.GaugeVec
 	WaitsRefused *prometheus.CounterVec
+	// Busy counts requests answered 503 busy because their body would
+	// have taken the process past max_buffered, by route.
+	Busy *prometheus.CounterVec
 	// kept and keptBytes are the completions the store refused for want
 	// of room that the gateway keeps to write when it has room again,
 	// and the bytes they take (see package kept).
@@ -124,6 +127,11 @@ var Process = &Set{
 		Name:      "waits_refused_total",
 		Help:      "Duplicates answered 409 at once instead of waiting because too many waited already, by route and reason (per_key, per_process).",
 	}, []string{"route", "reason"}),
+	Busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemgate",
+		Name:      "busy_total",
+		Help:      "Requests answered 503 busy before anything was claimed, because their body would have taken the gateway's buffered request bodies past max_buffered, by route.",
+	}, []string{"route"}),
 	Kept: prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "idemgate",
 		Name:      "kept_completions",
@@ -163,7 +171,7 @@ func Register(reg prometheus.Registerer, logger *zap.Logger, more ...prometheus.
 		Process.StoreErrors, Process.StoreTime,
 		Process.BreakerOpen, Process.Exhausted, Process.Redrives,
 		Process.Observed, Process.Waits, Process.WaitTime,
-		Process.Waiters, Process.WaitsRefused,
+		Process.Waiters, Process.WaitsRefused, Process.Busy,
 		Process.Kept, Process.KeptBytes,
 		Process.SignatureFailures, Process.LateRetries, Process.SamePayload,
 	}, more...) {

@@ -49,11 +49,18 @@ var (
 	Signature   = Problem{Type: Base + "signature-invalid", Title: "The request's signature could not be verified", Status: http.StatusUnauthorized}
 	Expired     = Problem{Type: Base + "expired", Title: "The operation's record has expired", Status: http.StatusConflict}
 	SamePayload = Problem{Type: Base + "same-payload", Title: "The same payload completed under another key", Status: http.StatusConflict}
+	Busy        = Problem{Type: Base + "busy", Title: "The gateway holds too many request bodies", Status: http.StatusServiceUnavailable, RetryAfter: 1}
 	// AmbiguousCall: an MCP route's request that a server matching
 	// member names in any case could read as a guarded tool call.
 	AmbiguousCall = Problem{Type: Base + "ambiguous-call", Title: "The tool call can be read more than one way", Status: http.StatusBadRequest}
 	StoreDown     = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
+
+// InFlightKeyTitle is InFlight's title when the key did not come from
+// the Idempotency-Key header (a webhook's event id in the body, a query
+// parameter, another header): the draft's title would name a header the
+// request never sent.
+const InFlightKeyTitle = "A request is outstanding for this key"
 
 // Write sends p as application/problem+json.
 func (p Problem) Write(w http.ResponseWriter) error {

@@ -8,11 +8,14 @@ import (
 )
 
 // unstoredHeaders are never replayed: hop-by-hop headers, and those the
-// replaying server sets for itself.
+// replaying server sets for itself (Alt-Svc is its own listeners', Date
+// the time of its answer). Server and Via are stored: they say who
+// answered (behind reverse_proxy the upstream's Server, or none, and
+// Caddy's Via in place of Caddy's Server), and a replay says the same.
 var unstoredHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Server", "Alt-Svc", "Via", "Date", "Content-Length", "Idempotent-Replayed",
+	"Alt-Svc", "Date", "Content-Length", "Idempotent-Replayed",
 }
 
 var unstored = func() map[string]bool {

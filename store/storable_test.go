@@ -23,7 +23,8 @@ func TestStorableHeader(t *testing.T) {
 		"Content-Length":    {"12"},
 	}
 	got := StorableHeader(h)
-	want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Location": {"/x"}}
+	want := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}, "Location": {"/x"},
+		"Server": {"Caddy"}, "Via": {"1.1 Caddy"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("StorableHeader = %v, want %v", got, want)
 	}

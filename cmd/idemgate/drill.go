@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
@@ -36,7 +38,9 @@ file's URLs, and never prints or stores credentials.
 -json FILE writes the report as JSON, -html FILE as a self-contained page.
 Exit status: 0 every scenario held, 1 a scenario did not (more records
 than expected, a count that cannot be trusted, a wrong answer), 2 the
-drill could not run.
+drill could not run; 130 it was interrupted (SIGINT, SIGTERM): it then
+stops its gateway and fault proxy, removes its temporary files and prints
+what it had done.
 `,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.DisableFlagParsing = true
@@ -72,5 +76,11 @@ func runDrill(args []string) int {
 		return drill.ExitCannot
 	}
 	o.Gateway = exe
+	// Interrupted, the drill stops what it started and exits 130
+	// instead of dying with its gateway left running.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	o.Interrupt = sig
 	return drill.Run(o)
 }

@@ -1,0 +1,75 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestInFlightNamesKeySource: the 409 for a key still in flight says
+// where the key came from. Keyed by the Idempotency-Key header it has the
+// IETF draft's title; keyed by another template (a webhook's event id in
+// the body) its title does not speak of an Idempotency-Key the request
+// never sent, and its detail names the template the key came from.
+func TestInFlightNamesKeySource(t *testing.T) {
+	t.Parallel()
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			h, _ := newHandler(t, `
+routes:
+  - name: hook
+    match: { path: /hook }
+    key: ["{header.Idempotency-Key}", "{body.event.id}"]
+`, st.cfg(t))
+			arrived, release := make(chan struct{}, 2), make(chan struct{})
+			held := func(w http.ResponseWriter, r *http.Request) error {
+				arrived <- struct{}{}
+				<-release
+				w.WriteHeader(http.StatusCreated)
+				return nil
+			}
+			firsts := make(chan *httptest.ResponseRecorder, 2)
+			go func() { firsts <- serve(h, held, "POST", "/hook", `{"event":{"id":"evt_1"}}`) }()
+			go func() { firsts <- serve(h, held, "POST", "/hook", `{}`, "Idempotency-Key", "k1") }()
+			for range 2 {
+				select {
+				case <-arrived:
+				case <-time.After(10 * time.Second):
+					close(release)
+					t.Fatal("the first requests did not reach the upstream")
+				}
+			}
+			defer func() {
+				close(release)
+				for range 2 {
+					<-firsts
+				}
+			}()
+
+			for _, tt := range []struct {
+				name          string
+				body          string
+				headers       []string
+				title, detail string
+			}{
+				{"key from the body", `{"event":{"id":"evt_1"}}`, nil,
+					"A request is outstanding for this key", "{body.event.id}"},
+				{"key from the Idempotency-Key header", `{}`, []string{"Idempotency-Key", "k1"},
+					"A request is outstanding for this Idempotency-Key", "Idempotency-Key header"},
+			} {
+				w := serve(h, held, "POST", "/hook", tt.body, tt.headers...)
+				var p struct{ Type, Title, Detail string }
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusConflict || !strings.HasSuffix(p.Type, "#in-flight") {
+					t.Fatalf("%s: %d %s, want 409 in-flight", tt.name, w.Code, w.Body)
+				}
+				if p.Title != tt.title || !strings.Contains(p.Detail, tt.detail) {
+					t.Errorf("%s: title %q detail %q, want title %q and a detail naming %s", tt.name, p.Title, p.Detail, tt.title, tt.detail)
+				}
+			}
+		})
+	}
+}
