@@ -56,6 +56,13 @@ var (
 	StoreDown     = Problem{Type: Base + "store-unavailable", Title: "Idempotency store is unavailable", Status: http.StatusServiceUnavailable, RetryAfter: 2}
 )
 
+// All is every problem type the gateway answers with, in the order
+// docs/problems.md lists them: a catalogue for tests and for the
+// protocols that map each type to an error of their own (MCP's JSON-RPC
+// codes).
+var All = []Problem{KeyMissing, KeyInvalid, BadJSON, TooDeep, BadBody, TooLarge, KeyReused, InFlight, Unknown,
+	BreakerOpen, Exhausted, Signature, Expired, SamePayload, StoreDown, AmbiguousCall, Busy}
+
 // InFlightKeyTitle is InFlight's title when the key did not come from
 // the Idempotency-Key header (a webhook's event id in the body, a query
 // parameter, another header): the draft's title would name a header the

@@ -141,6 +141,7 @@ var Codes = map[string]int{
 	"same-payload":      -32014,
 	"store-unavailable": -32015,
 	"ambiguous-call":    -32016,
+	"busy":              -32017,
 }
 
 // CodeOther is the code of a problem type Codes does not list.

@@ -87,9 +87,7 @@ func TestAcceptsSSE(t *testing.T) {
 // -32000..-32099, and docs/mcp.md lists each.
 func TestCodes(t *testing.T) {
 	t.Parallel()
-	all := []problem.Problem{problem.KeyMissing, problem.KeyInvalid, problem.BadJSON, problem.TooDeep, problem.BadBody,
-		problem.TooLarge, problem.KeyReused, problem.InFlight, problem.Unknown, problem.BreakerOpen, problem.Exhausted,
-		problem.Signature, problem.Expired, problem.SamePayload, problem.StoreDown, problem.AmbiguousCall}
+	all := problem.All
 	doc, err := readDoc()
 	if err != nil {
 		t.Fatal(err)
