@@ -24,7 +24,11 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	}
 	if !h.sameFingerprint(g, rec) {
 		g.outcome = outcomeMismatch
-		p := problem.KeyReused.With(fmt.Sprintf("this key was first used with a different request payload on route %s; nothing was forwarded", g.rt.Name), g.rt.Name)
+		from, header := keySource(g.rt, g.keyFrom)
+		p := problem.KeyReused.With(fmt.Sprintf("this key%s was first used with a different request payload on route %s; nothing was forwarded", from, g.rt.Name), g.rt.Name)
+		if !header {
+			p.Title = problem.KeyReusedKeyTitle
+		}
 		p.RecordID = rec.ID
 		return h.problem(g, w, p)
 	}
@@ -60,22 +64,30 @@ func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
 	}
 }
 
-// inFlight is the 409 for a key whose first request is still running. It
-// names where the key came from: the IETF draft's title where that is the
-// Idempotency-Key header, else a title that names no header and a detail
-// that names the route's key template the key was derived from.
+// inFlight is the 409 for a key whose first request is still running,
+// naming where the key came from (keySource).
 func inFlight(rt *route, keyFrom int) problem.Problem {
-	const retry = " is still being processed; retry later"
+	from, header := keySource(rt, keyFrom)
+	p := problem.InFlight.With("the first request with this key"+from+" is still being processed; retry later", rt.Name)
+	if !header {
+		p.Title = problem.InFlightKeyTitle
+	}
+	return p
+}
+
+// keySource says where a key came from, for a problem's detail: "" when
+// the route's template is not known, else its Idempotency-Key header or
+// the key template; header reports whether the IETF draft's titles,
+// which name the Idempotency-Key header, fit the key.
+func keySource(rt *route, keyFrom int) (from string, header bool) {
 	if keyFrom < 0 || keyFrom >= len(rt.Key) {
-		return problem.InFlight.With("the first request with this key"+retry, rt.Name)
+		return "", true
 	}
 	src := rt.Key[keyFrom].String()
 	if strings.EqualFold(src, "{header.Idempotency-Key}") {
-		return problem.InFlight.With("the first request with this key (from its Idempotency-Key header)"+retry, rt.Name)
+		return " (from its Idempotency-Key header)", true
 	}
-	p := problem.InFlight.With("the first request with this key (from the route's key template "+src+")"+retry, rt.Name)
-	p.Title = problem.InFlightKeyTitle
-	return p
+	return " (from the route's key template " + src + ")", false
 }
 
 // exhausted answers a retry of an operation held because its retries were

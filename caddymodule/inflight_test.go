@@ -73,3 +73,43 @@ routes:
 		})
 	}
 }
+
+// TestKeyReusedNamesKeySource: the 422 for a key reused with another
+// payload names where the key came from, as the 409 does: the draft's
+// title only where the key is the Idempotency-Key header.
+func TestKeyReusedNamesKeySource(t *testing.T) {
+	t.Parallel()
+	h, _ := newHandler(t, `
+routes:
+  - name: hook
+    match: { path: /hook }
+    key: ["{header.Idempotency-Key}", "{body.event.id}"]
+`, testStores[0].cfg(t))
+	done := func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusCreated)
+		return nil
+	}
+	for _, tt := range []struct {
+		name          string
+		first, second string
+		headers       []string
+		title, detail string
+	}{
+		{"key from the body", `{"event":{"id":"evt_2"},"n":1}`, `{"event":{"id":"evt_2"},"n":2}`, nil,
+			"The key is already used", "{body.event.id}"},
+		{"key from the Idempotency-Key header", `{"n":1}`, `{"n":2}`, []string{"Idempotency-Key", "k2"},
+			"Idempotency-Key is already used", "Idempotency-Key header"},
+	} {
+		if w := serve(h, done, "POST", "/hook", tt.first, tt.headers...); w.Code != http.StatusCreated {
+			t.Fatalf("%s: first request %d %s", tt.name, w.Code, w.Body)
+		}
+		w := serve(h, done, "POST", "/hook", tt.second, tt.headers...)
+		var p struct{ Type, Title, Detail string }
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusUnprocessableEntity || !strings.HasSuffix(p.Type, "#key-reused") {
+			t.Fatalf("%s: %d %s, want 422 key-reused", tt.name, w.Code, w.Body)
+		}
+		if p.Title != tt.title || !strings.Contains(p.Detail, tt.detail) {
+			t.Errorf("%s: title %q detail %q, want title %q and a detail naming %s", tt.name, p.Title, p.Detail, tt.title, tt.detail)
+		}
+	}
+}

@@ -69,6 +69,10 @@ var All = []Problem{KeyMissing, KeyInvalid, BadJSON, TooDeep, BadBody, TooLarge,
 // request never sent.
 const InFlightKeyTitle = "A request is outstanding for this key"
 
+// KeyReusedKeyTitle is KeyReused's title when the key did not come from
+// the Idempotency-Key header, for the same reason.
+const KeyReusedKeyTitle = "The key is already used"
+
 // Write sends p as application/problem+json.
 func (p Problem) Write(w http.ResponseWriter) error {
 	body, err := json.Marshal(p)
