@@ -168,6 +168,9 @@ type env struct {
 	// loadAvg is the machine's 1-minute load average at the start and
 	// at the end of the run: other work competes for the same CPUs.
 	loadAvg [2]string
+	// pgStmts is what pg_stat_statements counted for each Postgres
+	// variant, over its measured rounds.
+	pgStmts map[string]*pgStatements
 	// floor is what one synced append costs in the embedded store's
 	// filesystem (its DIR is under dir).
 	floor fsyncFloor
