@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ const (
 	outcomeCounted  = 0 // not claimed: attempts+1 (and maybe held)
 	outcomeCreated  = 1
 	outcomeTakeOver = 2
+	// outcomeRead: the claim only read the record (never stored).
+	outcomeRead = -1
 )
 
 // Parameters of the claim statement.
@@ -49,7 +52,7 @@ const (
 // executed) or created. The statement returns one row whatever it did:
 // the decision and what it found, then the record (NULL when nothing was
 // written: a rejection, or a claim retried by its own claimant).
-func claimSQL(records, fences, tombstones, twins string) string {
+func claimSQL(records, fences, counts, tombstones, twins string) string {
 	const (
 		now     = "excluded.started_at"
 		gone    = "r.expire_at <= " + now
@@ -101,38 +104,68 @@ func claimSQL(records, fences, tombstones, twins string) string {
 		"claimed_at = " + now,
 		"claim_outcome = " + branch("excluded.claim_outcome", hold, fmt.Sprint(outcomeCounted), exhausted, fmt.Sprint(outcomeCounted),
 			takeOver, fmt.Sprint(outcomeTakeOver), fmt.Sprint(outcomeCounted)),
+		keep("epoch"),
+		// A duplicate that finds the record in flight marks it: its
+		// end sends a notice (complete.go, Engine.update).
+		"waiters = " + branch("false", hold, "r.waiters", exhausted, "r.waiters", takeOver, "r.waiters",
+			"r.waiters OR (r.state = 'in_flight' AND r.token <> excluded.token)"),
 	}
+	// readOnly: a live record the claim would only count an attempt of
+	// (store.Engine.Claim: a completed record, one held as outcome
+	// unknown, one released that this payload does not take over, one in
+	// flight whose lease runs and that is already marked for waiters), or
+	// the claimant's own claim retried. The claim then only reads it, and
+	// the engine counts the attempt (counts.go).
+	const readOnly = `(r.state IN ('completed', 'unknown')
+		OR (r.state = 'released' AND NOT ((r.fingerprint = $4 AND r.fingerprint_rule = $5)
+			OR (r.reason = '` + store.ReasonRefused + `' AND r.unknowns = 0)))
+		OR (r.state = 'in_flight' AND r.lease_until > c.now AND (r.token = $6 OR r.waiters)))`
+	curCols := make([]string, 0, len(writeCols)+len(readCols))
+	for _, col := range writeCols {
+		curCols = append(curCols, "r."+col)
+	}
+	// claim_outcome -1: read only.
+	curCols = append(curCols, "c.now", "(-1)::smallint", "r.epoch", "r.waiters", countsCol(counts, "r.id", "r.epoch"), "''")
 	held := "p.act = 'hold'"
-	return `WITH c AS (SELECT ` + nowSQL + ` AS now),
-past AS (
-	SELECT c.now, f.fresh, t.completed_at AS t_ca, t.status AS t_sc, t.reason AS t_rsn, w.id AS w_id, w.completed_at AS w_ca,
-		CASE WHEN NOT f.fresh THEN 'create'
+	past := `past AS (SELECT c.now, 'create' AS act, NULL::bigint AS t_ca, NULL::integer AS t_sc, NULL::text AS t_rsn,
+	NULL::text AS w_id, NULL::bigint AS w_ca FROM c)`
+	if tombstones != "" {
+		past = `past AS (
+	SELECT c.now, CASE WHEN NOT f.fresh THEN 'create'
 			WHEN (t.id IS NOT NULL AND $17 = 'reject') OR (w.id IS NOT NULL AND $18 = 'reject') THEN 'reject'
 			WHEN w.id IS NOT NULL AND $18 = 'hold' THEN 'hold'
-			ELSE 'create' END AS act
+			ELSE 'create' END AS act,
+		t.completed_at AS t_ca, t.status AS t_sc, t.reason AS t_rsn, w.id AS w_id, w.completed_at AS w_ca
 	FROM c
 	CROSS JOIN LATERAL (SELECT NOT EXISTS (SELECT 1 FROM ` + records + ` WHERE id = $1 AND expire_at > c.now) AS fresh) f
 	LEFT JOIN ` + tombstones + ` t ON f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now
 	LEFT JOIN ` + twins + ` w ON f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1
-),
+)`
+	}
+	return `WITH c AS (SELECT ` + nowSQL + ` AS now),
+cur AS (SELECT ` + strings.Join(curCols, ", ") + ` FROM ` + records + ` r, c
+	WHERE r.id = $1 AND r.expire_at > c.now AND ` + readOnly + `),
+` + past + `,
 ins AS (
 	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
 	started_at, lease_until, executions, reason, check_method, check_url, check_after, check_match, request, expire_at,
-	claimed_at, claim_outcome)
+	claimed_at, claim_outcome, epoch)
 	SELECT $1, $2, $3, $4, $5, CASE WHEN ` + held + ` THEN 'unknown' ELSE 'in_flight' END, $6, nextval('` + fences + `'),
 		c.now, CASE WHEN ` + held + ` THEN 0 ELSE c.now + $7 END, CASE WHEN ` + held + ` THEN 0 ELSE 1 END,
 		CASE WHEN ` + held + ` THEN '` + store.ReasonSamePayload + `' ELSE '' END,
 		CASE WHEN ` + held + ` THEN '' ELSE $11 END, CASE WHEN ` + held + ` THEN '' ELSE $12 END,
 		CASE WHEN ` + held + ` THEN 0 ELSE $13 END, CASE WHEN ` + held + ` THEN '' ELSE $14 END,
-		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END
-	FROM c, past p WHERE p.act <> 'reject'
+		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END,
+		c.now
+	FROM c, past p WHERE p.act <> 'reject' AND NOT EXISTS (SELECT 1 FROM cur)
 	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
 	WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
-	RETURNING ` + recCols() + `,
+	RETURNING ` + strings.Join(append(slices.Clone(writeCols), readCols...), ", ") + `, ` + countsCol(counts, "r.id", "r.epoch") + `,
 		set_config('synchronous_commit', CASE WHEN r.claim_outcome = ` + fmt.Sprint(outcomeCounted) + ` THEN 'off'
 			ELSE current_setting('synchronous_commit') END, true)
 )
-SELECT p.act, ins.id IS NOT NULL, p.now, p.t_ca, p.t_sc, p.t_rsn, p.w_id, p.w_ca, ins.* FROM past p LEFT JOIN ins ON true`
+SELECT p.act, x.id IS NOT NULL, p.now, p.t_ca, p.t_sc, p.t_rsn, p.w_id, p.w_ca, x.*
+FROM past p LEFT JOIN (SELECT * FROM ins UNION ALL SELECT * FROM cur) x ON true`
 }
 
 // claimRow scans a claim's row: what it decided and found (past), then
@@ -165,11 +198,17 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			wca          *int64
 		)
 		past := []any{&act, &wrote, &now, &tca, &tsc, &trsn, &twinID, &wca}
-		rows, err := e.pool.Query(ctx, e.sql.claim,
-			req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
+		args := []any{req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
-			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
-			req.Twin, string(a.OnTombstone()), string(a.OnTwin))
+			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)}
+		q := e.sql.claim
+		if onTomb := a.OnTombstone(); req.Twin != "" || onTomb != "" {
+			// Only a route that keeps tombstones or twin entries looks for
+			// them.
+			q = e.sql.claimPast
+			args = append(args, req.Twin, string(onTomb), string(a.OnTwin))
+		}
+		rows, err := e.pool.Query(ctx, q, args...)
 		if err != nil {
 			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
 		}
@@ -198,25 +237,30 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			res.Now = time.UnixMilli(now)
 			return res, nil
 		}
-		if r != nil {
-			res.Record, res.Now = r.View(), time.UnixMilli(r.claimedAt)
-			if r.claimOutcome != outcomeCounted {
-				res.Claimed, res.TakeOver = true, r.claimOutcome == outcomeTakeOver
-				res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
-			}
-			return res, nil
+		if r == nil {
+			// A claim retried by its claimant and changed between the
+			// two statements: claim again.
+			continue
 		}
-		// A claim retried by its claimant: already the caller's, unchanged.
-		cur, now, err := e.get(ctx, req.ID)
-		if err != nil {
-			return store.ClaimResult{}, e.opErr("claim", req.ID, err)
+		switch {
+		case r.claimOutcome != outcomeRead:
+			e.counts.view(r)
+		case r.State == store.StateInFlight && r.Token == req.Token:
+			// A claim retried by its claimant: already the caller's,
+			// unchanged.
+			e.counts.view(r)
+			r.claimOutcome = outcomeCreated
+		default:
+			// An attempt the claim only read: counted here.
+			e.counts.count(r)
+			r.claimOutcome = outcomeCounted
 		}
-		if cur != nil && cur.State == store.StateInFlight && cur.Token == req.Token {
-			res := store.ClaimResult{Claimed: true, Record: cur.View(), Now: time.UnixMilli(now)}
+		res.Record, res.Now = r.View(), time.UnixMilli(r.claimedAt)
+		if r.claimOutcome != outcomeCounted {
+			res.Claimed, res.TakeOver = true, r.claimOutcome == outcomeTakeOver
 			res.Claim = store.NewClaim(e, req, res.Record.StartedAt, req.TTL)
-			return res, nil
 		}
-		// It changed between the two statements: claim again.
+		return res, nil
 	}
 	return store.ClaimResult{}, e.opErr("claim", req.ID, fmt.Errorf("the record kept changing under the claim"))
 }
