@@ -12,13 +12,23 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// The claim is one statement, one round trip: it inserts the record in
-// flight, or, on the existing row (locked by ON CONFLICT), decides by
-// the contract's rules on the database's clock what the claim does to it
-// (store.Engine.Claim) and writes that. Its WHERE leaves a claim retried
-// by its own claimant untouched. The row's claim_outcome says what this
-// statement did, and claimed_at the clock it decided by, so RETURNING
-// gives the caller everything.
+// The claim is one statement, one round trip, in the usual cases: the
+// fast statement (fast) reads the id's row, and inserts the record in
+// flight when there is none (ON CONFLICT DO NOTHING); a live row the
+// claim only counts an attempt of (a replay, a conflict with a request in
+// flight, a record held as outcome unknown) is returned as read, and the
+// engine counts the attempt (counts.go): no row version, no WAL. Any
+// other row (expired, to be taken over or held, or found in flight for
+// the first time, which marks it for its waiters) goes to the full
+// statement: on the existing row (locked by ON CONFLICT) it decides by
+// the contract's rules on the database's clock what the claim does to
+// it (store.Engine.Claim) and writes that. Its WHERE leaves a claim
+// retried by its own claimant untouched. The row's claim_outcome says
+// what the statement did, and claimed_at the clock it decided by, so
+// RETURNING gives the caller everything. The fast statement exists
+// because Postgres prepares every part of a statement each time it runs
+// it: the full statement's ON CONFLICT DO UPDATE, a CASE for every
+// column, cost a replay several times what reading the row did.
 //
 // A claim that executes (a new record, a takeover) commits as the
 // server's synchronous_commit says, before the request is forwarded. A
@@ -35,6 +45,9 @@ const (
 	outcomeTakeOver = 2
 	// outcomeRead: the claim only read the record (never stored).
 	outcomeRead = -1
+	// outcomeFull: the fast claim found a record it leaves to the full
+	// statement (never stored).
+	outcomeFull = -2
 )
 
 // Parameters of the claim statement.
@@ -52,7 +65,7 @@ const (
 // executed) or created. The statement returns one row whatever it did:
 // the decision and what it found, then the record (NULL when nothing was
 // written: a rejection, or a claim retried by its own claimant).
-func claimSQL(records, fences, counts, tombstones, twins string) string {
+func claimSQL(records, fences, counts, tombstones, twins string, fast bool) string {
 	const (
 		now     = "excluded.started_at"
 		gone    = "r.expire_at <= " + now
@@ -124,8 +137,20 @@ func claimSQL(records, fences, counts, tombstones, twins string) string {
 	for _, col := range writeCols {
 		curCols = append(curCols, "r."+col)
 	}
-	// claim_outcome -1: read only.
-	curCols = append(curCols, "c.now", "(-1)::smallint", "r.epoch", "r.waiters", countsCol(counts, "r.id", "r.epoch"), "''")
+	// claim_outcome -1: read only; -2 (fast): the full statement decides.
+	curWhere := "r.expire_at > c.now AND " + readOnly
+	outcome := fmt.Sprintf("(%d)::smallint", outcomeRead)
+	if fast {
+		outcome = fmt.Sprintf("(CASE WHEN %s THEN %d ELSE %d END)::smallint", curWhere, outcomeRead, outcomeFull)
+		curWhere = "true"
+	}
+	curCols = append(curCols, "c.now", outcome, "r.epoch", "r.waiters", countsCol(counts, "r.id", "r.epoch"), "''")
+	onConflict := `ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
+	WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)`
+	insCounts := countsCol(counts, "r.id", "r.epoch")
+	if fast {
+		onConflict, insCounts = "ON CONFLICT (id) DO NOTHING", "ARRAY[0, 0]::bigint[]"
+	}
 	held := "p.act = 'hold'"
 	past := `past AS (SELECT c.now, 'create' AS act, NULL::bigint AS t_ca, NULL::integer AS t_sc, NULL::text AS t_rsn,
 	NULL::text AS w_id, NULL::bigint AS w_ca FROM c)`
@@ -142,9 +167,14 @@ func claimSQL(records, fences, counts, tombstones, twins string) string {
 	LEFT JOIN ` + twins + ` w ON f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1
 )`
 	}
-	return `WITH c AS (SELECT ` + nowSQL + ` AS now),
+	clock := nowSQL + " AS now"
+	if fast {
+		// Parameters only the full statement uses, typed as there.
+		clock += ", $9::boolean AS on_expiry_release, $10::bigint AS max_executions"
+	}
+	return `WITH c AS (SELECT ` + clock + `),
 cur AS (SELECT ` + strings.Join(curCols, ", ") + ` FROM ` + records + ` r, c
-	WHERE r.id = $1 AND r.expire_at > c.now AND ` + readOnly + `),
+	WHERE r.id = $1 AND ` + curWhere + `),
 ` + past + `,
 ins AS (
 	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
@@ -158,9 +188,8 @@ ins AS (
 		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END,
 		c.now
 	FROM c, past p WHERE p.act <> 'reject' AND NOT EXISTS (SELECT 1 FROM cur)
-	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
-	WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
-	RETURNING ` + strings.Join(append(slices.Clone(writeCols), readCols...), ", ") + `, ` + countsCol(counts, "r.id", "r.epoch") + `,
+	` + onConflict + `
+	RETURNING ` + strings.Join(append(slices.Clone(writeCols), readCols...), ", ") + `, ` + insCounts + `,
 		set_config('synchronous_commit', CASE WHEN r.claim_outcome = ` + fmt.Sprint(outcomeCounted) + ` THEN 'off'
 			ELSE current_setting('synchronous_commit') END, true)
 )
@@ -188,7 +217,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	ctx, cancel := e.call(ctx)
 	defer cancel()
 	var syncCommit string // what the claim's transaction committed with
-	for range maxRetries {
+	for try := range maxRetries {
 		var (
 			act          string
 			wrote        bool
@@ -207,6 +236,9 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			// them.
 			q = e.sql.claimPast
 			args = append(args, req.Twin, string(onTomb), string(a.OnTwin))
+		}
+		if try == 0 {
+			q = e.sql.fast[q]
 		}
 		rows, err := e.pool.Query(ctx, q, args...)
 		if err != nil {
@@ -237,9 +269,11 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			res.Now = time.UnixMilli(now)
 			return res, nil
 		}
-		if r == nil {
-			// A claim retried by its claimant and changed between the
-			// two statements: claim again.
+		if r == nil || r.claimOutcome == outcomeFull {
+			// The fast statement met a row it leaves to the full one, or
+			// a claim of the same id inserted meanwhile; or the full one
+			// met a claim retried by its claimant that changed meanwhile:
+			// claim again, with the full statement.
 			continue
 		}
 		switch {

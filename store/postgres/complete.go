@@ -24,22 +24,19 @@ import (
 //
 // With tombstones (not ""), the tombstone and the twin entry are written
 // by the same statement, once the result is stored; without, the
-// statement takes $1 to $15 and touches neither table.
-func completeSQL(records, waited, tombstones, twins string) string {
+// statement takes $1 to $15 and touches neither table. The fast form
+// (fast) only updates the claim's record; when it stores nothing (the
+// record is gone, or the claim fenced out), Complete runs the full form,
+// which also writes a gone record anew: Postgres prepares the parts of a
+// statement each time it runs it, used or not.
+func completeSQL(records, waited, tombstones, twins string, fast bool) string {
 	set := make([]string, 0, len(writeCols))
 	for _, c := range writeCols[1:] {
 		set = append(set, c+" = excluded."+c)
 	}
 	set = append(set, "claimed_at = 0", "claim_outcome = 0", "epoch = excluded.epoch")
-	q := `WITH c AS (SELECT ` + nowSQL + ` AS now),
-upd AS (
-	UPDATE ` + records + ` r SET state = 'completed', reason = '', completed_at = c.now,
-		status = $3, header = $4, body = $5, body_omitted = $6, digest = $7, external_id = $8,
-		request = NULL, expire_at = c.now + $9
-	FROM c WHERE r.id = $1 AND r.token = $2 AND r.expire_at > c.now
-	RETURNING r.waiters
-),
-ins AS (
+	// The record written anew when it is gone: only in the full form.
+	ins := `ins AS (
 	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
 		started_at, completed_at, attempts, executions, status, header, body, body_omitted, digest, external_id, expire_at, epoch)
 	SELECT $1, $10, $11, $12, $13, 'completed', $2, 0,
@@ -48,9 +45,25 @@ ins AS (
 	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ", ") + `
 	WHERE r.expire_at <= excluded.completed_at
 	RETURNING r.waiters
+),`
+	done, wrote := "(SELECT count(*) FROM upd) + (SELECT count(*) FROM ins)", "SELECT waiters FROM upd UNION ALL SELECT waiters FROM ins"
+	clock := nowSQL + " AS now"
+	if fast {
+		// Parameters only the full form uses, typed as there.
+		ins, done, wrote = "", "(SELECT count(*) FROM upd)", "SELECT waiters FROM upd"
+		clock += ", $10::text AS route, $11::text AS operation, $12::text AS fingerprint, $13::text AS rule, $14::bigint AS started"
+	}
+	q := `WITH c AS (SELECT ` + clock + `),
+upd AS (
+	UPDATE ` + records + ` r SET state = 'completed', reason = '', completed_at = c.now,
+		status = $3, header = $4, body = $5, body_omitted = $6, digest = $7, external_id = $8,
+		request = NULL, expire_at = c.now + $9
+	FROM c WHERE r.id = $1 AND r.token = $2 AND r.expire_at > c.now
+	RETURNING r.waiters
 ),
-done AS (SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins) AS n),
-notice AS (SELECT pg_notify($15, $1) FROM (SELECT waiters FROM upd UNION ALL SELECT waiters FROM ins) w WHERE ` + waited + `)`
+` + ins + `
+done AS (SELECT ` + done + ` AS n),
+notice AS (SELECT pg_notify($15, $1) FROM (` + wrote + `) w WHERE ` + waited + `)`
 	if tombstones != "" {
 		q += `,
 tomb AS (
@@ -96,7 +109,13 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 		q = e.sql.completePast
 		args = append(args, store.Millis(req.Tombstone), twin, store.Millis(window))
 	}
-	err = e.pool.QueryRow(ctx, q, args...).Scan(&n, &sync, &notified)
+	// The fast form first: the claim's record, still there, updated;
+	// when it stored nothing (the record is gone, or fenced out), the
+	// full form, which writes a gone record anew.
+	err = e.pool.QueryRow(ctx, e.sql.fast[q], args...).Scan(&n, &sync, &notified)
+	if err == nil && n == 0 {
+		err = e.pool.QueryRow(ctx, q, args...).Scan(&n, &sync, &notified)
+	}
 	if err != nil {
 		return false, e.opErr("complete", id, err)
 	}

@@ -350,6 +350,8 @@ type queries struct {
 	// tombstones or twin entries (claim.go, complete.go).
 	claim, complete         string
 	claimPast, completePast string
+	// fast is the fast form of each claim and completion statement.
+	fast                    map[string]string
 	list                    string
 	counts                  string
 	flushCounts, sweepCount string
@@ -392,16 +394,22 @@ func newQueries(schema string, counts *counter) queries {
 	q.tombstones = pgx.Identifier{schema, "tombstones"}.Sanitize()
 	q.twins = pgx.Identifier{schema, "twins"}.Sanitize()
 	fences := pgx.Identifier{schema, "fences"}.Sanitize()
-	q.claim = claimSQL(q.records, fences, q.counts, "", "")
-	q.claimPast = claimSQL(q.records, fences, q.counts, q.tombstones, q.twins)
-	q.complete = completeSQL(q.records, waited("w.waiters"), "", "")
-	q.completePast = completeSQL(q.records, waited("w.waiters"), q.tombstones, q.twins)
+	q.claim = counts.withEngine(claimSQL(q.records, fences, q.counts, "", "", false))
+	q.claimPast = counts.withEngine(claimSQL(q.records, fences, q.counts, q.tombstones, q.twins, false))
+	q.complete = completeSQL(q.records, waited("w.waiters"), "", "", false)
+	q.completePast = completeSQL(q.records, waited("w.waiters"), q.tombstones, q.twins, false)
+	q.fast = map[string]string{
+		q.claim:        counts.withEngine(claimSQL(q.records, fences, q.counts, "", "", true)),
+		q.claimPast:    counts.withEngine(claimSQL(q.records, fences, q.counts, q.tombstones, q.twins, true)),
+		q.complete:     completeSQL(q.records, waited("w.waiters"), "", "", true),
+		q.completePast: completeSQL(q.records, waited("w.waiters"), q.tombstones, q.twins, true),
+	}
 	q.flushCounts, q.sweepCount = countsSQL(q.records, q.counts, counts.engine)
 	q.bury = "INSERT INTO " + q.tombstones + " (id, completed_at, status, reason, expire_at) VALUES ($1, $2, $3, $4, $5)" +
 		" ON CONFLICT (id) DO UPDATE SET completed_at = excluded.completed_at, status = excluded.status," +
 		" reason = excluded.reason, expire_at = excluded.expire_at"
 	q.unbury = "DELETE FROM " + q.tombstones + " WHERE id = $1"
-	for _, p := range []*string{&q.lock, &q.get, &q.list, &q.claim, &q.claimPast} {
+	for _, p := range []*string{&q.lock, &q.get, &q.list} {
 		*p = counts.withEngine(*p)
 	}
 	return q
