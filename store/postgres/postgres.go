@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,15 @@ import (
 // DefaultSchema keeps the store's tables out of the application's own.
 const DefaultSchema = "idemgate"
 
+// DefaultPoolSize is the pool's default size (or the number of CPUs, when
+// larger). A claim holds its connection while its commit waits for the
+// WAL to reach the disk, so the pool is sized for the claims committing
+// at once, not for CPUs: with pgx's default (4 on a small machine),
+// executes waited for one another's WAL flushes, one flush per four
+// commits, where a larger pool lets one flush serve the commits that
+// came meanwhile (group commit).
+const DefaultPoolSize = 16
+
 // Options configure an engine.
 type Options struct {
 	// URL is the connection string (postgres://user:pass@host:5432/db?…,
@@ -52,8 +62,8 @@ type Options struct {
 	// Schema holds the store's tables (default "idemgate"); it is made
 	// when missing.
 	Schema string
-	// PoolSize is the most connections the pool opens (default: pgx's,
-	// the larger of 4 and the number of CPUs).
+	// PoolSize is the most connections the pool opens (default:
+	// DefaultPoolSize, or the URL's pool_max_conns).
 	PoolSize int32
 	// OpTimeout bounds every store call (default 2s).
 	OpTimeout time.Duration
@@ -112,8 +122,11 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err) // pgx redacts the password
 	}
-	if opts.PoolSize > 0 {
+	switch {
+	case opts.PoolSize > 0:
 		cfg.MaxConns = opts.PoolSize
+	case !strings.Contains(opts.URL, "pool_max_conns"):
+		cfg.MaxConns = max(cfg.MaxConns, DefaultPoolSize)
 	}
 	if opts.ExecMode != 0 {
 		cfg.ConnConfig.DefaultQueryExecMode = opts.ExecMode
