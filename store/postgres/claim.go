@@ -155,6 +155,14 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 	past := `past AS (SELECT c.now, 'create' AS act, NULL::bigint AS t_ca, NULL::integer AS t_sc, NULL::text AS t_rsn,
 	NULL::text AS w_id, NULL::bigint AS w_ca FROM c)`
 	if tombstones != "" {
+		// A live record: the fast statement's cur holds the id's row,
+		// whatever its state. The lateral subqueries read the tables
+		// only when the record is not live (a gating filter), so a
+		// replay reads neither.
+		live := "SELECT 1 FROM " + records + " WHERE id = $1 AND expire_at > c.now"
+		if fast {
+			live = "SELECT 1 FROM cur WHERE cur.expire_at > c.now"
+		}
 		past = `past AS (
 	SELECT c.now, CASE WHEN NOT f.fresh THEN 'create'
 			WHEN (t.id IS NOT NULL AND $17 = 'reject') OR (w.id IS NOT NULL AND $18 = 'reject') THEN 'reject'
@@ -162,9 +170,11 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 			ELSE 'create' END AS act,
 		t.completed_at AS t_ca, t.status AS t_sc, t.reason AS t_rsn, w.id AS w_id, w.completed_at AS w_ca
 	FROM c
-	CROSS JOIN LATERAL (SELECT NOT EXISTS (SELECT 1 FROM ` + records + ` WHERE id = $1 AND expire_at > c.now) AS fresh) f
-	LEFT JOIN ` + tombstones + ` t ON f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now
-	LEFT JOIN ` + twins + ` w ON f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1
+	CROSS JOIN LATERAL (SELECT NOT EXISTS (` + live + `) AS fresh) f
+	LEFT JOIN LATERAL (SELECT * FROM ` + tombstones + ` t
+		WHERE f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now) t ON true
+	LEFT JOIN LATERAL (SELECT * FROM ` + twins + ` w
+		WHERE f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1) w ON true
 )`
 	}
 	clock := nowSQL + " AS now"
