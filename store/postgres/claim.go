@@ -156,9 +156,9 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 	NULL::text AS w_id, NULL::bigint AS w_ca FROM c)`
 	if tombstones != "" {
 		// A live record: the fast statement's cur holds the id's row,
-		// whatever its state. The lateral subqueries read the tables
-		// only when the record is not live (a gating filter), so a
-		// replay reads neither.
+		// whatever its state. The lateral subqueries (kept apart from the
+		// join by OFFSET 0) read the tables only when the record is not
+		// live (a gating filter), so a replay reads neither.
 		live := "SELECT 1 FROM " + records + " WHERE id = $1 AND expire_at > c.now"
 		if fast {
 			live = "SELECT 1 FROM cur WHERE cur.expire_at > c.now"
@@ -172,9 +172,9 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 	FROM c
 	CROSS JOIN LATERAL (SELECT NOT EXISTS (` + live + `) AS fresh) f
 	LEFT JOIN LATERAL (SELECT * FROM ` + tombstones + ` t
-		WHERE f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now) t ON true
+		WHERE f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now OFFSET 0) t ON true
 	LEFT JOIN LATERAL (SELECT * FROM ` + twins + ` w
-		WHERE f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1) w ON true
+		WHERE f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1 OFFSET 0) w ON true
 )`
 	}
 	clock := nowSQL + " AS now"
