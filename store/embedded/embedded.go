@@ -140,6 +140,7 @@ type Engine struct {
 	db   *pebble.DB
 
 	locks recordLocks
+	hot   hotSlots // records in flight this process claimed (hot.go)
 	full  diskFull
 	wal   walSync // which syncs of the log reach the disk
 
@@ -214,6 +215,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e := &Engine{dir: dir, lock: lock, opts: opts, stop: make(chan struct{})}
 	e.locks.init()
+	e.hot.init(e.locks.seed)
 	e.full.init(e)
 	if err := e.open(); err != nil {
 		_ = lock.unlock()
@@ -414,7 +416,7 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	release := func() { unlock(); e.leave() }
-	s, err := e.readSlot(id)
+	s, err := e.slotOf(id)
 	if err != nil {
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
@@ -439,16 +441,19 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	b := e.db.NewBatch()
+	// wrote is what the key holds once b lands.
+	wrote := slot{rec: m.next, tomb: s.tomb, attempts: true}
 	switch {
 	case m.count:
 		err = putAttempts(b, m.next)
 	case raw == nil && s.tomb.until != 0:
 		// The key held a tombstone alone: its expiry key goes.
-		err = b.Delete(expiryKey(s.tomb.until, id), nil)
+		err = b.SingleDelete(expiryKey(s.tomb.until, id), nil)
 	}
 	if err == nil && !m.count {
 		// The tombstone travels in the record's value: no key of its own.
-		err = putRecord(b, raw, m.next, m.ret.tombAfter(m.next, s.tomb, now))
+		wrote = slot{rec: m.next, tomb: m.ret.tombAfter(m.next, s.tomb, now)}
+		err = writeRecord(b, raw, m.next, wrote.tomb, s.attempts)
 	}
 	if err == nil && !m.count {
 		err = e.retain(b, m.next, m.ret)
@@ -462,16 +467,25 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 	if m.undo {
 		undo = func() { e.undo(id, s, m.next) }
 	}
-	if err := e.commit(ctx, b, m.dur, release, undo); err != nil {
+	landed := func(err error) {
+		e.hot.landed(id, wrote, err)
+		release()
+	}
+	if err := e.commit(ctx, b, m.dur, landed, undo); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	return m.next, m, nil
 }
 
-// commit commits b and calls release once it is done. It waits at most
-// OpTimeout (or until ctx ends) for the commit; a commit that lands after
-// that runs undo (when set) before release.
-func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, release, undo func()) error {
+// errAbandoned is what release hears of a write whose caller stopped
+// waiting for it.
+var errAbandoned = errors.New("the write was abandoned")
+
+// commit commits b and calls release with its result once it is done. It
+// waits at most OpTimeout (or until ctx ends) for the commit; a commit
+// that lands after that runs undo (when set) before release, which hears
+// errAbandoned.
+func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, release func(error), undo func()) error {
 	const (
 		waiting int32 = iota
 		finished
@@ -482,11 +496,12 @@ func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, re
 		// for, so a replay never waits for a write. The record stays
 		// locked until it is committed.
 		go func() {
-			if err := b.Commit(pebble.NoSync); err != nil {
+			err := b.Commit(pebble.NoSync)
+			if err != nil {
 				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
 			}
 			_ = b.Close()
-			release()
+			release(err)
 		}()
 		return nil
 	}
@@ -500,14 +515,14 @@ func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, re
 		err := end(b.Commit(pebble.Sync))
 		_ = b.Close()
 		if state.CompareAndSwap(waiting, finished) {
-			release()
+			release(err)
 			done <- err
 			return
 		}
 		if err == nil && undo != nil {
 			undo()
 		}
-		release()
+		release(errAbandoned)
 	}()
 	t := time.NewTimer(e.opts.OpTimeout)
 	defer t.Stop()
@@ -542,6 +557,7 @@ func (e *Engine) writeErr(err error) error {
 // was told about, unless the record changed since. Called with the
 // record's lock held.
 func (e *Engine) undo(id string, prev slot, wrote *rec) {
+	defer e.hot.drop(id)
 	cur, err := e.read(id)
 	if err != nil || cur == nil || cur.Token != wrote.Token || cur.State != wrote.State {
 		return

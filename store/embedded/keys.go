@@ -53,10 +53,12 @@ func parseExpiryKey(k []byte) (at int64, id string, ok bool) {
 
 // slot is what a record key holds: the record as stored, expired or not
 // (nil: none, or only a tombstone), and the tombstone it leaves or
-// carries (until 0: none), live or not.
+// carries (until 0: none), live or not; and whether a replay's attempt
+// count key is beside it (a write of the record then deletes it).
 type slot struct {
-	rec  *rec
-	tomb tomb
+	rec      *rec
+	tomb     tomb
+	attempts bool
 }
 
 // read reads record id as stored, expired or not; nil when there is none
@@ -93,10 +95,20 @@ func (e *Engine) readSlot(id string) (slot, error) {
 			return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
 		}
 		r.Attempts = n
+		return slot{rec: r, tomb: t, attempts: true}, nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return slot{}, e.readErr(err)
 	}
 	return slot{rec: r, tomb: t}, nil
+}
+
+// slotOf is readSlot for a caller holding id's lock: a record this
+// process claimed and that is still in flight comes from memory (hot.go).
+func (e *Engine) slotOf(id string) (slot, error) {
+	if s, ok := e.hot.get(id); ok {
+		return s, nil
+	}
+	return e.readSlot(id)
 }
 
 // putAttempts writes a replay's attempt count alone: a few bytes instead
@@ -115,8 +127,15 @@ func (e *Engine) readErr(err error) error {
 }
 
 // putRecord writes next, carrying tombstone t, in place of old (nil:
-// none) with its index keys.
+// none) with its index keys, and deletes a replay's attempt count (the
+// record carries the count again).
 func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
+	return writeRecord(b, old, next, t, true)
+}
+
+// writeRecord is putRecord for a caller that knows whether an attempt
+// count key is there to delete (attempts).
+func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 	if old != nil {
 		if err := unindex(b, old); err != nil {
 			return err
@@ -125,8 +144,10 @@ func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
 	if err := b.Set(recordKey(next.ID), encodeRecord(next, t), nil); err != nil {
 		return err
 	}
-	if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
-		return err // the record carries the count again
+	if attempts {
+		if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
+			return err
+		}
 	}
 	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
 		return err
@@ -169,9 +190,17 @@ func deleteTomb(b *pebble.Batch, id string, t tomb) error {
 	return b.Delete(recordKey(id), nil)
 }
 
+// unindex deletes r's state index and expiry keys. Each is set once and
+// deleted once (a change of state or expiry deletes the old key and sets
+// the new one), so a single delete does: when it meets its set in a flush
+// or compaction both vanish, and the keys of a record that was in flight
+// for a moment never leave the memtable. Were one ever set twice, the
+// older set would come back as a stale key, which List (it checks the
+// record's state) and the sweep (it checks the record's expiry and deletes
+// the key) skip.
 func unindex(b *pebble.Batch, r *rec) error {
-	if err := b.Delete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
+	if err := b.SingleDelete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
 		return err
 	}
-	return b.Delete(expiryKey(r.ExpireAt, r.ID), nil)
+	return b.SingleDelete(expiryKey(r.ExpireAt, r.ID), nil)
 }
