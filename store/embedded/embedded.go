@@ -404,7 +404,7 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 	if err := e.enter(); err != nil {
 		return nil, mutation{}, err
 	}
-	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	held, err := e.locks.take(ctx, id, e.opts.OpTimeout)
 	if err != nil {
 		e.leave()
 		if full := e.full.check(); full != nil && errors.Is(err, errLockTimeout) {
@@ -415,7 +415,7 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		}
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	release := func() { unlock(); e.leave() }
+	release := func() { <-held; e.leave() }
 	s, err := e.slotOf(id)
 	if err != nil {
 		release()
@@ -440,9 +440,9 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	b := e.db.NewBatch()
-	// wrote is what the key holds once b lands.
-	wrote := slot{rec: m.next, tomb: s.tomb, attempts: true}
+	w := &write{e: e, b: e.db.NewBatch(), id: id, held: held, prev: s, undo: m.undo,
+		wrote: slot{rec: m.next, tomb: s.tomb, attempts: true}}
+	b := w.b
 	switch {
 	case m.count:
 		err = putAttempts(b, m.next)
@@ -452,8 +452,8 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 	}
 	if err == nil && !m.count {
 		// The tombstone travels in the record's value: no key of its own.
-		wrote = slot{rec: m.next, tomb: m.ret.tombAfter(m.next, s.tomb, now)}
-		err = writeRecord(b, raw, m.next, wrote.tomb, s.attempts)
+		w.wrote = slot{rec: m.next, tomb: m.ret.tombAfter(m.next, s.tomb, now)}
+		err = writeRecord(b, raw, m.next, w.wrote.tomb, s.attempts)
 	}
 	if err == nil && !m.count {
 		err = e.retain(b, m.next, m.ret)
@@ -463,80 +463,123 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	var undo func()
-	if m.undo {
-		undo = func() { e.undo(id, s, m.next) }
-	}
-	landed := func(err error) {
-		e.hot.landed(id, wrote, err)
-		release()
-	}
-	if err := e.commit(ctx, b, m.dur, landed, undo); err != nil {
+	if err := e.commit(ctx, w, m.dur); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	return m.next, m, nil
+}
+
+// write is one change of a record being committed, with the record's
+// lock held (one allocation for all it needs).
+type write struct {
+	e     *Engine
+	b     *pebble.Batch
+	id    string
+	held  chan struct{} // the record's lock
+	wrote slot          // what the record key holds once b lands
+	prev  slot          // what it held before: an undo puts it back
+	undo  bool          // undo the write if it lands after its caller stopped waiting
+
+	state atomic.Int32
+	done  chan error
+}
+
+// States of a waited write.
+const (
+	waiting int32 = iota
+	finished
+	abandoned
+)
+
+// release ends the write: the in-memory record follows what b left on
+// disk (err nil: it landed), and the record's lock is given back.
+func (w *write) release(err error) {
+	w.e.hot.landed(w.id, w.wrote, err)
+	<-w.held
+	w.e.leave()
 }
 
 // errAbandoned is what release hears of a write whose caller stopped
 // waiting for it.
 var errAbandoned = errors.New("the write was abandoned")
 
-// commit commits b and calls release with its result once it is done. It
-// waits at most OpTimeout (or until ctx ends) for the commit; a commit
-// that lands after that runs undo (when set) before release, which hears
-// errAbandoned.
-func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, release func(error), undo func()) error {
-	const (
-		waiting int32 = iota
-		finished
-		abandoned
-	)
-	if dur == unwaited {
+// unwaited commits a write nobody waits for.
+func (w *write) unwaited() {
+	err := w.b.Commit(pebble.NoSync)
+	if err != nil {
+		w.e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", w.e.dir, err))
+	}
+	_ = w.b.Close()
+	w.release(err)
+}
+
+// commitWaited commits a write its caller waits for (durable: on disk;
+// else applied), and hands the result to the caller, or, when the caller
+// stopped waiting, undoes a write that must be undone.
+func (w *write) commitWaited(durable bool) {
+	// pebble.Sync makes the log writer write the entry to the file
+	// before the sync; walSync decides whether and when the sync
+	// reaches the disk, and end waits for it when it must.
+	end := w.e.wal.begin(durable)
+	err := end(w.b.Commit(pebble.Sync))
+	_ = w.b.Close()
+	if w.state.CompareAndSwap(waiting, finished) {
+		w.release(err)
+		w.done <- err
+		return
+	}
+	if err == nil && w.undo {
+		w.e.undo(w.id, w.prev, w.wrote.rec)
+	}
+	w.release(errAbandoned)
+}
+
+func (w *write) commitDurable() { w.commitWaited(true) }
+
+func (w *write) commitApplied() { w.commitWaited(false) }
+
+// timers are reused by commit's waits (a timer per write otherwise).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// commit commits w and releases it once it is done. It waits at most
+// OpTimeout (or until ctx ends) for the commit; a commit that lands after
+// that is undone (when w says so) before its release.
+func (e *Engine) commit(ctx context.Context, w *write, dur durability) error {
+	switch dur {
+	case unwaited:
 		// Nobody acts on it (an attempt count, a renewal): not waited
 		// for, so a replay never waits for a write. The record stays
 		// locked until it is committed.
-		go func() {
-			err := b.Commit(pebble.NoSync)
-			if err != nil {
-				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
-			}
-			_ = b.Close()
-			release(err)
-		}()
+		go w.unwaited()
 		return nil
+	case synced:
+		w.done = make(chan error, 1)
+		go w.commitDurable()
+	default:
+		w.done = make(chan error, 1)
+		go w.commitApplied()
 	}
-	var state atomic.Int32
-	done := make(chan error, 1)
-	go func() {
-		// pebble.Sync makes the log writer write the entry to the file
-		// before the sync; walSync decides whether and when the sync
-		// reaches the disk, and end waits for it when it must.
-		end := e.wal.begin(dur == synced)
-		err := end(b.Commit(pebble.Sync))
-		_ = b.Close()
-		if state.CompareAndSwap(waiting, finished) {
-			release(err)
-			done <- err
-			return
-		}
-		if err == nil && undo != nil {
-			undo()
-		}
-		release(errAbandoned)
+	t := timers.Get().(*time.Timer)
+	t.Reset(e.opts.OpTimeout)
+	defer func() {
+		t.Stop()
+		timers.Put(t)
 	}()
-	t := time.NewTimer(e.opts.OpTimeout)
-	defer t.Stop()
 	var why error
 	select {
-	case err := <-done:
+	case err := <-w.done:
 		return e.writeErr(err)
 	case <-t.C:
 		why = fmt.Errorf("the write took longer than %s", e.opts.OpTimeout)
 	case <-ctx.Done():
 		why = ctx.Err()
 	}
-	if !state.CompareAndSwap(waiting, abandoned) {
-		return e.writeErr(<-done)
+	if !w.state.CompareAndSwap(waiting, abandoned) {
+		return e.writeErr(<-w.done)
 	}
 	if err := e.full.check(); err != nil {
 		return err

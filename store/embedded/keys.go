@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -134,26 +135,50 @@ func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
 }
 
 // writeRecord is putRecord for a caller that knows whether an attempt
-// count key is there to delete (attempts).
+// count key is there to delete (attempts). Keys and the value are encoded
+// into a reused buffer: the batch copies them.
 func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 	if old != nil {
 		if err := unindex(b, old); err != nil {
 			return err
 		}
 	}
-	if err := b.Set(recordKey(next.ID), encodeRecord(next, t), nil); err != nil {
+	bp := scratch.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxScratch {
+			scratch.Put(bp)
+		}
+	}()
+	v := appendPut((*bp)[:0], next)
+	if t.until != 0 {
+		v = appendTomb(v, t)
+	}
+	n := len(v)
+	buf := append(append(v, kindRecord), next.ID...)
+	*bp = buf
+	if err := b.Set(buf[n:], buf[:n], nil); err != nil {
 		return err
 	}
 	if attempts {
-		if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
+		buf = append(append(buf[:0], kindAttempts), next.ID...)
+		if err := b.Delete(buf, nil); err != nil {
 			return err
 		}
 	}
-	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
+	buf = append(append(buf[:0], kindIndex, byte(stateIdx(next.State))), next.ID...)
+	if err := b.Set(buf, nil, nil); err != nil {
 		return err
 	}
-	return b.Set(expiryKey(next.ExpireAt, next.ID), nil, nil)
+	buf = append(binary.BigEndian.AppendUint64(append(buf[:0], kindExpiry), uint64(max(next.ExpireAt, 0))), next.ID...)
+	return b.Set(buf, nil, nil)
 }
+
+// scratch holds buffers that a record's keys and value are encoded into
+// before a batch copies them; one larger than maxScratch (a large stored
+// answer) is not kept.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxScratch = 64 << 10
 
 // deleteRecord deletes r and its index keys.
 func deleteRecord(b *pebble.Batch, r *rec) error {
