@@ -31,7 +31,9 @@
 // records never wait for each other.
 //
 // Bounded: records live on disk; memory is Pebble's block cache and
-// memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
+// memtables (Options.CacheSize, Options.MemTableSize), and the records in
+// flight this process claimed, kept for their completion up to a fixed
+// bound (hot.go), whatever DIR holds.
 // Expired records are deleted by a sweep of the expiry keys (a record
 // whose tombstone lives on is turned into it, under the same key: see
 // retention.go), and Pebble's compactions give their space back.
