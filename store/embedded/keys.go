@@ -1,8 +1,8 @@
 package embedded
 
 import (
+	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -69,17 +69,25 @@ func (e *Engine) read(id string) (*rec, error) {
 	return s.rec, err
 }
 
-// readSlot reads record id's key: one read, and one more for a record's
-// attempt count.
+// readSlot reads record id's key, and a record's attempt count key.
+//
+// Both reads are prefix seeks of one iterator that consults the bloom
+// filters of every level: Pebble's Get skips the filters of the last
+// level (where most records live), so the claim of a new key would read
+// a data block of that level, from the block cache or from the disk.
 func (e *Engine) readSlot(id string) (slot, error) {
-	v, closer, err := e.db.Get(recordKey(id))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return slot{}, nil
-	}
+	it, err := e.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
 		return slot{}, e.readErr(err)
 	}
-	defer closer.Close()
+	defer it.Close()
+	v, ok, err := seekKey(it, recordKey(id))
+	switch {
+	case err != nil:
+		return slot{}, e.readErr(err)
+	case !ok:
+		return slot{}, nil
+	}
 	r, t, err := decodeValue(v)
 	if err != nil {
 		return slot{}, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
@@ -87,20 +95,32 @@ func (e *Engine) readSlot(id string) (slot, error) {
 	if r == nil {
 		return slot{tomb: t}, nil
 	}
-	a, closer2, err := e.db.Get(attemptsKey(id))
+	a, ok, err := seekKey(it, attemptsKey(id))
 	switch {
-	case err == nil:
+	case err != nil:
+		return slot{}, e.readErr(err)
+	case ok:
 		n, k := binary.Varint(a)
-		_ = closer2.Close()
 		if k <= 0 {
 			return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
 		}
 		r.Attempts = n
 		return slot{rec: r, tomb: t, attempts: true}, nil
-	case !errors.Is(err, pebble.ErrNotFound):
-		return slot{}, e.readErr(err)
 	}
 	return slot{rec: r, tomb: t}, nil
+}
+
+// seekKey reads key's value with it (valid until its next move); ok is
+// false when there is no such key.
+func seekKey(it *pebble.Iterator, key []byte) (v []byte, ok bool, err error) {
+	if !it.SeekPrefixGE(key) {
+		return nil, false, it.Error()
+	}
+	if !bytes.Equal(it.Key(), key) {
+		return nil, false, nil // cannot be: the prefix is the whole key
+	}
+	v, err = it.ValueAndErr()
+	return v, err == nil, err
 }
 
 // slotOf is readSlot for a caller holding id's lock: a record this
