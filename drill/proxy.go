@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/proc"
 )
 
 // opHeader carries an operation's id from the drill, through its gateway,
@@ -82,13 +84,34 @@ func startProxy(upstream string, note func(op, msg string)) (*proxy, error) {
 		counts: map[string]*opCounts{},
 	}
 	p.answered = sync.NewCond(&p.mu)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenBelowEphemeral()
 	if err != nil {
 		return nil, err
 	}
 	p.addr = ln.Addr().String()
 	p.serve(ln)
 	return p, nil
+}
+
+// listenBelowEphemeral listens on a loopback port from below the range the
+// kernel takes source ports from (proc.FreePort). The proxy closes its
+// listener to refuse connections and listens on the same port again to
+// resume: a port from that range could meanwhile become the source port
+// of any outgoing connection, or a port 0 listener's, so that resuming
+// fails and "refused" is not what the gateway meets.
+func listenBelowEphemeral() (net.Listener, error) {
+	var err error
+	for range 5 {
+		var port int
+		if port, err = proc.FreePort(); err != nil {
+			return nil, err
+		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("the fault proxy cannot listen: %w", err)
 }
 
 // serve serves ln. Every exchange has a connection of its own (no
