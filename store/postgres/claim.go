@@ -40,7 +40,8 @@ const (
 //	$6 token, $7 lease ms, $8 hold ms, $9 on expiry release (bool),
 //	$10 max executions, $11 check method, $12 check url, $13 check
 //	after ms, $14 check match, $15 request, $16 twin digest ("": none),
-//	$17 after expiry ("": look for no tombstone), $18 on twin
+//	$17 after expiry ("": look for no tombstone), $18 on twin, $19 tool
+//	call (store.EncodeToolCall, NULL: none)
 //
 // A record that is absent or gone (fresh) is decided first from the
 // id's live tombstone and the live twin entry naming another id (the
@@ -96,7 +97,7 @@ func claimSQL(records, fences, tombstones, twins string) string {
 		tk("not_found_streak"), tk("check_lease_until"), tk("check_token"), tk("not_found_at"),
 		"not_done = " + branch("0", hold, "r.not_done", exhausted, "r.not_done + 1", takeOver+" AND "+expired, "r.not_done + 1", "r.not_done"),
 		"unknowns = " + branch("0", hold, "r.unknowns", exhausted, "r.unknowns + 1", takeOver+" AND "+expired, "r.unknowns + 1", "r.unknowns"),
-		keep("answers"), tk("request"),
+		keep("answers"), tk("request"), tk("tool_call"),
 		"expire_at = " + branch("excluded.expire_at", hold, "excluded.expire_at", exhausted, "excluded.expire_at", takeOver, "excluded.expire_at", "r.expire_at"),
 		"claimed_at = " + now,
 		"claim_outcome = " + branch("excluded.claim_outcome", hold, fmt.Sprint(outcomeCounted), exhausted, fmt.Sprint(outcomeCounted),
@@ -118,13 +119,14 @@ past AS (
 ins AS (
 	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
 	started_at, lease_until, executions, reason, check_method, check_url, check_after, check_match, request, expire_at,
-	claimed_at, claim_outcome)
+	claimed_at, claim_outcome, tool_call)
 	SELECT $1, $2, $3, $4, $5, CASE WHEN ` + held + ` THEN 'unknown' ELSE 'in_flight' END, $6, nextval('` + fences + `'),
 		c.now, CASE WHEN ` + held + ` THEN 0 ELSE c.now + $7 END, CASE WHEN ` + held + ` THEN 0 ELSE 1 END,
 		CASE WHEN ` + held + ` THEN '` + store.ReasonSamePayload + `' ELSE '' END,
 		CASE WHEN ` + held + ` THEN '' ELSE $11 END, CASE WHEN ` + held + ` THEN '' ELSE $12 END,
 		CASE WHEN ` + held + ` THEN 0 ELSE $13 END, CASE WHEN ` + held + ` THEN '' ELSE $14 END,
-		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END
+		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END,
+		$19::bytea
 	FROM c, past p WHERE p.act <> 'reject'
 	ON CONFLICT (id) DO UPDATE SET ` + strings.Join(set, ",\n\t") + `
 	WHERE NOT (r.expire_at > ` + now + ` AND r.state = 'in_flight' AND r.token = excluded.token)
@@ -169,7 +171,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
 			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
-			req.Twin, string(a.OnTombstone()), string(a.OnTwin))
+			req.Twin, string(a.OnTombstone()), string(a.OnTwin), store.EncodeToolCall(req.Call))
 		if err != nil {
 			return store.ClaimResult{}, e.opErr("claim", req.ID, e.poolWaitErr(ctx, err))
 		}

@@ -48,6 +48,7 @@ var writeCols = []string{
 	"check_method", "check_url", "check_after", "check_match", "checks", "check_count", "next_check",
 	"not_found_streak", "check_lease_until", "check_token", "not_found_at",
 	"not_done", "unknowns", "answers", "request", "expire_at",
+	"tool_call",
 }
 
 // readCols are the columns a read returns: writeCols and the claim's.
@@ -129,6 +130,7 @@ func (r *rec) args() []any {
 		r.Check.Method, r.Check.URL, store.Millis(r.Check.After), store.EncodeCheckMatch(r.Check.Match), checks, r.CheckCount, ms(r.NextCheck),
 		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.CheckToken, r.NotFoundAt,
 		r.NotDone, r.Unknowns, answers, r.Request, r.ExpireAt,
+		store.EncodeToolCall(r.Call),
 	}
 }
 
@@ -139,7 +141,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		r                                                  rec
 		state, header, audit, checks, answers, match       string
 		started, completed, lease, after, next, checkLease int64
-		body, request                                      []byte
+		body, request, call                                []byte
 	)
 	dest := []any{
 		&r.ID, &r.Route, &r.Operation, &r.Fingerprint, &r.FingerprintRule, &state, &r.Token, &r.fence,
@@ -148,6 +150,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		&r.Check.Method, &r.Check.URL, &after, &match, &checks, &r.CheckCount, &next,
 		&r.NotFoundStreak, &checkLease, &r.CheckToken, &r.NotFoundAt,
 		&r.NotDone, &r.Unknowns, &answers, &request, &r.ExpireAt,
+		&call,
 		&r.claimedAt, &r.claimOutcome,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
@@ -163,6 +166,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 	if len(request) > 0 {
 		r.Request = request
 	}
+	r.Call = store.DecodeToolCall(call)
 	if r.Check.URL != "" {
 		r.Check.After = time.Duration(after) * time.Millisecond
 		r.Check.Match = store.DecodeCheckMatch(match)
