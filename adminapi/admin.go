@@ -276,7 +276,7 @@ func view(rec *store.Record, red store.Redactor) recordView {
 		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
 	}
 	if rec.Call != nil && rec.Call.Arguments != "" {
-		args := rec.Call.Shown(red)
+		args := rec.Call.Shown(red, "")
 		v.Arguments = &args
 	}
 	switch shown := red.Body(rec.Body, rec.Header.Get("Content-Type"), ""); shown.Kind {

@@ -92,12 +92,13 @@ func DecodeToolCall(b []byte) *ToolCall {
 	return &ToolCall{Tool: j.Tool, Arguments: j.Arguments}
 }
 
-// Shown is the call's arguments as operator views show them: redacted
-// again by red, so that a field the route's redact_fields named after
-// the call was stored is hidden too; cut arguments (no longer JSON) as
-// they were stored, redacted then.
-func (c *ToolCall) Shown(red Redactor) string {
-	if shown := red.Body([]byte(c.Arguments), "application/json", ""); shown.Kind == BodyJSON {
+// Shown is the call's arguments as operator views show them, laid out
+// with indent per level ("": on one line): redacted again by red, so
+// that a field the route's redact_fields named after the call was stored
+// is hidden too; cut arguments (no longer JSON) as they were stored,
+// redacted then.
+func (c *ToolCall) Shown(red Redactor, indent string) string {
+	if shown := red.Body([]byte(c.Arguments), "application/json", indent); shown.Kind == BodyJSON {
 		return shown.Text
 	}
 	return c.Arguments
