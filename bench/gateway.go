@@ -55,7 +55,12 @@ func (e *env) startGateway(o options, name, cpus, redisStore string) (*gatewayPr
 			return nil, err
 		}
 		g.sites[sitePostgres] = addr(p)
-		caddyfile += fmt.Sprintf(postgresSiteTemplate, p, e.pg.store(), e.up.addr)
+		store := e.pg.store()
+		if o.pgPool > 0 {
+			// pgx reads the pool's size from the URL.
+			store += fmt.Sprintf("&pool_max_conns=%d", o.pgPool)
+		}
+		caddyfile += fmt.Sprintf(postgresSiteTemplate, p, store, e.up.addr)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(caddyfile), 0o644); err != nil {
 		return nil, err

@@ -109,6 +109,8 @@ type options struct {
 	// skip); waitOnly runs nothing else.
 	waiters, waitRounds int
 	waitOnly            bool
+	// pgPool is the Postgres site's pool size (0: the store's default).
+	pgPool int
 }
 
 func main() {
@@ -136,6 +138,7 @@ func main() {
 	// the in-flight 409 at once (docs/capacity.md).
 	flag.IntVar(&o.waiters, "waiters", 32, "duplicates waiting for one slow call in the wait measurement, at most 32 (0: skip)")
 	flag.IntVar(&o.waitRounds, "wait-rounds", 5, "rounds of the wait measurement")
+	flag.IntVar(&o.pgPool, "pg-pool", 0, "connections of the Postgres site's pool (0: the store's default, pool_size)")
 	flag.BoolVar(&o.waitOnly, "wait-only", false, "run only the wait measurement, and write no report file")
 	flag.Parse()
 	if o.waiters > 32 {
@@ -168,6 +171,9 @@ type env struct {
 	// loadAvg is the machine's 1-minute load average at the start and
 	// at the end of the run: other work competes for the same CPUs.
 	loadAvg [2]string
+	// pgStmts is what pg_stat_statements counted for each Postgres
+	// variant, over its measured rounds.
+	pgStmts map[string]*pgStatements
 	// floor is what one synced append costs in the embedded store's
 	// filesystem (its DIR is under dir).
 	floor fsyncFloor

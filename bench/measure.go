@@ -96,7 +96,18 @@ func (e *env) measure(v variant, conns int, d time.Duration, tag string) roundSt
 		}
 	}
 	if v.store == "postgres" {
-		applyPostgres(&st, pg0, e.pg.work(), res.requests)
+		pg1 := e.pg.work()
+		applyPostgres(&st, pg0, pg1, res.requests)
+		if e.pgStmts == nil {
+			e.pgStmts = map[string]*pgStatements{}
+		}
+		ps := e.pgStmts[v.name]
+		if ps == nil {
+			ps = &pgStatements{byID: map[int64]stmtStat{}}
+			e.pgStmts[v.name] = ps
+		}
+		ps.requests += res.requests
+		stmtDelta(ps.byID, pg0, pg1)
 	}
 	return st
 }

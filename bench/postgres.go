@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +26,7 @@ const pgDatabase = "idemgate_bench"
 var pgSettings = []string{
 	"fsync=on", "full_page_writes=on", "synchronous_commit=on",
 	"shared_preload_libraries=pg_stat_statements",
+	"pg_stat_statements.track_planning=on",
 }
 
 // pgServer is a throw-away PostgreSQL cluster on loopback (started like
@@ -121,24 +125,93 @@ func parseStatReaped(stat string) (time.Duration, error) {
 	return statTicks(stat, 14, 17)
 }
 
+// walPosition is how many bytes of WAL the cluster has written so far
+// (pg_current_wal_lsn).
+func (s *pgServer) walPosition() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int64
+	err := s.conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").Scan(&n)
+	return n, err
+}
+
+// stmtStat is what pg_stat_statements counted for one statement of the
+// gateway's database.
+type stmtStat struct {
+	query      string
+	calls      int64
+	exec, plan float64 // ms, in total
+	wal        int64   // bytes, in total
+}
+
+// statementStats reads pg_stat_statements for the gateway's database, by
+// queryid.
+func (s *pgServer) statementStats() (map[int64]stmtStat, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, `SELECT queryid, left(regexp_replace(query, '\s+', ' ', 'g'), 72), calls,
+		total_exec_time, total_plan_time, wal_bytes::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)`, pgDatabase)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]stmtStat{}
+	for rows.Next() {
+		var id int64
+		var st stmtStat
+		if err := rows.Scan(&id, &st.query, &st.calls, &st.exec, &st.plan, &st.wal); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[id] = st
+	}
+	return out, rows.Err()
+}
+
 // pgWork is what the cluster did during one run of a Postgres variant.
 type pgWork struct {
 	statements int64         // -1: not counted
 	cpu        time.Duration // -1: not measured
+	wal        int64         // WAL position in bytes (-1: not read)
+	stmts      map[int64]stmtStat
 }
 
 // work reads the counters measure compares before and after a run.
 func (s *pgServer) work() pgWork {
-	w := pgWork{statements: -1, cpu: -1}
+	w := pgWork{statements: -1, cpu: -1, wal: -1}
 	if s.counting {
 		if n, err := s.statements(); err == nil {
 			w.statements = n
+		}
+		if m, err := s.statementStats(); err == nil {
+			w.stmts = m
 		}
 	}
 	if d, err := s.cpu(); err == nil {
 		w.cpu = d
 	}
+	if n, err := s.walPosition(); err == nil {
+		w.wal = n
+	}
 	return w
+}
+
+// stmtDelta is what each statement did between before and after (those
+// that ran), added to into.
+func stmtDelta(into map[int64]stmtStat, before, after pgWork) {
+	for id, a := range after.stmts {
+		b := before.stmts[id]
+		if a.calls <= b.calls {
+			continue
+		}
+		d := into[id]
+		d.query = a.query
+		d.calls += a.calls - b.calls
+		d.exec += a.exec - b.exec
+		d.plan += a.plan - b.plan
+		d.wal += a.wal - b.wal
+		into[id] = d
+	}
 }
 
 // applyPostgres puts what the cluster did between before and after into
@@ -146,9 +219,12 @@ func (s *pgServer) work() pgWork {
 // the commands column (the statements are its round trips, as scripts are
 // Redis's), the cluster's CPU per request in the store's.
 func applyPostgres(st *roundStats, before, after pgWork, requests int) {
-	st.cmdsPR, st.scriptPR, st.cpu[procRedis] = -1, -1, -1
+	st.cmdsPR, st.scriptPR, st.cpu[procRedis], st.walPR = -1, -1, -1, -1
 	if requests == 0 {
 		return
+	}
+	if before.wal >= 0 && after.wal >= 0 {
+		st.walPR = float64(after.wal-before.wal) / float64(requests)
 	}
 	if before.statements >= 0 && after.statements >= 0 {
 		st.cmdsPR = float64(after.statements-before.statements) / float64(requests)
@@ -173,3 +249,33 @@ const postgresSiteTemplate = `
 	}
 }
 `
+
+// pgStatements is what one Postgres variant's statements did over its
+// measured rounds.
+type pgStatements struct {
+	requests int
+	byID     map[int64]stmtStat
+}
+
+// text lists the statements that ran at least once per 100 requests,
+// the costliest first: calls per request, mean execution and planning
+// time, WAL bytes per call.
+func (p *pgStatements) text(variant string) string {
+	if p == nil || p.requests == 0 || len(p.byID) == 0 {
+		return ""
+	}
+	list := make([]stmtStat, 0, len(p.byID))
+	for _, st := range p.byID {
+		if st.calls*100 >= int64(p.requests) {
+			list = append(list, st)
+		}
+	}
+	slices.SortFunc(list, func(a, b stmtStat) int { return cmp.Compare(b.exec+b.plan, a.exec+a.plan) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "pg_stat_statements, %s (%d requests): calls/req, mean exec ms, mean plan ms, WAL B/call, statement\n", variant, p.requests)
+	for _, st := range list {
+		c := float64(st.calls)
+		fmt.Fprintf(&b, "  %5.2f %7.3f %7.3f %7.0f  %s\n", c/float64(p.requests), st.exec/c, st.plan/c, float64(st.wal)/c, st.query)
+	}
+	return b.String()
+}

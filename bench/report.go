@@ -22,7 +22,7 @@ var ratioLines = []ratioLine{
 	{"embedded-execute", "execute", 1.0},
 	{"embedded-execute", "plain", 0.80},
 	{"embedded-replay", "replay", 1.0},
-	{"pg-execute", "plain", 0.60},
+	{"pg-execute", "plain", 0.45},
 	{"pg-replay", "static", 0.35},
 	{"pg-execute", "execute", 0},
 	{"pg-replay", "replay", 0},
@@ -45,6 +45,9 @@ var perRequestTargets = []perRequestTarget{
 	{"Redis commands per replay", "replay", func(s variantSummary) float64 { return s.cmdsPR }, 3, ""},
 	{"Redis CPU per execute", "execute", func(s variantSummary) float64 { return s.cpu[procRedis] }, 25, " µs"},
 	{"Redis CPU per replay", "replay", func(s variantSummary) float64 { return s.cpu[procRedis] }, 12, " µs"},
+	{"Postgres CPU per execute", "pg-execute", func(s variantSummary) float64 { return s.cpu[procRedis] }, 250, " µs"},
+	{"Postgres CPU per replay", "pg-replay", func(s variantSummary) float64 { return s.cpu[procRedis] }, 120, " µs"},
+	{"Postgres WAL per replay", "pg-replay", func(s variantSummary) float64 { return s.walPR }, 0, " bytes"},
 }
 
 // Gateway CPU goals: per execute at most plain + maxGatewayExecuteAdded,
@@ -353,6 +356,33 @@ func (r *report) sideBySide() string {
 	return b.String()
 }
 
+// postgresLines give, per Postgres variant that ran, the cluster's CPU
+// and WAL per request and what pg_stat_statements counted.
+func (r *report) postgresLines() string {
+	var b strings.Builder
+	for _, v := range r.vs {
+		if v.store != "postgres" {
+			continue
+		}
+		s, ok := r.sum[v.name]
+		if !ok {
+			continue
+		}
+		cpu, wal := "-", "-"
+		if s.cpu[procRedis] >= 0 {
+			cpu = fmt.Sprintf("%.0f µs", s.cpu[procRedis])
+		}
+		if s.walPR >= 0 {
+			wal = fmt.Sprintf("%.0f bytes", s.walPR)
+		}
+		fmt.Fprintf(&b, "postgres %s: CPU %s per request, WAL %s per request\n", v.name, cpu, wal)
+		if r.e != nil {
+			b.WriteString(r.e.pgStmts[v.name].text(v.name))
+		}
+	}
+	return b.String()
+}
+
 // ratios are the lines scripts grep for: "ratio execute/plain 0.91".
 func (r *report) ratios() string {
 	var b strings.Builder
@@ -485,6 +515,7 @@ func (r *report) text() string {
 	}
 	b.WriteString("\n" + r.ratios())
 	b.WriteString(r.sideBySide())
+	b.WriteString(r.postgresLines())
 	b.WriteString(r.busyLine())
 	b.WriteString(r.generatorLine())
 	b.WriteString(r.idleLine())
@@ -536,7 +567,7 @@ func (r *report) markdown() string {
 		b.WriteString("+p50 ms, +gw µs: what an executing variant adds over two-plain (p50 latency, gateway CPU per request); " +
 			"+CPU µs: what any variant costs beyond two-plain in CPU per request, gateway and store together.\n\n")
 	}
-	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.wait.text() + "```\n\n")
+	b.WriteString("```\n" + r.ratios() + r.sideBySide() + r.postgresLines() + r.wait.text() + "```\n\n")
 	b.WriteString(r.goals())
 	if l := r.busyLine(); l != "" {
 		b.WriteString("- " + l)

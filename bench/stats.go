@@ -40,6 +40,7 @@ type roundStats struct {
 	cmdsPR   float64 // Redis commands per request, inner ones included (-1: not measured)
 	scriptPR float64 // Redis script calls per request (-1: not measured)
 	upConns  int     // connections the upstream accepted
+	walPR    float64 // Postgres WAL bytes per request (-1: not measured)
 	// cpu is the CPU time per request of each process (-1: not measured).
 	cpu [numProcs]time.Duration
 }
@@ -63,6 +64,7 @@ func summarize(r *loadResult, bad int, redisWork *commandStats) roundStats {
 		bad:      bad,
 		cmdsPR:   -1,
 		scriptPR: -1,
+		walPR:    -1,
 		cpu:      [numProcs]time.Duration{-1, -1, -1, -1},
 	}
 	if redisWork != nil && r.requests > 0 {
@@ -77,13 +79,14 @@ type variantSummary struct {
 	rps, p50, p99 float64 // req/s, milliseconds
 	cmdsPR        float64 // -1: not measured
 	scriptPR      float64 // -1: not measured
+	walPR         float64 // Postgres WAL bytes per request (-1: not measured)
 	requests      int     // over all rounds
 	errors, bad   int
 	cpu           [numProcs]float64 // µs per request (-1: not measured)
 }
 
 func summarizeRounds(rounds []roundStats) variantSummary {
-	var rps, p50, p99, cpr, sus []float64
+	var rps, p50, p99, cpr, sus, wal []float64
 	var cpu [numProcs][]float64
 	var s variantSummary
 	for _, r := range rounds {
@@ -100,6 +103,9 @@ func summarizeRounds(rounds []roundStats) variantSummary {
 		}
 		if r.scriptPR >= 0 {
 			sus = append(sus, r.scriptPR)
+		}
+		if r.walPR >= 0 {
+			wal = append(wal, r.walPR)
 		}
 		s.requests += r.requests
 		s.errors += r.errors
@@ -118,6 +124,10 @@ func summarizeRounds(rounds []roundStats) variantSummary {
 	}
 	if len(sus) > 0 {
 		s.scriptPR = median(sus)
+	}
+	s.walPR = -1
+	if len(wal) > 0 {
+		s.walPR = median(wal)
 	}
 	return s
 }

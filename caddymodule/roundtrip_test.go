@@ -16,7 +16,7 @@ import (
 
 // insideScripts are the commands the store's scripts run inside Redis.
 // INFO commandstats counts them too, but they are not round trips.
-var insideScripts = []string{"time", "get", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish"}
+var insideScripts = []string{"time", "get", "mget", "set", "setrange", "zadd", "zrem", "zremrangebyscore", "publish"}
 
 // roundTrips reads INFO commandstats and returns the commands clients sent
 // (every command except those run inside scripts and the test's own INFO
@@ -94,26 +94,25 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 		inner map[string]float64
 	}{
 		{"execute", func(i int) int { return c.serve(t, h, "new-"+strconv.Itoa(i)) }, http.StatusCreated, 2,
-			// claim: GET, TIME, SET (with the lifetime), ZADD (in flight);
-			// complete: SET (GET, with the lifetime), ZREM (in flight),
-			// PUBLISH (the notice that wakes waiting duplicates).
-			// Inside the scripts, the tombstone (tombstone_ttl, 720h by
-			// default) costs the claim a GET and the completion a SET.
-			map[string]float64{"evalsha": 2, "get": 2, "time": 1, "set": 3, "zadd": 1, "zrem": 1, "publish": 1}},
-		// A replay reads the record and counts the attempt in place: no
-		// clock.
+			// claim: MGET (the record and its tombstone: tombstone_ttl
+			// is 720h by default), TIME, SET (with the lifetime), ZADD
+			// (in flight); complete: SET (GET, with the lifetime), ZREM
+			// (in flight), SET (the tombstone). No PUBLISH: nobody waits.
+			map[string]float64{"evalsha": 2, "mget": 1, "time": 1, "set": 3, "zadd": 1, "zrem": 1}},
+		// A replay reads the record (and its tombstone, in the same
+		// command) and counts the attempt in place: no clock.
 		{"replay", func(i int) int { return c.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1,
-			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1}},
+			map[string]float64{"evalsha": 1, "mget": 1, "setrange": 1}},
 		{"conflict (outcome unknown)", func(int) int { return c.serve(t, h, "held") }, http.StatusConflict, 1,
-			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1}},
+			map[string]float64{"evalsha": 1, "mget": 1, "setrange": 1}},
 		// A live claim's lease is judged by the Redis clock.
 		{"conflict (in flight)", func(int) int { return c.serve(t, h, "in-flight") }, http.StatusConflict, 1,
-			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1, "time": 1}},
+			map[string]float64{"evalsha": 1, "mget": 1, "setrange": 1, "time": 1}},
 		// A duplicate on a route in observe mode costs what its replay
 		// would: the claim that finds the record, nothing after the
 		// upstream answers it again.
 		{"observed duplicate", func(i int) int { return observed.serve(t, h, "done-"+strconv.Itoa(i)) }, http.StatusCreated, 1,
-			map[string]float64{"evalsha": 1, "get": 1, "setrange": 1}},
+			map[string]float64{"evalsha": 1, "mget": 1, "setrange": 1}},
 		{"passthrough", func(int) int { return newBenchConn("/v1/notes").serve(t, h, "k") }, http.StatusCreated, 0,
 			map[string]float64{}},
 	}

@@ -307,7 +307,12 @@ func decodePut(d *reader) (*rec, error) {
 // call that claimed it (store.EncodeToolCall; absent when there is none,
 // and then the tombstone section is written as none to come before it).
 func encodeRecord(r *rec, t tomb) []byte {
-	b := appendPut(make([]byte, 0, 256+len(r.Body)), r)
+	return appendRecord(make([]byte, 0, 256+len(r.Body)), r, t)
+}
+
+// appendRecord appends encodeRecord(r, t) to b.
+func appendRecord(b []byte, r *rec, t tomb) []byte {
+	b = appendPut(b, r)
 	if t.until == 0 && r.Call == nil {
 		return b
 	}

@@ -31,7 +31,9 @@
 // records never wait for each other.
 //
 // Bounded: records live on disk; memory is Pebble's block cache and
-// memtables (Options.CacheSize, Options.MemTableSize), whatever DIR holds.
+// memtables (Options.CacheSize, Options.MemTableSize), and the records in
+// flight this process claimed, kept for their completion up to a fixed
+// bound (hot.go), whatever DIR holds.
 // Expired records are deleted by a sweep of the expiry keys (a record
 // whose tombstone lives on is turned into it, under the same key: see
 // retention.go), and Pebble's compactions give their space back.
@@ -140,6 +142,7 @@ type Engine struct {
 	db   *pebble.DB
 
 	locks recordLocks
+	hot   hotSlots // records in flight this process claimed (hot.go)
 	full  diskFull
 	wal   walSync // which syncs of the log reach the disk
 
@@ -214,6 +217,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e := &Engine{dir: dir, lock: lock, opts: opts, stop: make(chan struct{})}
 	e.locks.init()
+	e.hot.init(e.locks.seed)
 	e.full.init(e)
 	if err := e.open(); err != nil {
 		_ = lock.unlock()
@@ -402,7 +406,7 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 	if err := e.enter(); err != nil {
 		return nil, mutation{}, err
 	}
-	unlock, err := e.locks.lock(ctx, id, e.opts.OpTimeout)
+	held, err := e.locks.take(ctx, id, e.opts.OpTimeout)
 	if err != nil {
 		e.leave()
 		if full := e.full.check(); full != nil && errors.Is(err, errLockTimeout) {
@@ -413,8 +417,8 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		}
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	release := func() { unlock(); e.leave() }
-	s, err := e.readSlot(id)
+	release := func() { <-held; e.leave() }
+	s, err := e.slotOf(id)
 	if err != nil {
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
@@ -438,17 +442,20 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	b := e.db.NewBatch()
+	w := &write{e: e, b: e.db.NewBatch(), id: id, held: held, prev: s, undo: m.undo,
+		wrote: slot{rec: m.next, tomb: s.tomb, attempts: true}}
+	b := w.b
 	switch {
 	case m.count:
 		err = putAttempts(b, m.next)
 	case raw == nil && s.tomb.until != 0:
 		// The key held a tombstone alone: its expiry key goes.
-		err = b.Delete(expiryKey(s.tomb.until, id), nil)
+		err = b.SingleDelete(expiryKey(s.tomb.until, id), nil)
 	}
 	if err == nil && !m.count {
 		// The tombstone travels in the record's value: no key of its own.
-		err = putRecord(b, raw, m.next, m.ret.tombAfter(m.next, s.tomb, now))
+		w.wrote = slot{rec: m.next, tomb: m.ret.tombAfter(m.next, s.tomb, now)}
+		err = writeRecord(b, raw, m.next, w.wrote.tomb, s.attempts)
 	}
 	if err == nil && !m.count {
 		err = e.retain(b, m.next, m.ret)
@@ -458,70 +465,123 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
-	var undo func()
-	if m.undo {
-		undo = func() { e.undo(id, s, m.next) }
-	}
-	if err := e.commit(ctx, b, m.dur, release, undo); err != nil {
+	if err := e.commit(ctx, w, m.dur); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	return m.next, m, nil
 }
 
-// commit commits b and calls release once it is done. It waits at most
+// write is one change of a record being committed, with the record's
+// lock held (one allocation for all it needs).
+type write struct {
+	e     *Engine
+	b     *pebble.Batch
+	id    string
+	held  chan struct{} // the record's lock
+	wrote slot          // what the record key holds once b lands
+	prev  slot          // what it held before: an undo puts it back
+	undo  bool          // undo the write if it lands after its caller stopped waiting
+
+	state atomic.Int32
+	done  chan error
+}
+
+// States of a waited write.
+const (
+	waiting int32 = iota
+	finished
+	abandoned
+)
+
+// release ends the write: the in-memory record follows what b left on
+// disk (err nil: it landed), and the record's lock is given back.
+func (w *write) release(err error) {
+	w.e.hot.landed(w.id, w.wrote, err)
+	<-w.held
+	w.e.leave()
+}
+
+// errAbandoned is what release hears of a write whose caller stopped
+// waiting for it.
+var errAbandoned = errors.New("the write was abandoned")
+
+// unwaited commits a write nobody waits for.
+func (w *write) unwaited() {
+	err := w.b.Commit(pebble.NoSync)
+	if err != nil {
+		w.e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", w.e.dir, err))
+	}
+	_ = w.b.Close()
+	w.release(err)
+}
+
+// commitWaited commits a write its caller waits for (durable: on disk;
+// else applied), and hands the result to the caller, or, when the caller
+// stopped waiting, undoes a write that must be undone.
+func (w *write) commitWaited(durable bool) {
+	// pebble.Sync makes the log writer write the entry to the file
+	// before the sync; walSync decides whether and when the sync
+	// reaches the disk, and end waits for it when it must.
+	end := w.e.wal.begin(durable)
+	err := end(w.b.Commit(pebble.Sync))
+	_ = w.b.Close()
+	if w.state.CompareAndSwap(waiting, finished) {
+		w.release(err)
+		w.done <- err
+		return
+	}
+	if err == nil && w.undo {
+		w.e.undo(w.id, w.prev, w.wrote.rec)
+	}
+	w.release(errAbandoned)
+}
+
+func (w *write) commitDurable() { w.commitWaited(true) }
+
+func (w *write) commitApplied() { w.commitWaited(false) }
+
+// timers are reused by commit's waits (a timer per write otherwise).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// commit commits w and releases it once it is done. It waits at most
 // OpTimeout (or until ctx ends) for the commit; a commit that lands after
-// that runs undo (when set) before release.
-func (e *Engine) commit(ctx context.Context, b *pebble.Batch, dur durability, release, undo func()) error {
-	const (
-		waiting int32 = iota
-		finished
-		abandoned
-	)
-	if dur == unwaited {
+// that is undone (when w says so) before its release.
+func (e *Engine) commit(ctx context.Context, w *write, dur durability) error {
+	switch dur {
+	case unwaited:
 		// Nobody acts on it (an attempt count, a renewal): not waited
 		// for, so a replay never waits for a write. The record stays
 		// locked until it is committed.
-		go func() {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
-			}
-			_ = b.Close()
-			release()
-		}()
+		go w.unwaited()
 		return nil
+	case synced:
+		w.done = make(chan error, 1)
+		go w.commitDurable()
+	default:
+		w.done = make(chan error, 1)
+		go w.commitApplied()
 	}
-	var state atomic.Int32
-	done := make(chan error, 1)
-	go func() {
-		// pebble.Sync makes the log writer write the entry to the file
-		// before the sync; walSync decides whether and when the sync
-		// reaches the disk, and end waits for it when it must.
-		end := e.wal.begin(dur == synced)
-		err := end(b.Commit(pebble.Sync))
-		_ = b.Close()
-		if state.CompareAndSwap(waiting, finished) {
-			release()
-			done <- err
-			return
-		}
-		if err == nil && undo != nil {
-			undo()
-		}
-		release()
+	t := timers.Get().(*time.Timer)
+	t.Reset(e.opts.OpTimeout)
+	defer func() {
+		t.Stop()
+		timers.Put(t)
 	}()
-	t := time.NewTimer(e.opts.OpTimeout)
-	defer t.Stop()
 	var why error
 	select {
-	case err := <-done:
+	case err := <-w.done:
 		return e.writeErr(err)
 	case <-t.C:
 		why = fmt.Errorf("the write took longer than %s", e.opts.OpTimeout)
 	case <-ctx.Done():
 		why = ctx.Err()
 	}
-	if !state.CompareAndSwap(waiting, abandoned) {
-		return e.writeErr(<-done)
+	if !w.state.CompareAndSwap(waiting, abandoned) {
+		return e.writeErr(<-w.done)
 	}
 	if err := e.full.check(); err != nil {
 		return err
@@ -542,6 +602,7 @@ func (e *Engine) writeErr(err error) error {
 // was told about, unless the record changed since. Called with the
 // record's lock held.
 func (e *Engine) undo(id string, prev slot, wrote *rec) {
+	defer e.hot.drop(id)
 	cur, err := e.read(id)
 	if err != nil || cur == nil || cur.Token != wrote.Token || cur.State != wrote.State {
 		return

@@ -104,6 +104,7 @@ func (e *Engine) expire(id string, at, now int64) error {
 		return nil // busy: the next sweep
 	}
 	defer unlock()
+	defer e.hot.drop(id) // whatever this writes, the key is read again
 	s, err := e.readSlot(id)
 	if err != nil {
 		return err

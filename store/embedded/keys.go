@@ -1,10 +1,11 @@
 package embedded
 
 import (
+	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -53,10 +54,12 @@ func parseExpiryKey(k []byte) (at int64, id string, ok bool) {
 
 // slot is what a record key holds: the record as stored, expired or not
 // (nil: none, or only a tombstone), and the tombstone it leaves or
-// carries (until 0: none), live or not.
+// carries (until 0: none), live or not; and whether a replay's attempt
+// count key is beside it (a write of the record then deletes it).
 type slot struct {
-	rec  *rec
-	tomb tomb
+	rec      *rec
+	tomb     tomb
+	attempts bool
 }
 
 // read reads record id as stored, expired or not; nil when there is none
@@ -66,17 +69,25 @@ func (e *Engine) read(id string) (*rec, error) {
 	return s.rec, err
 }
 
-// readSlot reads record id's key: one read, and one more for a record's
-// attempt count.
+// readSlot reads record id's key, and a record's attempt count key.
+//
+// Both reads are prefix seeks of one iterator that consults the bloom
+// filters of every level: Pebble's Get skips the filters of the last
+// level (where most records live), so the claim of a new key would read
+// a data block of that level, from the block cache or from the disk.
 func (e *Engine) readSlot(id string) (slot, error) {
-	v, closer, err := e.db.Get(recordKey(id))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return slot{}, nil
-	}
+	it, err := e.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
 		return slot{}, e.readErr(err)
 	}
-	defer closer.Close()
+	defer it.Close()
+	v, ok, err := seekKey(it, recordKey(id))
+	switch {
+	case err != nil:
+		return slot{}, e.readErr(err)
+	case !ok:
+		return slot{}, nil
+	}
 	r, t, err := decodeValue(v)
 	if err != nil {
 		return slot{}, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
@@ -84,19 +95,41 @@ func (e *Engine) readSlot(id string) (slot, error) {
 	if r == nil {
 		return slot{tomb: t}, nil
 	}
-	a, closer2, err := e.db.Get(attemptsKey(id))
+	a, ok, err := seekKey(it, attemptsKey(id))
 	switch {
-	case err == nil:
+	case err != nil:
+		return slot{}, e.readErr(err)
+	case ok:
 		n, k := binary.Varint(a)
-		_ = closer2.Close()
 		if k <= 0 {
 			return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
 		}
 		r.Attempts = n
-	case !errors.Is(err, pebble.ErrNotFound):
-		return slot{}, e.readErr(err)
+		return slot{rec: r, tomb: t, attempts: true}, nil
 	}
 	return slot{rec: r, tomb: t}, nil
+}
+
+// seekKey reads key's value with it (valid until its next move); ok is
+// false when there is no such key.
+func seekKey(it *pebble.Iterator, key []byte) (v []byte, ok bool, err error) {
+	if !it.SeekPrefixGE(key) {
+		return nil, false, it.Error()
+	}
+	if !bytes.Equal(it.Key(), key) {
+		return nil, false, nil // cannot be: the prefix is the whole key
+	}
+	v, err = it.ValueAndErr()
+	return v, err == nil, err
+}
+
+// slotOf is readSlot for a caller holding id's lock: a record this
+// process claimed and that is still in flight comes from memory (hot.go).
+func (e *Engine) slotOf(id string) (slot, error) {
+	if s, ok := e.hot.get(id); ok {
+		return s, nil
+	}
+	return e.readSlot(id)
 }
 
 // putAttempts writes a replay's attempt count alone: a few bytes instead
@@ -115,24 +148,54 @@ func (e *Engine) readErr(err error) error {
 }
 
 // putRecord writes next, carrying tombstone t, in place of old (nil:
-// none) with its index keys.
+// none) with its index keys, and deletes a replay's attempt count (the
+// record carries the count again).
 func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
+	return writeRecord(b, old, next, t, true)
+}
+
+// writeRecord is putRecord for a caller that knows whether an attempt
+// count key is there to delete (attempts). Keys and the value are encoded
+// into a reused buffer: the batch copies them.
+func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 	if old != nil {
 		if err := unindex(b, old); err != nil {
 			return err
 		}
 	}
-	if err := b.Set(recordKey(next.ID), encodeRecord(next, t), nil); err != nil {
+	bp := scratch.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxScratch {
+			scratch.Put(bp)
+		}
+	}()
+	v := appendRecord((*bp)[:0], next, t)
+	n := len(v)
+	buf := append(append(v, kindRecord), next.ID...)
+	*bp = buf
+	if err := b.Set(buf[n:], buf[:n], nil); err != nil {
 		return err
 	}
-	if err := b.Delete(attemptsKey(next.ID), nil); err != nil {
-		return err // the record carries the count again
+	if attempts {
+		buf = append(append(buf[:0], kindAttempts), next.ID...)
+		if err := b.Delete(buf, nil); err != nil {
+			return err
+		}
 	}
-	if err := b.Set(indexKey(stateIdx(next.State), next.ID), nil, nil); err != nil {
+	buf = append(append(buf[:0], kindIndex, byte(stateIdx(next.State))), next.ID...)
+	if err := b.Set(buf, nil, nil); err != nil {
 		return err
 	}
-	return b.Set(expiryKey(next.ExpireAt, next.ID), nil, nil)
+	buf = append(binary.BigEndian.AppendUint64(append(buf[:0], kindExpiry), uint64(max(next.ExpireAt, 0))), next.ID...)
+	return b.Set(buf, nil, nil)
 }
+
+// scratch holds buffers that a record's keys and value are encoded into
+// before a batch copies them; one larger than maxScratch (a large stored
+// answer) is not kept.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxScratch = 64 << 10
 
 // deleteRecord deletes r and its index keys.
 func deleteRecord(b *pebble.Batch, r *rec) error {
@@ -169,9 +232,17 @@ func deleteTomb(b *pebble.Batch, id string, t tomb) error {
 	return b.Delete(recordKey(id), nil)
 }
 
+// unindex deletes r's state index and expiry keys. Each is set once and
+// deleted once (a change of state or expiry deletes the old key and sets
+// the new one), so a single delete does: when it meets its set in a flush
+// or compaction both vanish, and the keys of a record that was in flight
+// for a moment never leave the memtable. Were one ever set twice, the
+// older set would come back as a stale key, which List (it checks the
+// record's state) and the sweep (it checks the record's expiry and deletes
+// the key) skip.
 func unindex(b *pebble.Batch, r *rec) error {
-	if err := b.Delete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
+	if err := b.SingleDelete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
 		return err
 	}
-	return b.Delete(expiryKey(r.ExpireAt, r.ID), nil)
+	return b.SingleDelete(expiryKey(r.ExpireAt, r.ID), nil)
 }

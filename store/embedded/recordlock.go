@@ -31,17 +31,27 @@ var errLockTimeout = errors.New("the record stayed busy (an earlier write has no
 // lock takes id's lock, waiting at most timeout or until ctx ends, and
 // returns its release.
 func (l *recordLocks) lock(ctx context.Context, id string, timeout time.Duration) (func(), error) {
+	ch, err := l.take(ctx, id, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return func() { <-ch }, nil
+}
+
+// take is lock returning the lock itself, which a receive gives back
+// (no allocation).
+func (l *recordLocks) take(ctx context.Context, id string, timeout time.Duration) (chan struct{}, error) {
 	ch := l.stripes[maphash.String(l.seed, id)%lockStripes]
 	select {
 	case ch <- struct{}{}:
-		return func() { <-ch }, nil
+		return ch, nil
 	default:
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case ch <- struct{}{}:
-		return func() { <-ch }, nil
+		return ch, nil
 	case <-t.C:
 		return nil, errLockTimeout
 	case <-ctx.Done():

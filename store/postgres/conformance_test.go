@@ -77,6 +77,8 @@ func TestPostgres(t *testing.T) {
 		"ExpiryBounded":         testExpiryBounded,
 		"PasswordRedacted":      testPasswordRedacted,
 		"PoolMetrics":           testPoolMetrics,
+		"ReplayReads":           testReplayReads,
+		"NoticesForWaiters":     testNoticesForWaiters,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

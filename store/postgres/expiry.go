@@ -28,7 +28,8 @@ func (e *Engine) sweepLoop() {
 }
 
 // Sweep deletes the expired records, then the expired tombstones and twin
-// entries, batch by batch, and says how many rows.
+// entries, then the counts of records gone (counts.go), batch by batch,
+// and says how many rows.
 func (e *Engine) Sweep(ctx context.Context) (int64, error) {
 	var total int64
 	for _, t := range [...]struct{ table, key string }{{e.sql.records, "id"}, {e.sql.tombstones, "id"}, {e.sql.twins, "twin"}} {
@@ -38,13 +39,25 @@ func (e *Engine) Sweep(ctx context.Context) (int64, error) {
 			return total, err
 		}
 	}
+	n, err := e.sweepWith(ctx, e.sql.sweepCount)
+	total += n
+	if err != nil {
+		return total, err
+	}
+	if _, err := e.pool.Exec(ctx, e.sql.sweepListeners); err != nil {
+		return total, fmt.Errorf("store: postgres: expiry sweep: %w", err)
+	}
 	return total, nil
 }
 
 // sweep deletes the expired rows of table (keyed by key).
 func (e *Engine) sweep(ctx context.Context, table, key string) (int64, error) {
-	q := "DELETE FROM " + table + " WHERE " + key + " IN (SELECT " + key + " FROM " + table +
-		" WHERE expire_at <= " + nowSQL + " ORDER BY expire_at LIMIT $1 FOR UPDATE SKIP LOCKED) AND expire_at <= " + nowSQL
+	return e.sweepWith(ctx, "DELETE FROM "+table+" WHERE "+key+" IN (SELECT "+key+" FROM "+table+
+		" WHERE expire_at <= "+nowSQL+" ORDER BY expire_at LIMIT $1 FOR UPDATE SKIP LOCKED) AND expire_at <= "+nowSQL)
+}
+
+// sweepWith runs q, a DELETE of at most $1 rows, until it deletes fewer.
+func (e *Engine) sweepWith(ctx context.Context, q string) (int64, error) {
 	var total int64
 	for {
 		select {

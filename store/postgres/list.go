@@ -33,8 +33,7 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 	ctx, cancel := e.call(ctx)
 	defer cancel()
 	page := store.ListPage{Records: []*store.Record{}}
-	q := "SELECT " + recCols() + " FROM " + e.sql.records +
-		" WHERE state = $1 AND id >= $2 AND expire_at > " + nowSQL + " AND ($3 = '' OR route = $3) ORDER BY id LIMIT $4"
+	q := e.sql.list
 	for i := from; i < len(states); i++ {
 		want := limit - len(page.Records) + 1 // one more says where the next page starts
 		rows, err := e.pool.Query(ctx, q, store.StoredState(states[i]), after, f.Route, want)
@@ -43,6 +42,7 @@ func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, 
 		}
 		for rows.Next() {
 			r, err := scanRec(rows)
+			e.counts.view(r)
 			if err != nil {
 				rows.Close()
 				return store.ListPage{}, fmt.Errorf("store: postgres: list: %w", err)

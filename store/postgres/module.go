@@ -39,8 +39,9 @@ type Module struct {
 	// Schema holds the store's tables, made and migrated at start, apart
 	// from the application's own. Default: `idemgate`.
 	Schema string `json:"schema,omitempty"`
-	// PoolSize is the most connections the gateway opens. Default: pgx's
-	// (the larger of 4 and the number of CPUs).
+	// PoolSize is the most connections the gateway opens. Default: 16
+	// (or the number of CPUs, when larger): a claim holds its connection
+	// while its commit waits for the disk.
 	PoolSize int `json:"pool_size,omitempty"`
 	// OpTimeout bounds every store call, so a hung database cannot hang
 	// requests. Default: 2s.

@@ -14,11 +14,26 @@ import (
 
 // Notices: Complete, Release, MarkUnknown and NotDone send
 // pg_notify(channel, id) in their transaction, delivered when it
-// commits, to every gateway listening on the store's schema. A gateway
-// listens on a connection of its own (outside the pool: LISTEN is
-// session state, and a pooler in transaction mode would drop it), made
-// when the first waiter needs notices and kept while the engine is
+// commits, to every gateway listening on the store's schema, when
+// somebody may wait for the record: a duplicate found it in flight (the
+// claim marks the record's waiters, in the statement that found it, so
+// the mark and the end of the record are ordered by its row lock), or a
+// waiter on some gateway needs notices now (Need keeps that gateway's
+// row in the table listeners live). Every other end sends none: a
+// NOTIFY takes a lock that serialises the commits of the transactions
+// that sent one.
+//
+// A gateway listens on a connection of its own (outside the pool: LISTEN
+// is session state, and a pooler in transaction mode would drop it),
+// made when the first waiter needs notices and kept while the engine is
 // open; it is made anew when it breaks, and waiters poll meanwhile.
+
+// listenFor is how long a gateway's row in listeners lasts; Need renews
+// it every listenRenew while a waiter needs notices.
+const (
+	listenFor   = 10 * time.Second
+	listenRenew = 3 * time.Second
+)
 
 type notices struct {
 	store.Hub
@@ -30,6 +45,10 @@ type notices struct {
 	live   atomic.Bool
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	mu      sync.Mutex
+	needers int       // waiters that need notices now
+	marked  time.Time // when this gateway's listeners row was last renewed
 }
 
 func (n *notices) init(e *Engine, cfg *pgx.ConnConfig) {
@@ -42,14 +61,66 @@ func (e *Engine) Notices() store.Notices { return &e.notices }
 
 var _ store.Notifier = (*Engine)(nil)
 
-// Need starts the listening connection the first time; it stays.
+// Need starts the listening connection the first time (it stays), and
+// keeps this gateway's row in listeners live until the waiter is done,
+// so that every end of a record sends its notice meanwhile.
 func (n *notices) Need() func() {
 	n.once.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel, n.done = cancel, make(chan struct{})
 		go n.listen(ctx)
+		go n.renew(ctx)
 	})
-	return func() {}
+	n.mu.Lock()
+	n.needers++
+	stale := time.Since(n.marked) > listenRenew
+	n.mu.Unlock()
+	if stale {
+		n.mark()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.mu.Lock()
+			n.needers--
+			n.mu.Unlock()
+		})
+	}
+}
+
+// mark renews this gateway's row in listeners, bounded by the op
+// timeout; a failure is reported, and the waiters fall back on the marks
+// of the records and on their bounded wait.
+func (n *notices) mark() {
+	ctx, cancel := context.WithTimeout(context.Background(), n.e.opts.OpTimeout)
+	defer cancel()
+	at := time.Now()
+	if _, err := n.e.pool.Exec(ctx, n.e.sql.listen, n.e.counts.engine, listenFor.Milliseconds()); err != nil {
+		n.e.opts.OnError(fmt.Errorf("store: postgres: notices: %w", err))
+		return
+	}
+	n.mu.Lock()
+	n.marked = at
+	n.mu.Unlock()
+}
+
+// renew keeps the row live while waiters need notices.
+func (n *notices) renew(ctx context.Context) {
+	t := time.NewTicker(listenRenew / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.mu.Lock()
+			due := n.needers > 0 && time.Since(n.marked) > listenRenew
+			n.mu.Unlock()
+			if due {
+				n.mark()
+			}
+		}
+	}
 }
 
 // Live reports whether the listening connection is up.

@@ -22,6 +22,7 @@ func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 func (e *Engine) get(ctx context.Context, id string) (*rec, int64, error) {
 	var now int64
 	r, err := scanRec(e.pool.QueryRow(ctx, e.sql.get, id), &now)
+	e.counts.view(r)
 	if isNoRows(err) {
 		return nil, 0, nil
 	}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,15 @@ import (
 // DefaultSchema keeps the store's tables out of the application's own.
 const DefaultSchema = "idemgate"
 
+// DefaultPoolSize is the pool's default size (or the number of CPUs, when
+// larger). A claim holds its connection while its commit waits for the
+// WAL to reach the disk, so the pool is sized for the claims committing
+// at once, not for CPUs: with pgx's default (4 on a small machine),
+// executes waited for one another's WAL flushes, one flush per four
+// commits, where a larger pool lets one flush serve the commits that
+// came meanwhile (group commit).
+const DefaultPoolSize = 16
+
 // Options configure an engine.
 type Options struct {
 	// URL is the connection string (postgres://user:pass@host:5432/db?…,
@@ -53,8 +63,8 @@ type Options struct {
 	// Schema holds the store's tables (default "idemgate"); it is made
 	// when missing.
 	Schema string
-	// PoolSize is the most connections the pool opens (default: pgx's,
-	// the larger of 4 and the number of CPUs).
+	// PoolSize is the most connections the pool opens (default:
+	// DefaultPoolSize, or the URL's pool_max_conns).
 	PoolSize int32
 	// OpTimeout bounds every store call (default 2s).
 	OpTimeout time.Duration
@@ -87,6 +97,7 @@ type Engine struct {
 	check    store.SecretCheck // the secret's check value, once read (see KeepSecretCheck)
 
 	notices notices
+	counts  *counter
 
 	stop      chan struct{}
 	done      sync.WaitGroup
@@ -113,8 +124,11 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err) // pgx redacts the password
 	}
-	if opts.PoolSize > 0 {
+	switch {
+	case opts.PoolSize > 0:
 		cfg.MaxConns = opts.PoolSize
+	case !strings.Contains(opts.URL, "pool_max_conns"):
+		cfg.MaxConns = max(cfg.MaxConns, DefaultPoolSize)
 	}
 	if opts.ExecMode != 0 {
 		cfg.ConnConfig.DefaultQueryExecMode = opts.ExecMode
@@ -142,7 +156,8 @@ func Open(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres %s: %w", Redacted(opts.URL), err)
 	}
-	e := &Engine{pool: pool, opts: opts, schema: opts.Schema, sql: newQueries(opts.Schema), stop: make(chan struct{})}
+	counts := newCounter()
+	e := &Engine{pool: pool, opts: opts, schema: opts.Schema, sql: newQueries(opts.Schema, counts), counts: counts, stop: make(chan struct{})}
 	e.notices.init(e, listen)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+opts.OpTimeout)
 	defer cancel()
@@ -150,8 +165,9 @@ func Open(opts Options) (*Engine, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: postgres %s: %w", Redacted(opts.URL), err)
 	}
-	e.done.Add(1)
+	e.done.Add(2)
 	go e.sweepLoop()
+	go e.countLoop()
 	e.report(true)
 	return e, nil
 }
@@ -276,6 +292,7 @@ func (e *Engine) updateOnce(ctx context.Context, id string, f func(cur *rec, now
 		return nil, err
 	}
 	existed := err == nil
+	e.counts.view(cur)
 	var now int64
 	if err := br.QueryRow().Scan(&now); err != nil {
 		_ = br.Close()
@@ -296,13 +313,17 @@ func (e *Engine) updateOnce(ctx context.Context, id string, f func(cur *rec, now
 	if m.async {
 		w.Queue("SET LOCAL synchronous_commit = off")
 	}
-	if existed {
+	switch {
+	case existed && live == nil: // written anew over the expired row
+		w.Queue(e.sql.updateAnew, m.next.args()...)
+	case existed:
 		w.Queue(e.sql.update, m.next.args()...)
-	} else {
+	default:
 		w.Queue(e.sql.insert, m.next.args()...)
 	}
 	if m.notify {
-		w.Queue("SELECT pg_notify($1, $2)", e.notices.channel, id)
+		// Only a record a duplicate found in flight has waiters.
+		w.Queue(e.sql.notify, e.notices.channel, id)
 	}
 	switch n := m.next; {
 	case m.tomb > 0:
@@ -350,35 +371,74 @@ type queries struct {
 	lock            string // the record, locked
 	get             string
 	insert, update  string
-	claim, complete string
+	updateAnew      string // update of an expired row: a new epoch
+	notify          string // a notice, when the record has waiters
+	// claim and complete, and their forms for routes that keep
+	// tombstones or twin entries (claim.go, complete.go).
+	claim, complete         string
+	claimPast, completePast string
+	// fast is the fast form of each claim and completion statement.
+	fast                    map[string]string
+	list                    string
+	counts                  string
+	flushCounts, sweepCount string
+	listeners               string
+	listen                  string // this gateway's row in listeners, renewed
+	sweepListeners          string
 }
 
-func newQueries(schema string) queries {
+func newQueries(schema string, counts *counter) queries {
 	q := queries{
 		records: pgx.Identifier{schema, "records"}.Sanitize(),
 		secret:  pgx.Identifier{schema, "secret"}.Sanitize(),
+		counts:  pgx.Identifier{schema, "counts"}.Sanitize(),
 	}
-	cols := recCols()
+	q.listeners = pgx.Identifier{schema, "listeners"}.Sanitize()
+	// waited: somebody may wait for the record whose waiters column is
+	// col (notices.go).
+	waited := func(col string) string {
+		return "(" + col + " OR EXISTS (SELECT 1 FROM " + q.listeners + " WHERE until > " + nowSQL + "))"
+	}
+	cols := recCols(q.counts)
 	q.lock = "SELECT " + cols + " FROM " + q.records + " WHERE id = $1 FOR UPDATE"
 	q.get = "SELECT " + cols + ", " + nowSQL + " FROM " + q.records + " WHERE id = $1"
 	params := make([]string, len(writeCols))
 	for i := range params {
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
-	q.insert = "INSERT INTO " + q.records + " (" + joinCols(writeCols) + ") VALUES (" + joinCols(params) + ") ON CONFLICT (id) DO NOTHING"
+	q.insert = "INSERT INTO " + q.records + " (" + joinCols(writeCols) + ", epoch) VALUES (" + joinCols(params) + ", " + nowSQL + ") ON CONFLICT (id) DO NOTHING"
 	set := make([]string, 0, len(writeCols)-1)
 	for i, c := range writeCols[1:] {
 		set = append(set, fmt.Sprintf("%s = $%d", c, i+2))
 	}
 	q.update = "UPDATE " + q.records + " SET " + joinCols(set) + " WHERE id = $1"
+	q.updateAnew = "UPDATE " + q.records + " SET " + joinCols(set) + ", epoch = " + nowSQL + ", waiters = false WHERE id = $1"
+	q.notify = "SELECT pg_notify($1, $2) FROM " + q.records + " WHERE id = $2 AND " + waited("waiters")
+	q.listen = "INSERT INTO " + q.listeners + " (engine, until) VALUES ($1, " + nowSQL + " + $2) ON CONFLICT (engine) DO UPDATE SET until = excluded.until"
+	q.sweepListeners = "DELETE FROM " + q.listeners + " WHERE until <= " + nowSQL
+	q.list = "SELECT " + cols + " FROM " + q.records +
+		" WHERE state = $1 AND id >= $2 AND expire_at > " + nowSQL + " AND ($3 = '' OR route = $3) ORDER BY id LIMIT $4"
 	q.tombstones = pgx.Identifier{schema, "tombstones"}.Sanitize()
 	q.twins = pgx.Identifier{schema, "twins"}.Sanitize()
-	q.claim = claimSQL(q.records, pgx.Identifier{schema, "fences"}.Sanitize(), q.tombstones, q.twins)
-	q.complete = completeSQL(q.records, q.tombstones, q.twins)
+	fences := pgx.Identifier{schema, "fences"}.Sanitize()
+	q.claim = counts.withEngine(claimSQL(q.records, fences, q.counts, "", "", false))
+	q.claimPast = counts.withEngine(claimSQL(q.records, fences, q.counts, q.tombstones, q.twins, false))
+	q.complete = completeSQL(q.records, waited("w.waiters"), "", "", false)
+	q.completePast = completeSQL(q.records, waited("w.waiters"), q.tombstones, q.twins, false)
+	q.fast = map[string]string{
+		q.claim:        counts.withEngine(claimSQL(q.records, fences, q.counts, "", "", true)),
+		q.claimPast:    counts.withEngine(claimSQL(q.records, fences, q.counts, q.tombstones, q.twins, true)),
+		q.complete:     completeSQL(q.records, waited("w.waiters"), "", "", true),
+		q.completePast: completeSQL(q.records, waited("w.waiters"), q.tombstones, q.twins, true),
+	}
+	q.flushCounts, q.sweepCount = countsSQL(q.records, q.counts, counts.engine)
 	q.bury = "INSERT INTO " + q.tombstones + " (id, completed_at, status, reason, expire_at) VALUES ($1, $2, $3, $4, $5)" +
 		" ON CONFLICT (id) DO UPDATE SET completed_at = excluded.completed_at, status = excluded.status," +
 		" reason = excluded.reason, expire_at = excluded.expire_at"
 	q.unbury = "DELETE FROM " + q.tombstones + " WHERE id = $1"
+	for _, p := range []*string{&q.lock, &q.get, &q.list} {
+		*p = counts.withEngine(*p)
+	}
 	return q
 }
 

@@ -19,6 +19,17 @@ type rec struct {
 
 	claimedAt    int64 // the clock at the last claim (claim.go)
 	claimOutcome int16
+
+	// epoch tells this record from earlier ones of its id (the clock
+	// when it was written anew), the key of its counts (counts.go).
+	epoch int64
+	// waiters: a duplicate found it in flight; its end sends a notice.
+	waiters bool
+	// counted are the attempts counted in the table counts by other
+	// engines and by this one; extra is what Attempts has beyond the
+	// row's column (counts.go), left out when the record is written.
+	counted [2]int64
+	extra   int64
 }
 
 // stored is r's rule state, nil for no record.
@@ -51,9 +62,14 @@ var writeCols = []string{
 	"tool_call",
 }
 
-// readCols are the columns a read returns: writeCols and the claim's.
-func recCols() string {
-	return strings.Join(append(slices.Clone(writeCols), "claimed_at", "claim_outcome"), ", ")
+// readCols are the columns a read returns beyond writeCols: the
+// claim's, the epoch and the waiters' mark.
+var readCols = []string{"claimed_at", "claim_outcome", "epoch", "waiters"}
+
+// recCols are the columns a read returns, then the record's counts
+// (countsCol).
+func recCols(counts string) string {
+	return strings.Join(append(slices.Clone(writeCols), readCols...), ", ") + ", " + countsCol(counts, "id", "epoch")
 }
 
 // ms is t in milliseconds, 0 for the zero time.
@@ -125,7 +141,7 @@ func (r *rec) args() []any {
 	answers := encodeList(r.Answers, func(a store.Answer) answerJSON { return answerJSON{ms(a.At), a.Status} })
 	return []any{
 		r.ID, r.Route, r.Operation, r.Fingerprint, r.FingerprintRule, store.StoredState(r.State), r.Token, r.fence,
-		ms(r.StartedAt), ms(r.CompletedAt), ms(r.LeaseUntil), r.Attempts, r.Executions,
+		ms(r.StartedAt), ms(r.CompletedAt), ms(r.LeaseUntil), r.Attempts - r.extra, r.Executions,
 		r.Status, store.EncodeHeader(r.Header), r.Body, r.BodyOmitted, r.Digest, r.ExternalID, r.Reason, audit,
 		r.Check.Method, r.Check.URL, store.Millis(r.Check.After), store.EncodeCheckMatch(r.Check.Match), checks, r.CheckCount, ms(r.NextCheck),
 		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.CheckToken, r.NotFoundAt,
@@ -142,6 +158,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		state, header, audit, checks, answers, match       string
 		started, completed, lease, after, next, checkLease int64
 		body, request, call                                []byte
+		counted                                            []int64
 	)
 	dest := []any{
 		&r.ID, &r.Route, &r.Operation, &r.Fingerprint, &r.FingerprintRule, &state, &r.Token, &r.fence,
@@ -151,10 +168,13 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		&r.NotFoundStreak, &checkLease, &r.CheckToken, &r.NotFoundAt,
 		&r.NotDone, &r.Unknowns, &answers, &request, &r.ExpireAt,
 		&call,
-		&r.claimedAt, &r.claimOutcome,
+		&r.claimedAt, &r.claimOutcome, &r.epoch, &r.waiters, &counted,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
+	}
+	if len(counted) == 2 {
+		r.counted = [2]int64{counted[0], counted[1]}
 	}
 	r.State = stateOf(state)
 	r.StartedAt, r.CompletedAt, r.LeaseUntil = at(started), at(completed), at(lease)

@@ -14,7 +14,8 @@ import (
 // and a completion one SET, each with the key's lifetime in the same
 // command:
 //
-//	[0]       '1', the format
+//	[0]       the format: '1', or 'w' for a record a duplicate found in
+//	          flight (a waiter may wait for it: its end sends a notice)
 //	[1]       state: f in flight, c completed, u outcome unknown, r released
 //	[2:12]    attempts, 10 decimal digits
 //	[12:22]   executions, 10 digits
@@ -36,6 +37,7 @@ import (
 // of its start. The scripts' codec is scripts/record.lua.
 const (
 	blobFormat     = '1'
+	blobWaited     = 'w' // blobFormat, marked by a duplicate (notice.lua)
 	blobAttempts   = 2
 	blobExecutions = 12
 	blobExpires    = 22
@@ -196,7 +198,7 @@ func putDigits(dst []byte, n int64) {
 // (GETRANGE): the fields it does not hold are left empty, and wanted, when
 // not 0, is how long a prefix holds every field but the header and body.
 func decodeBlob(id, s string, prefix bool) (rec *store.Record, wanted int, err error) {
-	if len(s) < blobHeader || s[0] != blobFormat {
+	if len(s) < blobHeader || (s[0] != blobFormat && s[0] != blobWaited) {
 		return nil, 0, fmt.Errorf("store: record %s: not a record of this version", id)
 	}
 	bad := func(what string) (*store.Record, int, error) {

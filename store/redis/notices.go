@@ -50,6 +50,9 @@ type redisNotices struct {
 	channel string
 	linger  time.Duration // how long the subscription outlives the last need
 
+	// running mirrors mu's running, for the scripts' notice flag.
+	subscribed atomic.Bool
+
 	mu       sync.Mutex
 	running  bool      // a subscription goroutine runs
 	stopped  bool      // the Store is closing
@@ -70,6 +73,7 @@ func (n *redisNotices) Need() func() {
 	n.needs++
 	if !n.running && !n.stopped {
 		n.running = true
+		n.subscribed.Store(true)
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel, n.done = cancel, make(chan struct{})
 		go n.run(ctx, n.done)
@@ -97,8 +101,20 @@ func (n *redisNotices) retire() bool {
 		return false
 	}
 	n.running, n.ps = false, nil
+	n.subscribed.Store(false)
 	n.live.Store(false)
 	return true
+}
+
+// flag is the last argument of the scripts that send notices
+// (notice.lua): "1" while waiters of this gateway need notices (and
+// noticeLinger after), so that every end of a record sends one; else
+// "0", and only the records a duplicate marked send one.
+func (n *redisNotices) flag() string {
+	if n.subscribed.Load() {
+		return "1"
+	}
+	return "0"
 }
 
 // stop ends the subscription; the Store is closing.

@@ -20,7 +20,7 @@ func (s *Store) NotDone(ctx context.Context, req store.NotDoneRequest) (store.No
 	defer cancel()
 	n, err := s.run(ctx, "not done", req.ID, notDoneScript, s.keys(req.ID),
 		req.ID, req.Token, strconv.Itoa(req.Status), ms(req.TTL), ms(req.HoldTTL),
-		strconv.FormatInt(req.MaxExecutions, 10), flag(req.Unknown), req.ReleasedReason(), s.NoticeChannel()).Int64()
+		strconv.FormatInt(req.MaxExecutions, 10), flag(req.Unknown), req.ReleasedReason(), s.NoticeChannel(), s.notices.flag()).Int64()
 	if err != nil {
 		return store.NotDoneLost, fmt.Errorf("store: not done %s: %w", req.ID, err)
 	}

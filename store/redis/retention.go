@@ -112,7 +112,7 @@ func (s *Store) complete(ctx context.Context, req store.CompleteRequest, stored 
 		}
 	}
 	ok, err := s.fencedKeys(ctx, "complete", completeScript, c.ID, keys, c.Token, stored, ms(ttl),
-		tomb, ca+":"+status+":", twinValue, ms(window), s.NoticeChannel())
+		tomb, ca+":"+status+":", twinValue, ms(window), s.NoticeChannel(), s.notices.flag())
 	if !ok || err != nil || twin == "" || !s.clustered {
 		return ok, err
 	}

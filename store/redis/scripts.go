@@ -84,8 +84,10 @@ func script(files ...string) *goredis.Script {
 	return goredis.NewScript(luaConstants.Replace(b.String()))
 }
 
-// complete, release and mark unknown publish the record id on the notice
-// channel when they act (notice.lua; see Store.Notices).
+// complete, release, mark unknown and not done publish the record id on
+// the notice channel when they act and somebody may wait for the record
+// (notice.lua; see Store.Notices): their last two ARGV are the channel
+// and the notice flag (redisNotices.flag).
 //
 // Every script but renew and begin check gets KEYS = the record, its
 // tag's three state indexes (in flight, unknown, released) and the
@@ -122,19 +124,20 @@ var renewScript = script("now", "record", "renew")
 // completeScript: ARGV 2 token, 3 the completed record as the caller built
 // it from its claim, 4 ttl ms, 5 tombstone ms past the record (0: none),
 // 6 the tombstone, 7 the twin entry and 8 its lifetime ms (KEYS[6], the
-// twin entry's key: single node only), 9 the notice channel (last, as
-// notice.lua wants it). A record that is gone
+// twin entry's key: single node only), 9 the notice channel, 10 the notice
+// flag (last, as notice.lua wants them). A record that is gone
 // (a failover lost the claim) is written anew from ARGV[3], with one
 // attempt and one execution.
 // It never reads the clock; now_lazy only declares the now that record.lua's
 // settle refers to.
 var completeScript = script("now_lazy", "record", "notice", "complete")
 
-// releaseScript: ARGV 2 token, 3 ttl ms, 4 the notice channel.
+// releaseScript: ARGV 2 token, 3 ttl ms, 4 the notice channel, 5 the
+// notice flag.
 var releaseScript = script("now", "record", "notice", "release")
 
 // markUnknownScript: ARGV 2 token, 3 reason, 4 hold ttl ms, 5 the notice
-// channel. A completed record is never demoted. A record that carries a
+// channel, 6 the notice flag. A completed record is never demoted. A record that carries a
 // check is due for its first scheduled check its after ms from now.
 var markUnknownScript = script("now", "record", "notice", "mark_unknown")
 
@@ -164,7 +167,7 @@ var endCheckScript = script("now", "record", "audit", "retain", "end_check")
 // notDoneScript: ARGV 2 token, 3 status, 4 ttl ms, 5 hold ttl ms, 6 the
 // budget (0: none), 7 "1" for an unknown outcome let go, 8 the reason a
 // release gives (store.NotDoneRequest.ReleasedReason), 9 the notice
-// channel. Reply: 0 fenced out, 1 released, 2 held as retries exhausted.
+// channel, 10 the notice flag. Reply: 0 fenced out, 1 released, 2 held as retries exhausted.
 var notDoneScript = script("now", "record", "notice", "not_done")
 
 // redriveScript: ARGV 2 new token, 3 lease ms, 4 hold ttl ms, 5 audit

@@ -669,7 +669,7 @@ func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration
 	if ttl < 0 {
 		return false, errors.New("store: negative TTL")
 	}
-	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl), s.NoticeChannel())
+	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl), s.NoticeChannel(), s.notices.flag())
 }
 
 // MarkUnknown holds the record as outcome_unknown with reason (e.g.
@@ -684,7 +684,7 @@ func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdT
 	if reason == "" {
 		reason = "unknown"
 	}
-	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL), s.NoticeChannel())
+	return s.fenced(ctx, "mark unknown", markUnknownScript, id, token, reason, ms(holdTTL), s.NoticeChannel(), s.notices.flag())
 }
 
 // Get reads a record (one GET); nil, nil when it does not exist.

@@ -1,6 +1,15 @@
 local key, id, tok = KEYS[1], ARGV[1], ARGV[2]
 local notAfter = tonumber(ARGV[4])
-local old = redis.call('GET', key)
+-- The record, and with it the id's tombstone (KEYS[5], in the record's
+-- slot) when the route keeps them (ARGV[9] after expiry; "": look for
+-- none): one read.
+local old, tombFound
+if ARGV[9] and ARGV[9] ~= '' then
+  local v = redis.call('MGET', key, KEYS[5])
+  old, tombFound = v[1], v[2]
+else
+  old = redis.call('GET', key)
+end
 -- Only a step that may hand out or move a claim needs the clock, and only
 -- such a step is refused when the caller has given up (a stalled Redis
 -- ran it late): a completed or held record is answered as it is.
@@ -10,12 +19,10 @@ end
 if not old then
   if late() then return {$codeLate, now} end
   -- What the id and the payload left behind: the id's tombstone
-  -- (KEYS[5]) and the twin entry of the payload's digest (KEYS[6] on a
-  -- single node, else read by the caller into ARGV[11]); one naming
-  -- this id is no twin. ARGV[9] after expiry ("": the route keeps no
-  -- tombstones, none is looked for), ARGV[10] on twin.
-  local tomb = ''
-  if ARGV[9] and ARGV[9] ~= '' then tomb = redis.call('GET', KEYS[5]) or '' end
+  -- (read above) and the twin entry of the payload's digest (KEYS[6] on
+  -- a single node, else read by the caller into ARGV[11]); one naming
+  -- this id is no twin. ARGV[10] on twin.
+  local tomb = tombFound or ''
   local twin = ARGV[11] or ''
   if KEYS[6] then twin = redis.call('GET', KEYS[6]) or '' end
   if twin ~= '' and string.sub(twin, string.find(twin, ':', 1, true) + 1) == id then twin = '' end
@@ -97,5 +104,13 @@ elseif (same and (expired or st == 'r')) or free then
   return {$codeTakeOver, now, s, att}
 end
 -- A live claim or a record of another payload: only the attempt changes.
-count()
+-- A live claim found by another request is marked as well (the format
+-- byte 'w', with the attempt in the same SETRANGE): a duplicate may wait
+-- for it, so its end sends a notice (notice.lua).
+if st == 'f' then
+  local w = redis.pcall('SETRANGE', key, 0, 'wf' .. string.format('%010d', att))
+  if type(w) == 'table' and w.err then att = att - 1 end
+else
+  count()
+end
 return {$codeExisting, now, old, att}

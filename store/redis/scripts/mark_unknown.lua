@@ -6,5 +6,5 @@ r.st, r.rsn, r.exp = 'u', ARGV[3], now + tonumber(ARGV[4])
 if r.cha ~= '' then r.chn = now + tonumber(r.cha) end
 save(r)
 settle(was, 'u', r.exp)
-notice()
+notice(cur)
 return 1

@@ -23,12 +23,12 @@ if max > 0 and n >= max then
   r.st, r.rsn, r.chn, r.exp = 'u', '$ReasonRetriesExhausted', '', now + tonumber(ARGV[5])
   save(r)
   settle(was, 'u', r.exp)
-  notice()
+  notice(cur)
   return 2
 end
 r.st, r.exp = 'r', now + tonumber(ARGV[4])
 r.rsn = ARGV[8] -- store.NotDoneRequest.ReleasedReason
 save(r)
 settle(was, 'r', r.exp)
-notice()
+notice(cur)
 return 1

@@ -1,12 +1,13 @@
 -- The stored record (see blob.go): a fixed header, then the claim part and
--- the result part as netstrings. decode turns one into a table (st, att,
--- exe, exp, sa, lu and every field by name; absent fields are ''), encode
--- back.
+-- the result part as netstrings. decode turns one into a table (w the
+-- format byte, which marks a record a duplicate found in flight, st,
+-- att, exe, exp, sa, lu and every field by name; absent fields are ''),
+-- encode back.
 local claimFields = {$claimFields}
 local resultFields = {$resultFields}
 local function decode(s)
   if not s then return nil end
-  local r = {st = string.sub(s, 2, 2), att = tonumber(string.sub(s, 3, 12)),
+  local r = {w = string.sub(s, 1, 1), st = string.sub(s, 2, 2), att = tonumber(string.sub(s, 3, 12)),
     exe = tonumber(string.sub(s, 13, 22)), exp = tonumber(string.sub(s, 23, 35)),
     sa = tonumber(string.sub(s, 36, 48)), lu = tonumber(string.sub(s, 49, 61))}
   local pos = 72
@@ -36,7 +37,7 @@ local function encode(r)
     t[i] = #v .. ':' .. v
   end
   local claim = table.concat(t)
-  t = {'1', r.st, string.format('%010d', r.att), string.format('%010d', r.exe),
+  t = {r.w or '1', r.st, string.format('%010d', r.att), string.format('%010d', r.exe),
     string.format('%013d', r.exp), string.format('%013d', r.sa), string.format('%013d', r.lu),
     string.format('%010d', #claim), claim}
   for _, f in ipairs(resultFields) do

@@ -6,5 +6,5 @@ clearResult(r)
 r.st, r.rsn, r.exp = 'r', '$ReasonNotDone', now + tonumber(ARGV[3])
 save(r)
 settle(was, 'r', r.exp)
-notice()
+notice(cur)
 return 1
