@@ -185,6 +185,9 @@ type recordSummary struct {
 	Digest      string      `json:"digest,omitempty"`
 	Reason      string      `json:"reason,omitempty"`
 	BodyOmitted bool        `json:"body_omitted,omitempty"`
+	// Tool is the tool an agent called, for a record of a route guarding
+	// an MCP server (protocol: mcp).
+	Tool string `json:"tool,omitempty"`
 	// Owner is who resolves the route's held operations (its owner).
 	Owner string `json:"owner,omitempty"`
 }
@@ -206,8 +209,13 @@ type recordView struct {
 	BodyUnparsed string `json:"body_unparsed,omitempty"`
 	// BodyRedactions counts the values of the body replaced by
 	// "[redacted]".
-	BodyRedactions int          `json:"body_redactions,omitempty"`
-	Audit          []auditEntry `json:"audit,omitempty"`
+	BodyRedactions int `json:"body_redactions,omitempty"`
+	// Arguments are the tool call's arguments (with "tool"), as JSON
+	// text on one line, their credential-like fields and the route's
+	// redact_fields "[redacted]" (they were redacted before they were
+	// stored); arguments past 4 KiB are cut, with a marker.
+	Arguments *string      `json:"arguments,omitempty"`
+	Audit     []auditEntry `json:"audit,omitempty"`
 	// Verification lists the checks of the record's outcome and the next
 	// one, for a record whose route has a verify rule.
 	Verification *verificationView `json:"verification,omitempty"`
@@ -251,6 +259,9 @@ func summarize(rec *store.Record) recordSummary {
 		Reason:      rec.Reason,
 		BodyOmitted: rec.BodyOmitted,
 	}
+	if rec.Call != nil {
+		sum.Tool = rec.Call.Tool
+	}
 	if rec.State == store.StateInFlight {
 		// A lease means something only while the call runs.
 		sum.LeaseUntil = rec.LeaseUntil.UTC()
@@ -263,6 +274,10 @@ func view(rec *store.Record, red store.Redactor) recordView {
 	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec), Retries: retries(rec)}
 	for _, a := range rec.Audit {
 		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
+	}
+	if rec.Call != nil && rec.Call.Arguments != "" {
+		args := rec.Call.Shown(red, "")
+		v.Arguments = &args
 	}
 	switch shown := red.Body(rec.Body, rec.Header.Get("Content-Type"), ""); shown.Kind {
 	case store.BodyEmpty:

@@ -724,3 +724,58 @@ func TestAdminRedactsBodyShapes(t *testing.T) {
 		t.Errorf("show_unparsed_bodies: body %v, body_unparsed %q; want the XML as stored", rec.Body, rec.BodyUnparsed)
 	}
 }
+
+// TestAdminToolCall: the record of a held MCP tool call names the tool,
+// in the listing and the record view, and shows its arguments with the
+// credential-like fields and the route's redact_fields redacted; a
+// record of another route shows neither.
+func TestAdminToolCall(t *testing.T) {
+	for _, st := range testStores {
+		t.Run(st.name, func(t *testing.T) {
+			h := newHandler(t, adminTestRules+`  - name: crm_tools
+    protocol: mcp
+    match: { path: /mcp, tools: [create_deal] }
+    key: ["{body.params.arguments.event_id}:{body.params.name}"]
+    redact_fields: [customer_note]
+`, st.cfg(t))
+			a := newAdmin(h)
+			up := newAdminUpstream()
+			serve(h, up.next, "POST", "/deals", `{"password":"s3cr3t-plain"}`, "Idempotency-Key", "plain-1")
+			broken := func(w http.ResponseWriter, r *http.Request) error {
+				w.WriteHeader(http.StatusBadGateway) // the server died mid-call: outcome unknown
+				return nil
+			}
+			call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_deal","arguments":` +
+				`{"event_id":"evt_8812","name":"Acme renewal","password":"s3cr3t-pw","api_key":"s3cr3t-key","customer_note":"s3cr3t-note"}}}`
+			serve(h, broken, "POST", "/mcp", call, "Content-Type", "application/json", "Accept", "application/json, text/event-stream")
+
+			recs := adminList(t, a, "route=crm_tools", 0)
+			if len(recs) != 1 || recs[0].Tool != "create_deal" || recs[0].State != store.StateUnknown {
+				t.Fatalf("listing: %+v", recs)
+			}
+			code, raw := adminDo(t, a, "GET", "/idempotency/records/"+recs[0].ID, "")
+			if code != http.StatusOK || strings.Contains(string(raw), "s3cr3t") {
+				t.Fatalf("record view: %d %s", code, raw)
+			}
+			var v recordView
+			if err := json.Unmarshal(raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			want := `{"event_id":"evt_8812","name":"Acme renewal","password":"[redacted]","api_key":"[redacted]","customer_note":"[redacted]"}`
+			if v.Tool != "create_deal" || v.Arguments == nil || *v.Arguments != want {
+				t.Fatalf("record view: tool %q, arguments %v; want %s", v.Tool, v.Arguments, want)
+			}
+			// Nothing unredacted reached the store either.
+			rec, err := engine(h).Get(context.Background(), recs[0].ID)
+			if err != nil || rec.Call == nil || strings.Contains(rec.Call.Arguments, "s3cr3t") {
+				t.Fatalf("stored: %+v, %v", rec, err)
+			}
+
+			plain := onlyRecord(t, a, "deals")
+			_, raw = adminDo(t, a, "GET", "/idempotency/records/"+plain, "")
+			if strings.Contains(string(raw), `"tool"`) || strings.Contains(string(raw), `"arguments"`) {
+				t.Fatalf("a record of another route: %s", raw)
+			}
+		})
+	}
+}

@@ -33,6 +33,24 @@ type toolCall struct {
 	// ambiguous: the body could be read as a guarded call by a server
 	// that matches member names in any case; it is refused.
 	ambiguous bool
+	// kept is what the record keeps of the call (see keptCall).
+	kept *store.ToolCall
+}
+
+// keptCall is what the record of the tool call g keeps for operators
+// (its claim carries it): the tool's name and its arguments with the
+// credential-like fields and the route's redact_fields redacted, cut
+// past store.MaxToolArguments; nil on any other route. Redacted here,
+// before the store sees it: nothing unredacted is ever stored.
+func keptCall(g *guarded) *store.ToolCall {
+	c := g.call
+	if c == nil || c.ambiguous {
+		return nil
+	}
+	if c.kept == nil {
+		c.kept = store.NewToolCall(c.Tool, c.Arguments, store.NewRedactor(g.rt.RedactFields))
+	}
+	return c.kept
 }
 
 // toolCall says whether the request to g's MCP route, whose body is

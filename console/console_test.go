@@ -796,3 +796,48 @@ func TestRecordPageRedactsEveryBody(t *testing.T) {
 		t.Errorf("xml with show_unparsed_bodies: the record page does not show the body as stored")
 	}
 }
+
+// TestToolCallShown: a held MCP tool call's queue row names its tool,
+// and its record page names the tool and shows its arguments with the
+// credential-like fields and the route's redact_fields redacted, also a
+// field the route came to name after the call was stored; the queue row
+// of another route names none.
+func TestToolCallShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.routes["crm_tools"] = config.Resolved{Name: "crm_tools", Operation: "crm_tools", TTL: time.Hour, RedactFields: []string{"customer_note"}}
+	id, tok := f.newID(), store.NewToken()
+	// Stored before the route named customer_note: redacted for the page.
+	call := store.NewToolCall("create_deal", []byte(`{"event_id":"evt_8812","name":"Acme renewal","password":"pw-secret-1",`+
+		`"auth":{"api_key":"key-secret-2"},"customer_note":"note-secret-3"}`), store.NewRedactor(nil))
+	ctx := context.Background()
+	res, err := f.s.Claim(ctx, store.ClaimRequest{ID: id, Route: "crm_tools", Operation: "crm_tools", Fingerprint: "fp-secret-" + id[:6],
+		FingerprintRule: "whole", Token: tok, Lease: 30 * time.Second, HoldTTL: time.Hour, Call: call})
+	if err != nil || !res.Claimed {
+		t.Fatalf("Claim: %+v, %v", res, err)
+	}
+	if ok, err := f.s.MarkUnknown(ctx, id, tok, "upstream_reset", time.Hour); !ok || err != nil {
+		t.Fatalf("MarkUnknown: %v, %v", ok, err)
+	}
+	plain := f.held("create_crm_deal", "upstream_5xx")
+
+	queue := f.do(req{method: "GET", path: "/", user: "alice"}).Body.String()
+	mustContain(t, queue, `<span class="tool">tool <code>create_deal</code></span>`)
+	if strings.Count(queue, `class="tool"`) != 1 || !strings.Contains(queue, "records/"+plain) {
+		t.Errorf("the queue names a tool on the row of another route:\n%s", queue)
+	}
+	mustNotContain(t, queue, "pw-secret", "key-secret", "note-secret")
+
+	w := f.do(req{method: "GET", path: "/records/" + id, user: "alice"})
+	if w.Code != 200 {
+		t.Fatalf("record page: %d %s", w.Code, w.Body)
+	}
+	page := w.Body.String()
+	mustContain(t, page, `<h2 id="call-h">Tool call</h2>`, `<code class="tool-name">create_deal</code>`,
+		`&#34;event_id&#34;: &#34;evt_8812&#34;`, `&#34;password&#34;: &#34;[redacted]&#34;`,
+		`&#34;auth&#34;: &#34;[redacted]&#34;`, `&#34;customer_note&#34;: &#34;[redacted]&#34;`)
+	mustNotContain(t, page, "pw-secret", "key-secret", "note-secret", "fp-secret-")
+
+	other := f.do(req{method: "GET", path: "/records/" + plain, user: "alice"}).Body.String()
+	mustNotContain(t, other, `id="call-h"`)
+}

@@ -46,6 +46,7 @@ type queueRow struct {
 	Advice     advice
 	Checks     string // the verification checks and the next one
 	Owner      string // who resolves the route's held operations
+	Tool       string // the tool an agent called (a route with protocol: mcp)
 }
 
 // routeSummary is one route's line of the summary.
@@ -259,6 +260,9 @@ walk:
 			Reason:     reasonText(rec),
 			Advice:     adviceFor(rec, now),
 			Checks:     queueChecks(rec),
+		}
+		if rec.Call != nil {
+			rows[i].Tool = rec.Call.Tool
 		}
 	}
 	return rows, next, nil

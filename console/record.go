@@ -24,15 +24,20 @@ type event struct {
 // page, which shows the record it acts on).
 type recordPage struct {
 	*pageContext
-	Rec        *store.Record
-	State      stateInfo
-	Reason     string
-	Advice     advice
-	Age        string
-	Timeline   []event
-	Headers    []headerLine
-	Body       bodyView
-	Response   bool // a stored response exists
+	Rec      *store.Record
+	State    stateInfo
+	Reason   string
+	Advice   advice
+	Age      string
+	Timeline []event
+	Headers  []headerLine
+	Body     bodyView
+	Response bool // a stored response exists
+	// Tool and Arguments are the agent's tool call that claimed the
+	// record (a route with protocol: mcp): its name and its arguments,
+	// redacted before they were stored and again for the page.
+	Tool       string
+	Arguments  string
 	RouteKnown bool
 	Confirm    bool // the route asks twice
 
@@ -84,6 +89,9 @@ func newRecordPage(p *pageContext, t operator.Target) recordPage {
 	pg.CanVerify = canVerify(rec, rt, known)
 	pg.CanRun = canRun(rec, rt, known, p.Now)
 	pg.Owner, pg.Answers = rt.Owner, answersOf(rec)
+	if rec.Call != nil {
+		pg.Tool, pg.Arguments = rec.Call.Tool, rec.Call.Shown(t.Redactor(), "  ")
+	}
 	if rec.State == store.StateCompleted {
 		pg.Response = true
 		pg.Headers = redactHeader(rec.Header)

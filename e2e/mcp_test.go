@@ -55,6 +55,9 @@ type dealIn struct {
 	EventID string `json:"event_id"`
 	Name    string `json:"name"`
 	Amount  int    `json:"amount"`
+	// APIKey is a credential the agent passes along: operators never
+	// see it.
+	APIKey string `json:"api_key,omitempty"`
 }
 
 type dealOut struct {
@@ -490,7 +493,7 @@ func TestMCPToolCallsExecuteOnce(t *testing.T) {
 
 		t.Run("executed, connection dropped: the retry is held", func(t *testing.T) {
 			first := connectAgent(t, gw.url+"/mcp", nil)
-			args := dealIn{EventID: "drop-held", Name: "Dropped", Amount: 3}
+			args := dealIn{EventID: "drop-held", Name: "Dropped", Amount: 3, APIKey: "sk_live_e2e_s3cr3t"}
 			if _, err := first.callTool("create_deal", args, false); err == nil {
 				t.Fatal("the call whose answer was dropped succeeded")
 			}
@@ -517,6 +520,23 @@ func TestMCPToolCallsExecuteOnce(t *testing.T) {
 			if n := srv.count("drop-held"); n != 1 {
 				t.Fatalf("create_deal ran %d times", n)
 			}
+			// The held record names the tool and shows its arguments to
+			// operators, the credential redacted; no log holds it.
+			code, raw := adminDo(t, gw, "GET", "/idempotency/records/"+data.RecordID, "")
+			var rec struct {
+				State     string `json:"state"`
+				Tool      string `json:"tool"`
+				Arguments string `json:"arguments"`
+			}
+			if err := json.Unmarshal(raw, &rec); err != nil || code != http.StatusOK || rec.State != "outcome_unknown" || rec.Tool != "create_deal" ||
+				!strings.Contains(rec.Arguments, `"event_id":"drop-held"`) || !strings.Contains(rec.Arguments, `"api_key":"[redacted]"`) ||
+				strings.Contains(string(raw), "s3cr3t") {
+				t.Fatalf("the held record in the admin API: %d %s", code, raw)
+			}
+			if strings.Contains(gw.logs.String(), "s3cr3t") {
+				t.Fatal("the gateway logged the tool call's credential")
+			}
+			t.Logf("the held record: tool %s, arguments %s", rec.Tool, rec.Arguments)
 		})
 
 		t.Run("executed, connection dropped: the retry is verified", func(t *testing.T) {

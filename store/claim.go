@@ -101,6 +101,10 @@ type ClaimRequest struct {
 	// the one kept before) and dropped when the record completes; nil
 	// for a route that keeps none.
 	Request []byte
+	// Call is the tool call of a route guarding an MCP server, as
+	// operators may see it (NewToolCall: redacted, bounded), kept on the
+	// record by a claim that creates or takes it over; nil elsewhere.
+	Call *ToolCall
 
 	// AfterExpiry decides a claim that finds no record (absent or
 	// expired) but a live tombstone of ID: AfterExpiryExecute (the

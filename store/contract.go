@@ -66,7 +66,8 @@ type ClaimArgs struct {
 
 // ValidateClaim validates a claim request as Claim does (ErrInvalidID, also
 // for a twin digest that is no record id, a missing token, negative
-// durations, an unknown OnExpired, AfterExpiry or OnTwin) and applies the
+// durations, an unknown OnExpired, AfterExpiry or OnTwin, a tool call
+// without a name or too large) and applies the
 // defaults.
 func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if !validID(req.ID) {
@@ -76,6 +77,9 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 		return ClaimArgs{}, errors.New("store: claim without a token")
 	}
 	if err := req.Check.Validate(); err != nil {
+		return ClaimArgs{}, err
+	}
+	if err := validToolCall(req.Call); err != nil {
 		return ClaimArgs{}, err
 	}
 	a := ClaimArgs{Lease: orDefault(req.Lease, DefaultLease), HoldTTL: orDefault(req.HoldTTL, DefaultHoldTTL)}

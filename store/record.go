@@ -80,6 +80,12 @@ type Record struct {
 	Unknowns int64
 	Answers  []Answer
 	Request  []byte
+
+	// Call is the agent's tool call that claimed the record, redacted,
+	// on a route guarding an MCP server; nil on any other route (and for
+	// records made before records kept it). A claim that creates or
+	// takes the record over keeps its own.
+	Call *ToolCall
 }
 
 // indexStates are the states a listing walks, in listing order.
@@ -212,5 +218,6 @@ func NewRecord(req ClaimRequest, now time.Time, lease time.Duration) Record {
 		Executions:      1,
 		Check:           check,
 		Request:         slices.Clone(req.Request), // not the caller's
+		Call:            req.Call,                  // never changed once made
 	}
 }

@@ -41,6 +41,11 @@ type Call struct {
 	ID string
 	// Tool is params.name.
 	Tool string
+	// Arguments is params.arguments as its JSON text, copied out of the
+	// body (nil when the call has none). It may hold credentials: it is
+	// for the record's redacted summary (store.NewToolCall), never to
+	// be logged or shown as it is.
+	Arguments []byte
 }
 
 // Verdict is what Match makes of a request body.
@@ -153,7 +158,11 @@ func (t Tools) verdict(m message) (Verdict, Call) {
 		m.name.Type != gjson.String || !t[m.name.Str]:
 		return Pass, Call{}
 	}
-	return Guard, Call{ID: strings.Clone(m.id.Raw), Tool: strings.Clone(m.name.Str)}
+	c := Call{ID: strings.Clone(m.id.Raw), Tool: strings.Clone(m.name.Str)}
+	if m.args.Raw != "" {
+		c.Arguments = []byte(m.args.Raw)
+	}
+	return Guard, c
 }
 
 // SessionHeader is the header of an MCP session's id.

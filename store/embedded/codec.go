@@ -303,13 +303,24 @@ func decodePut(d *reader) (*rec, error) {
 
 // encodeRecord is a record's stored value: opPut and its fields, then
 // the tombstone it leaves or carries (a trailing section, absent when
-// there is none: records made before tombstones lack it).
+// there is none: records made before tombstones lack it), then the tool
+// call that claimed it (store.EncodeToolCall; absent when there is none,
+// and then the tombstone section is written as none to come before it).
 func encodeRecord(r *rec, t tomb) []byte {
-	b := appendPut(make([]byte, 0, 256+len(r.Body)), r)
-	if t.until == 0 {
+	return appendRecord(make([]byte, 0, 256+len(r.Body)), r, t)
+}
+
+// appendRecord appends encodeRecord(r, t) to b.
+func appendRecord(b []byte, r *rec, t tomb) []byte {
+	b = appendPut(b, r)
+	if t.until == 0 && r.Call == nil {
 		return b
 	}
-	return appendTomb(b, t)
+	b = appendTomb(b, t)
+	if r.Call == nil {
+		return b
+	}
+	return appendBytes(b, store.EncodeToolCall(r.Call))
 }
 
 // decodeRecord is the inverse of encodeRecord.
@@ -323,6 +334,13 @@ func decodeRecord(v []byte) (*rec, tomb, error) {
 		return r, tomb{}, err
 	}
 	t := decodeTomb(d)
+	if d.err == nil && len(d.b) > 0 { // records made before tool calls were kept lack it
+		if call := d.bytes(); len(call) == 0 {
+			d.fail() // never written empty
+		} else {
+			r.Call = store.DecodeToolCall(call)
+		}
+	}
 	if d.err != nil || len(d.b) != 0 {
 		return nil, tomb{}, errBadFrame
 	}

@@ -87,3 +87,36 @@ func TestRecordCodecTombstone(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordCodecToolCall: a record's tool call is a section after the
+// tombstone's, with or without a tombstone, and a record without one is
+// encoded as before records kept tool calls.
+func TestRecordCodecToolCall(t *testing.T) {
+	r := &rec{Record: store.Record{
+		ID: "0123456789abcdef0123456789abcdef", Route: "r", Operation: "r", State: store.StateUnknown,
+		Token: "tok", StartedAt: time.UnixMilli(1_700_000_000_000), Attempts: 1, Executions: 1, Unknowns: 1,
+	}, ExpireAt: 1_700_000_100_000}
+	plain := encodeRecord(r, tomb{})
+	call := &store.ToolCall{Tool: "create_deal", Arguments: `{"event_id":"evt_1","password":"[redacted]"}`}
+	with := *r
+	with.Call = call
+	past := tomb{until: 1_700_003_700_000, completedAt: 1_699_000_000_000, status: 200, reason: store.ReasonOperator}
+	for _, tc := range []struct {
+		name string
+		t    tomb
+	}{{"without a tombstone", tomb{}}, {"with a tombstone", past}} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := encodeRecord(&with, tc.t)
+			if !bytes.HasPrefix(v, plain) {
+				t.Fatalf("the tool call is not a trailing section: %q, %q", plain, v)
+			}
+			got, gotPast, err := decodeValue(v)
+			if err != nil || gotPast != tc.t || got.Call == nil || *got.Call != *call || got.Unknowns != 1 {
+				t.Fatalf("decoded %+v, %+v, %v", got, gotPast, err)
+			}
+			if old, oldPast, err := decodeValue(encodeRecord(r, tc.t)); err != nil || old.Call != nil || oldPast != tc.t {
+				t.Fatalf("without a tool call: decoded %+v, %+v, %v", old, oldPast, err)
+			}
+		})
+	}
+}

@@ -690,6 +690,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 			out.ExpireAt = now + hold
 			out.NewClaimChecks(store.KeptCheck(req.Check))
 			out.Request = store.KeptRequest(req.Request)
+			out.Call = req.Call
 			out.Fingerprint, out.FingerprintRule = req.Fingerprint, req.FingerprintRule
 			res.Claimed, res.TakeOver = true, true
 			return mutation{next: out, dur: synced, undo: true}

@@ -169,10 +169,7 @@ func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 			scratch.Put(bp)
 		}
 	}()
-	v := appendPut((*bp)[:0], next)
-	if t.until != 0 {
-		v = appendTomb(v, t)
-	}
+	v := appendRecord((*bp)[:0], next, t)
 	n := len(v)
 	buf := append(append(v, kindRecord), next.ID...)
 	*bp = buf

@@ -55,8 +55,9 @@ const (
 //	$1 id, $2 route, $3 operation, $4 fingerprint, $5 fingerprint rule,
 //	$6 token, $7 lease ms, $8 hold ms, $9 on expiry release (bool),
 //	$10 max executions, $11 check method, $12 check url, $13 check
-//	after ms, $14 check match, $15 request, $16 twin digest ("": none),
-//	$17 after expiry ("": look for no tombstone), $18 on twin
+//	after ms, $14 check match, $15 request, $16 tool call
+//	(store.EncodeToolCall, NULL: none), $17 twin digest ("": none), $18
+//	after expiry ("": look for no tombstone), $19 on twin
 //
 // A record that is absent or gone (fresh) is decided first from the
 // id's live tombstone and the live twin entry naming another id (the
@@ -112,7 +113,7 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 		tk("not_found_streak"), tk("check_lease_until"), tk("check_token"), tk("not_found_at"),
 		"not_done = " + branch("0", hold, "r.not_done", exhausted, "r.not_done + 1", takeOver+" AND "+expired, "r.not_done + 1", "r.not_done"),
 		"unknowns = " + branch("0", hold, "r.unknowns", exhausted, "r.unknowns + 1", takeOver+" AND "+expired, "r.unknowns + 1", "r.unknowns"),
-		keep("answers"), tk("request"),
+		keep("answers"), tk("request"), tk("tool_call"),
 		"expire_at = " + branch("excluded.expire_at", hold, "excluded.expire_at", exhausted, "excluded.expire_at", takeOver, "excluded.expire_at", "r.expire_at"),
 		"claimed_at = " + now,
 		"claim_outcome = " + branch("excluded.claim_outcome", hold, fmt.Sprint(outcomeCounted), exhausted, fmt.Sprint(outcomeCounted),
@@ -165,16 +166,16 @@ func claimSQL(records, fences, counts, tombstones, twins string, fast bool) stri
 		}
 		past = `past AS (
 	SELECT c.now, CASE WHEN NOT f.fresh THEN 'create'
-			WHEN (t.id IS NOT NULL AND $17 = 'reject') OR (w.id IS NOT NULL AND $18 = 'reject') THEN 'reject'
-			WHEN w.id IS NOT NULL AND $18 = 'hold' THEN 'hold'
+			WHEN (t.id IS NOT NULL AND $18 = 'reject') OR (w.id IS NOT NULL AND $19 = 'reject') THEN 'reject'
+			WHEN w.id IS NOT NULL AND $19 = 'hold' THEN 'hold'
 			ELSE 'create' END AS act,
 		t.completed_at AS t_ca, t.status AS t_sc, t.reason AS t_rsn, w.id AS w_id, w.completed_at AS w_ca
 	FROM c
 	CROSS JOIN LATERAL (SELECT NOT EXISTS (` + live + `) AS fresh) f
 	LEFT JOIN LATERAL (SELECT * FROM ` + tombstones + ` t
-		WHERE f.fresh AND $17 <> '' AND t.id = $1 AND t.expire_at > c.now OFFSET 0) t ON true
+		WHERE f.fresh AND $18 <> '' AND t.id = $1 AND t.expire_at > c.now OFFSET 0) t ON true
 	LEFT JOIN LATERAL (SELECT * FROM ` + twins + ` w
-		WHERE f.fresh AND $16 <> '' AND w.twin = $16 AND w.expire_at > c.now AND w.id <> $1 OFFSET 0) w ON true
+		WHERE f.fresh AND $17 <> '' AND w.twin = $17 AND w.expire_at > c.now AND w.id <> $1 OFFSET 0) w ON true
 )`
 	}
 	clock := nowSQL + " AS now"
@@ -189,14 +190,14 @@ cur AS (SELECT ` + strings.Join(curCols, ", ") + ` FROM ` + records + ` r, c
 ins AS (
 	INSERT INTO ` + records + ` AS r (id, route, operation, fingerprint, fingerprint_rule, state, token, fence,
 	started_at, lease_until, executions, reason, check_method, check_url, check_after, check_match, request, expire_at,
-	claimed_at, claim_outcome, epoch)
+	claimed_at, claim_outcome, epoch, tool_call)
 	SELECT $1, $2, $3, $4, $5, CASE WHEN ` + held + ` THEN 'unknown' ELSE 'in_flight' END, $6, nextval('` + fences + `'),
 		c.now, CASE WHEN ` + held + ` THEN 0 ELSE c.now + $7 END, CASE WHEN ` + held + ` THEN 0 ELSE 1 END,
 		CASE WHEN ` + held + ` THEN '` + store.ReasonSamePayload + `' ELSE '' END,
 		CASE WHEN ` + held + ` THEN '' ELSE $11 END, CASE WHEN ` + held + ` THEN '' ELSE $12 END,
 		CASE WHEN ` + held + ` THEN 0 ELSE $13 END, CASE WHEN ` + held + ` THEN '' ELSE $14 END,
 		$15, c.now + $8, c.now, CASE WHEN ` + held + ` THEN ` + fmt.Sprint(outcomeCounted) + ` ELSE ` + fmt.Sprint(outcomeCreated) + ` END,
-		c.now
+		c.now, $16::bytea
 	FROM c, past p WHERE p.act <> 'reject' AND NOT EXISTS (SELECT 1 FROM cur)
 	` + onConflict + `
 	RETURNING ` + strings.Join(append(slices.Clone(writeCols), readCols...), ", ") + `, ` + insCounts + `,
@@ -239,7 +240,8 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		past := []any{&act, &wrote, &now, &tca, &tsc, &trsn, &twinID, &wca}
 		args := []any{req.ID, req.Route, req.Operation, req.Fingerprint, req.FingerprintRule,
 			req.Token, store.Millis(a.Lease), store.Millis(a.HoldTTL), a.OnExpired == store.ExpiredRelease, req.MaxExecutions,
-			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request)}
+			check.Method, check.URL, store.Millis(check.After), store.EncodeCheckMatch(check.Match), nilIfEmpty(req.Request),
+			store.EncodeToolCall(req.Call)}
 		q := e.sql.claim
 		if onTomb := a.OnTombstone(); req.Twin != "" || onTomb != "" {
 			// Only a route that keeps tombstones or twin entries looks for

@@ -47,20 +47,21 @@ func testMigrations(t *testing.T, url string) {
 	if n != len(ms) || version != latest(ms) {
 		t.Fatalf("migrations table: %d rows up to version %d; want %d up to %d", n, version, len(ms), latest(ms))
 	}
-	// A schema an earlier binary left without the latest migration is
+	// A schema an earlier binary left without the latest migrations is
 	// brought up to date by the next Open.
-	if _, err := e.pool.Exec(ctx, "DROP TABLE "+schema+".secret_check; DELETE FROM "+schema+".migrations WHERE version = "+fmt.Sprint(latest(ms))); err != nil {
+	if _, err := e.pool.Exec(ctx, "DROP TABLE "+schema+".secret_check; ALTER TABLE "+schema+".records DROP COLUMN tool_call; "+
+		"DELETE FROM "+schema+".migrations WHERE name IN ('0004_secret_check.sql', '0005_tool_call.sql')"); err != nil {
 		t.Fatal(err)
 	}
 	if up, err := Open(Options{URL: url, Schema: schema}); err != nil {
-		t.Fatalf("Open on a schema one migration behind: %v", err)
+		t.Fatalf("Open on a schema two migrations behind: %v", err)
 	} else {
 		_ = up.Close()
 	}
 	if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".migrations").Scan(&n); err != nil || n != len(ms) {
 		t.Fatalf("after the upgrade: %d migrations recorded, %v; want %d", n, err, len(ms))
 	}
-	if _, err := e.pool.Exec(ctx, "SELECT 1 FROM "+schema+".secret_check"); err != nil {
+	if _, err := e.pool.Exec(ctx, "SELECT 1 FROM "+schema+".secret_check; SELECT tool_call FROM "+schema+".records LIMIT 0"); err != nil {
 		t.Fatalf("after the upgrade: %v", err)
 	}
 	if _, err := e.pool.Exec(ctx, "INSERT INTO "+schema+".migrations (version, name) VALUES ($1, 'from_the_future.sql')", latest(ms)+1); err != nil {

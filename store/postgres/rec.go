@@ -59,6 +59,7 @@ var writeCols = []string{
 	"check_method", "check_url", "check_after", "check_match", "checks", "check_count", "next_check",
 	"not_found_streak", "check_lease_until", "check_token", "not_found_at",
 	"not_done", "unknowns", "answers", "request", "expire_at",
+	"tool_call",
 }
 
 // readCols are the columns a read returns beyond writeCols: the
@@ -145,6 +146,7 @@ func (r *rec) args() []any {
 		r.Check.Method, r.Check.URL, store.Millis(r.Check.After), store.EncodeCheckMatch(r.Check.Match), checks, r.CheckCount, ms(r.NextCheck),
 		r.NotFoundStreak, ms(r.CheckLeaseUntil), r.CheckToken, r.NotFoundAt,
 		r.NotDone, r.Unknowns, answers, r.Request, r.ExpireAt,
+		store.EncodeToolCall(r.Call),
 	}
 }
 
@@ -155,7 +157,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		r                                                  rec
 		state, header, audit, checks, answers, match       string
 		started, completed, lease, after, next, checkLease int64
-		body, request                                      []byte
+		body, request, call                                []byte
 		counted                                            []int64
 	)
 	dest := []any{
@@ -165,6 +167,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 		&r.Check.Method, &r.Check.URL, &after, &match, &checks, &r.CheckCount, &next,
 		&r.NotFoundStreak, &checkLease, &r.CheckToken, &r.NotFoundAt,
 		&r.NotDone, &r.Unknowns, &answers, &request, &r.ExpireAt,
+		&call,
 		&r.claimedAt, &r.claimOutcome, &r.epoch, &r.waiters, &counted,
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
@@ -183,6 +186,7 @@ func scanRec(row pgx.Row, extra ...any) (*rec, error) {
 	if len(request) > 0 {
 		r.Request = request
 	}
+	r.Call = store.DecodeToolCall(call)
 	if r.Check.URL != "" {
 		r.Check.After = time.Duration(after) * time.Millisecond
 		r.Check.Match = store.DecodeCheckMatch(match)

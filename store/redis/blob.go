@@ -76,6 +76,7 @@ var claimFields = [...]string{
 	"ans",   // what they answered: "at status" lines, oldest first
 	"req",   // the kept request, sealed by the gateway (opaque bytes)
 	"ndu",   // of ndc, the unknown outcomes that on_unknown_outcome: release let go
+	"call",  // the MCP tool call that claimed it, redacted (store.EncodeToolCall); "" for none
 }
 
 // The fields of the result part, in order; a release or a takeover clears
@@ -112,6 +113,7 @@ const (
 	cAnswers
 	cRequest
 	cUnknowns
+	cCall
 	numClaimFields
 )
 
@@ -247,6 +249,7 @@ func decodeBlob(id, s string, prefix bool) (rec *store.Record, wanted int, err e
 	if c[cRequest] != "" {
 		r.Request = []byte(c[cRequest])
 	}
+	r.Call = store.DecodeToolCall([]byte(c[cCall]))
 	rest = s[blobHeader+claimLen:]
 	var res [numResultFields]string
 	for i := range res {

@@ -533,6 +533,7 @@ func claimPart(req store.ClaimRequest) [numClaimFields]string {
 		c[cCheck], c[cCheckAfter] = storedCheck(req.Check), ms(req.Check.After)
 	}
 	c[cRequest] = string(req.Request)
+	c[cCall] = string(store.EncodeToolCall(req.Call))
 	return c
 }
 

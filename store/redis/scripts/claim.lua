@@ -98,6 +98,7 @@ elseif (same and (expired or st == 'r')) or free then
   r.st, r.tok, r.route, r.sa, r.lu = 'f', tok, new.route, now, now + tonumber(ARGV[7])
   r.chk, r.cha, r.exe, r.exp = new.chk, new.cha, r.exe + 1, now + hold
   r.req, r.fp, r.fpr = new.req, new.fp, new.fpr
+  r.call = new.call
   local s = save(r)
   settle(st, 'f', r.exp)
   return {$codeTakeOver, now, s, att}
