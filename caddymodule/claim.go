@@ -127,12 +127,14 @@ func (h *Handler) claimRequest(g *guarded, fp, fpRule string) store.ClaimRequest
 		MaxExecutions:   int64(g.rt.MaxExecutions),
 		Check:           g.check,
 		Request:         g.sealed,
-		Call:            keptCall(g),
 		Tombstone:       g.rt.TombstoneTTL,
 		AfterExpiry:     store.AfterExpiry(g.rt.AfterExpiry),
 	}
 	if g.payload != "" {
 		g.samePayloadOptions(&req)
+	}
+	if g.call != nil {
+		req.Call = keptCall(g)
 	}
 	return req
 }
