@@ -141,10 +141,11 @@ type Engine struct {
 	opts Options
 	db   *pebble.DB
 
-	locks recordLocks
-	hot   hotSlots // records in flight this process claimed (hot.go)
-	full  diskFull
-	wal   walSync // which syncs of the log reach the disk
+	locks  recordLocks
+	hot    hotSlots    // records in flight this process claimed (hot.go)
+	recent *recentKeys // record keys written recently (recent.go)
+	full   diskFull
+	wal    walSync // which syncs of the log reach the disk
 
 	// life is held shared by every call using db, and exclusively by
 	// Close; closed is set first.
@@ -218,6 +219,8 @@ func Open(opts Options) (*Engine, error) {
 	e := &Engine{dir: dir, lock: lock, opts: opts, stop: make(chan struct{})}
 	e.locks.init()
 	e.hot.init(e.locks.seed)
+	e.recent = &recentKeys{}
+	e.recent.init(e.locks.seed)
 	e.full.init(e)
 	if err := e.open(); err != nil {
 		_ = lock.unlock()
@@ -465,6 +468,7 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		release()
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
+	e.recent.mark(id)
 	if err := e.commit(ctx, w, m.dur); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}

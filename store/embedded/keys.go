@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -71,11 +72,21 @@ func (e *Engine) read(id string) (*rec, error) {
 
 // readSlot reads record id's key, and a record's attempt count key.
 //
-// Both reads are prefix seeks of one iterator that consults the bloom
-// filters of every level: Pebble's Get skips the filters of the last
-// level (where most records live), so the claim of a new key would read
-// a data block of that level, from the block cache or from the disk.
+// A key this process wrote recently is read with Get, which the
+// memtable answers alone; any other key with prefix seeks of one
+// iterator that consults the bloom filters of every level: Pebble's Get
+// skips the filters of the last level (where most records live), so the
+// claim of a new key would read a data block of that level, from the
+// block cache or from the disk (recent.go).
 func (e *Engine) readSlot(id string) (slot, error) {
+	if e.recent.has(id) {
+		return e.getSlot(id)
+	}
+	return e.seekSlot(id)
+}
+
+// seekSlot is readSlot with prefix seeks.
+func (e *Engine) seekSlot(id string) (slot, error) {
 	it, err := e.db.NewIter(&pebble.IterOptions{UseL6Filters: true})
 	if err != nil {
 		return slot{}, e.readErr(err)
@@ -108,6 +119,39 @@ func (e *Engine) readSlot(id string) (slot, error) {
 		return slot{rec: r, tomb: t, attempts: true}, nil
 	}
 	return slot{rec: r, tomb: t}, nil
+}
+
+// getSlot is readSlot with Get.
+func (e *Engine) getSlot(id string) (slot, error) {
+	v, c, err := e.db.Get(recordKey(id))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return slot{}, nil
+	case err != nil:
+		return slot{}, e.readErr(err)
+	}
+	r, t, err := decodeValue(v) // copies what it keeps
+	_ = c.Close()
+	switch {
+	case err != nil:
+		return slot{}, fmt.Errorf("embedded store %s: record %s does not decode: %w", e.dir, id, err)
+	case r == nil:
+		return slot{tomb: t}, nil
+	}
+	a, c, err := e.db.Get(attemptsKey(id))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return slot{rec: r, tomb: t}, nil
+	case err != nil:
+		return slot{}, e.readErr(err)
+	}
+	n, k := binary.Varint(a)
+	_ = c.Close()
+	if k <= 0 {
+		return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
+	}
+	r.Attempts = n
+	return slot{rec: r, tomb: t, attempts: true}, nil
 }
 
 // seekKey reads key's value with it (valid until its next move); ok is
