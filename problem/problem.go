@@ -79,15 +79,22 @@ func (p Problem) Write(w http.ResponseWriter) error {
 	if err != nil {
 		return err
 	}
+	return p.WriteAs(w, "application/problem+json", p.Status, body)
+}
+
+// WriteAs sends body, p told in another form (a protocol's own error,
+// such as MCP's JSON-RPC error), as contentType with status, framed as
+// every refusal is: its length, no caching, and p's Retry-After.
+func (p Problem) WriteAs(w http.ResponseWriter, contentType string, status int, body []byte) error {
 	hdr := w.Header()
-	hdr.Set("Content-Type", "application/problem+json")
+	hdr.Set("Content-Type", contentType)
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	hdr.Set("Cache-Control", "no-store")
 	if p.RetryAfter > 0 {
 		hdr.Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}
-	w.WriteHeader(p.Status)
-	_, err = w.Write(body)
+	w.WriteHeader(status)
+	_, err := w.Write(body)
 	return err
 }
 

@@ -189,14 +189,5 @@ func WriteError(w http.ResponseWriter, id string, p problem.Problem) error {
 	body = append(body, `,"error":`...)
 	body = append(body, msg...)
 	body = append(body, '}')
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	hdr.Set("Cache-Control", "no-store")
-	if p.RetryAfter > 0 {
-		hdr.Set("Retry-After", strconv.Itoa(p.RetryAfter))
-	}
-	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(body)
-	return err
+	return p.WriteAs(w, "application/json", http.StatusOK, body)
 }
