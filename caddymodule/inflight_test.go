@@ -62,13 +62,7 @@ routes:
 					"A request is outstanding for this Idempotency-Key", "Idempotency-Key header"},
 			} {
 				w := serve(h, held, "POST", "/hook", tt.body, tt.headers...)
-				var p struct{ Type, Title, Detail string }
-				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusConflict || !strings.HasSuffix(p.Type, "#in-flight") {
-					t.Fatalf("%s: %d %s, want 409 in-flight", tt.name, w.Code, w.Body)
-				}
-				if p.Title != tt.title || !strings.Contains(p.Detail, tt.detail) {
-					t.Errorf("%s: title %q detail %q, want title %q and a detail naming %s", tt.name, p.Title, p.Detail, tt.title, tt.detail)
-				}
+				checkKeySource(t, tt.name, w, http.StatusConflict, "in-flight", tt.title, tt.detail)
 			}
 		})
 	}
@@ -104,12 +98,19 @@ routes:
 			t.Fatalf("%s: first request %d %s", tt.name, w.Code, w.Body)
 		}
 		w := serve(h, done, "POST", "/hook", tt.second, tt.headers...)
-		var p struct{ Type, Title, Detail string }
-		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusUnprocessableEntity || !strings.HasSuffix(p.Type, "#key-reused") {
-			t.Fatalf("%s: %d %s, want 422 key-reused", tt.name, w.Code, w.Body)
-		}
-		if p.Title != tt.title || !strings.Contains(p.Detail, tt.detail) {
-			t.Errorf("%s: title %q detail %q, want title %q and a detail naming %s", tt.name, p.Title, p.Detail, tt.title, tt.detail)
-		}
+		checkKeySource(t, tt.name, w, http.StatusUnprocessableEntity, "key-reused", tt.title, tt.detail)
+	}
+}
+
+// checkKeySource checks that w is the problem typ with status, its title
+// title and its detail naming where the key came from (detail).
+func checkKeySource(t *testing.T, name string, w *httptest.ResponseRecorder, status int, typ, title, detail string) {
+	t.Helper()
+	var p struct{ Type, Title, Detail string }
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != status || !strings.HasSuffix(p.Type, "#"+typ) {
+		t.Fatalf("%s: %d %s, want %d %s", name, w.Code, w.Body, status, typ)
+	}
+	if p.Title != title || !strings.Contains(p.Detail, detail) {
+		t.Errorf("%s: title %q detail %q, want title %q and a detail naming %s", name, p.Title, p.Detail, title, detail)
 	}
 }
