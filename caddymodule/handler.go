@@ -196,7 +196,7 @@ func (h *Handler) decide(req *request, rt *route, r *http.Request, next caddyhtt
 // request unguarded.
 func (h *Handler) act(req *request, op *guard.Operation, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, out *guard.Outcome) error {
 	if d.would != "" && op.Route.Observing() {
-		*out = guard.Outcome{Name: guard.OutcomeObserved, Would: d.would}.With(d.found)
+		*out = withFound(guard.Outcome{Name: guard.OutcomeObserved, Would: d.would}, d.found)
 		status, err := h.observe(op, w, r, next, body, d.would)
 		out.Status = status
 		return err
@@ -224,7 +224,7 @@ func (h *Handler) act(req *request, op *guard.Operation, d decision, w http.Resp
 	case decideStoreFailed:
 		failed, forward, p := h.gate.StoreFailed(op, d.err)
 		if forward {
-			*out = failed.With(d.found)
+			*out = withFound(failed, d.found)
 			body.Forward(r)
 			return next.ServeHTTP(w, r)
 		}
@@ -236,12 +236,22 @@ func (h *Handler) act(req *request, op *guard.Operation, d decision, w http.Resp
 		var panicked any
 		o, panicked, err = h.gate.Execute(op, &req.adm, d.claim, w, r, next.ServeHTTP, body)
 		if panicked != nil {
-			*out = o.With(d.found)
+			*out = withFound(o, d.found)
 			panic(panicked)
 		}
 	}
-	*out = o.With(d.found)
+	*out = withFound(o, d.found)
 	return err
+}
+
+// withFound is o with what the claim found: its record, its wait, and
+// its note when o has none of its own.
+func withFound(o guard.Outcome, f guard.Found) guard.Outcome {
+	o.Record, o.Waited = f.Record, f.Waited
+	if o.Note == "" {
+		o.Note = f.Note
+	}
+	return o
 }
 
 // resolveCheck resolves the route's verify rule from the request, for the

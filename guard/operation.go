@@ -49,7 +49,7 @@ type Found struct {
 // Outcome is what became of a guarded request, as counted in metrics,
 // written to the decision's log line and set on its placeholders and
 // span. The adapter sets it in one place, from what the step that
-// answered returns.
+// answered returns and what the claim found.
 type Outcome struct {
 	Name   string // one of the Outcome* names
 	Status int    // the status the client got (0: none yet)
@@ -59,16 +59,6 @@ type Outcome struct {
 	// attempt and execution counts; Waited: see Found.
 	Record *store.Record
 	Waited time.Duration
-}
-
-// With is o with what the claim found: its record, its wait, and its
-// note when o has none of its own.
-func (o Outcome) With(f Found) Outcome {
-	o.Record, o.Waited = f.Record, f.Waited
-	if o.Note == "" {
-		o.Note = f.Note
-	}
-	return o
 }
 
 // Outcome names, as counted in metrics and written to logs.
