@@ -317,8 +317,8 @@ func (h *Handler) decided(req *request, rt *route, op *guard.Operation, out *gua
 		if rt.Owner != "" {
 			fields = append(fields, zap.String("owner", rt.Owner))
 		}
-		if rt.Observing() {
-			fields = append(fields, zap.String("mode", string(config.ModeObserve)))
+		if rt.Mode == config.ModeObserve {
+			fields = append(fields, zap.String("mode", string(rt.Mode)))
 		}
 		if out.Would != "" {
 			fields = append(fields, zap.String("would", out.Would))

@@ -2,9 +2,19 @@
 // http.handlers.idempotency, its Caddyfile directive, the shared
 // record-store connections, and the operator API admin.api.idempotency.
 //
-// A guarded request goes through the handler top to bottom, one file per
-// step: match → key → claim → (check) → forward → record → answer (see
-// ServeHTTP and docs/request-path.md).
+// For a guarded request the handler is the adapter between Caddy and the
+// steps in package guard, which need no Caddy: it matches the route,
+// reads the body, reads the request into one guard.Operation (key.go:
+// the key, the fingerprint, the ids, the check, the sealed request),
+// claims it through the guard.Gate it provisions, and acts on the
+// decision in one place (act), where the request's guard.Outcome is set
+// for the log line, the metrics, the placeholders and the span. The way
+// reads top to bottom, one file per step: match → key → claim → forward
+// → record → answer (handler.go and key.go here; claim.go, forward.go,
+// record.go and answer.go in package guard; see ServeHTTP and
+// docs/request-path.md). Observe mode, webhook signatures, the MCP
+// endpoint's passing calls and the re-drive of a kept request are
+// adapted here too.
 package caddymodule
 
 import (
