@@ -15,9 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 func init() {
@@ -66,7 +66,7 @@ const (
 // form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
-	stores func() []operator.LiveStore // nil: the running config's (caddymodule.LiveStores)
+	stores func() []operator.LiveStore // nil: the running config's (storepool.LiveStores)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -93,7 +93,7 @@ func (a *AdminAPI) operator() *operator.Service {
 	if a.stores != nil {
 		return operator.New(a.stores)
 	}
-	return operator.New(caddymodule.LiveStores)
+	return operator.New(storepool.LiveStores)
 }
 
 func (a *AdminAPI) log() *zap.Logger {

@@ -10,21 +10,9 @@ import (
 	"github.com/idemgate/idemgate/verify"
 )
 
-// stores are the record stores the process has open. Process-wide by
-// nature, as reverse_proxy's upstream pool is: a store outlives a config
-// reload (its engine is shared by the old and the new config), and the
-// operator API, an admin module provisioned apart from any handler, lists
-// the stores of every loaded config.
-var stores = storepool.New()
-
 // StoreModule is a record store engine as a Caddy guest module in the
 // namespace idempotency.stores (see storepool.Module).
 type StoreModule = storepool.Module
-
-// LiveStores returns the record stores of every idempotency handler in
-// the running config, in a stable order, for the operator service
-// (package operator) behind the admin API and the operator console.
-func LiveStores() []operator.LiveStore { return stores.Live() }
 
 // LiveStore returns h's own record store as the operator service sees it,
 // with only h's routes: for an operator view of one handler.

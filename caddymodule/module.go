@@ -129,7 +129,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications, bufferedBytes)
 	h.bufferBudget = h.maxBuffered()
 
-	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
+	h.use, err = storepool.Default().Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}

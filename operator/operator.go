@@ -8,7 +8,7 @@ import (
 )
 
 // Service is the one operator service. Its stores come from the running
-// config's idempotency handlers (caddymodule.LiveStores); a front end
+// config's idempotency handlers (storepool.LiveStores); a front end
 // builds one per request, or once, over the same source.
 type Service struct {
 	stores func() []LiveStore
