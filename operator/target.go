@@ -76,7 +76,7 @@ func (t Target) TTL() time.Duration {
 
 // Redactor hides credentials in the record's stored body: the built-in
 // names and its route's redact_fields (see RouteRedactor).
-func (t Target) Redactor() store.Redactor {
+func (t Target) Redactor() Redactor {
 	if !t.Known {
 		return RouteRedactor(nil)
 	}
@@ -88,11 +88,11 @@ func (t Target) Redactor() store.Redactor {
 // show_unparsed_bodies. A record whose route is not configured (nil) gets
 // the built-in names, and bodies that cannot be redacted field by field
 // only as size and digest.
-func RouteRedactor(rt *config.Resolved) store.Redactor {
+func RouteRedactor(rt *config.Resolved) Redactor {
 	if rt == nil {
-		return store.NewRedactor(nil)
+		return NewRedactor(nil)
 	}
-	return store.NewRedactor(rt.RedactFields).WithUnparsed(rt.ShowUnparsedBodies)
+	return NewRedactor(rt.RedactFields).WithUnparsed(rt.ShowUnparsedBodies)
 }
 
 // FirstHolding asks the stores 0..n-1 (at(i)) in turn for record id:
