@@ -554,7 +554,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 	if err != nil {
 		return err
 	}
-	rec, verdict, err := op.Verify(r.Context(), t, act)
+	rec, verdict, err := op.CheckOutcome(r.Context(), t, act)
 	if err != nil {
 		return storeError(err)
 	}

@@ -22,10 +22,11 @@ func (h *Handler) LiveStore() operator.LiveStore { return h.use.Live() }
 // records of h's routes: the handler's side of operator.Actions.
 type operatorActions struct{ h *Handler }
 
-// Verify runs an operator's check of rec with the handler's verifier
-// (see verify.Verifier.Verify); operator.ErrNoVerify when the record's
+// CheckOutcome runs an operator's check of rec, asking the upstream
+// whether the operation happened, with the handler's verifier (see
+// verify.Verifier.CheckOutcome); operator.ErrNoVerify when the record's
 // route has no verify rule in the handler's config.
-func (a operatorActions) Verify(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+func (a operatorActions) CheckOutcome(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	if err := verify.Verifiable(rec); err != nil {
 		return rec, "", err
 	}
@@ -33,7 +34,7 @@ func (a operatorActions) Verify(_ context.Context, rec *store.Record, act store.
 	if rt == nil || rt.Verify == nil || a.h.verifier == nil {
 		return rec, "", fmt.Errorf("%w: route %s", operator.ErrNoVerify, rec.Route)
 	}
-	return a.h.verifier.Verify(&rt.Resolved, rec, act)
+	return a.h.verifier.CheckOutcome(&rt.Resolved, rec, act)
 }
 
 // Run re-drives rec through the handler (see Handler.redrive).

@@ -36,8 +36,9 @@ type fixture struct {
 	verify func(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, error)
 }
 
-// Verify runs f.verify: the fixture is the live store's operator.Actions.
-func (f *fixture) Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+// CheckOutcome runs f.verify: the fixture is the live store's
+// operator.Actions.
+func (f *fixture) CheckOutcome(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	if f.verify == nil {
 		return rec, "", operator.ErrNoVerify
 	}

@@ -22,11 +22,12 @@ type RecordStore interface {
 // route's verifier, and a re-drive through the route's handler chain.
 // The idempotency handler implements them for the stores it lists.
 type Actions interface {
-	// Verify runs one verification check of held record rec now, on
-	// act's word, and returns the record after it and the verdict.
+	// CheckOutcome runs one verification check of held record rec now,
+	// on act's word (the upstream asked whether the operation
+	// happened), and returns the record after it and the verdict.
 	// ErrNoVerify when its route has no verify rule in the running
 	// config.
-	Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error)
+	CheckOutcome(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error)
 	// Run re-drives rec once on act's word and returns the record after
 	// the run and the upstream's status.
 	Run(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, int, error)
