@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemgate/idemgate/guard"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // roomless is an engine that has no room for results while full is set:
@@ -95,7 +95,7 @@ routes:
 `, shortOpTimeout(st.cfg(t)))
 				e := &roomless{Engine: h.gate.Store, renews: tc.renews}
 				h.gate.Store = e
-				h.gate.Kept = kept.New[guard.KeptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
+				h.gate.Kept = unrecorded.New[guard.KeptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
 				t.Cleanup(func() {
 					// Kept results are written, and their background
 					// tries gone, before the store closes.

@@ -135,7 +135,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.gate.Metrics = metrics.Register(ctx.GetMetricsRegistry(), h.gate.Logger, verify.Verifications, bufferedBytes)
 	h.bufferBudget = h.maxBuffered()
 
-	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.gate.Logger)
+	h.use, err = storepool.Default().Open(h.storeMod, h.resolved(), operatorActions{h}, h.gate.Logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}

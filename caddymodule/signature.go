@@ -25,7 +25,7 @@ func (h *Handler) verifySignature(rt *route, in *keying.Input, r *http.Request, 
 	if rt.Sig.NeedsURL() {
 		signed = signedURL(rt.Signature.URL, r)
 	}
-	sender, reason, ok := rt.Sig.VerifyURL(r.Header, signed, body, time.Now())
+	sender, reason, ok := rt.Sig.CheckSignatureURL(r.Header, signed, body, time.Now())
 	if !ok {
 		h.gate.Metrics.SignatureFailures.WithLabelValues(rt.Name, string(reason)).Inc()
 		p := problem.Signature.With("the request's signature could not be verified; nothing was claimed or forwarded", rt.Name)

@@ -9,9 +9,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // Claim takes the right to execute op's key, or finds the record that
@@ -86,7 +86,7 @@ func (g *Gate) settleHeld(ctx context.Context, op *Operation, f *Found) (*store.
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
 func (g *Gate) claimKey(ctx context.Context, op *Operation, f *Found) (*store.Claim, error) {
-	if kc := g.Kept.Find(kept.Key{Engine: g.Store, ID: op.ID}); kc != nil {
+	if kc := g.Kept.Find(unrecorded.Key{Engine: g.Store, ID: op.ID}); kc != nil {
 		// This gateway keeps the key's result, which the store refused
 		// for want of room: written first, so the retry replays the
 		// answer its client got, or fails closed while it cannot be.

@@ -5,9 +5,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 	"github.com/idemgate/idemgate/verify"
 )
 
@@ -23,7 +23,7 @@ type Gate struct {
 	Verifier *verify.Verifier // settles held records with the upstream (package verify)
 	// Kept are the results kept for want of room: the process's
 	// (KeptResults; see record.go).
-	Kept      *kept.Completions[KeptCompletion]
+	Kept      *unrecorded.Completions[KeptCompletion]
 	Notices   store.Notices // completion notices, when a route waits for them
 	Calls     *RunningCalls // MCP tool calls this handler runs (see mcp.go); nil when it has no MCP route
 	OpTimeout time.Duration // the store's op_timeout

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/store"
@@ -45,7 +46,7 @@ func keptCall(op *Operation) *store.ToolCall {
 		return nil
 	}
 	if c.kept == nil {
-		c.kept = store.NewToolCall(c.Tool, c.Arguments, store.NewRedactor(op.Route.RedactFields))
+		c.kept = operator.NewRedactor(op.Route.RedactFields).ToolCall(c.Tool, c.Arguments)
 	}
 	return c.kept
 }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // recording is the one store call that records a call's outcome.
@@ -115,7 +115,7 @@ func (g *Gate) record(op *Operation, adm *Admission, c *store.Claim, got exchang
 			// ends: the background tries keep a copy of their own.
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
-			size = kept.ResultSize(res)
+			size = unrecorded.ResultSize(res)
 		}
 		g.Use.Enter()
 		go g.keepRecording(rt.Name, c, rec, size, deadline, err)
@@ -144,7 +144,7 @@ const (
 )
 
 // A completion the store refused for want of room is kept past its
-// claim's lease, within the process's bound (package kept), and written
+// claim's lease, within the process's bound (package unrecorded), and written
 // once the store has room again, its claim renewed meanwhile (see
 // keepRecording). A retry of its key on this gateway writes it first (see
 // writeKept).
@@ -156,11 +156,11 @@ var ErrKeptUnwritten = errors.New("this gateway keeps the key's result, which th
 
 // KeptResults are the process's kept completions: one bound per gateway,
 // across its sites and config reloads.
-var KeptResults = kept.New[KeptCompletion](kept.MaxCount, kept.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
+var KeptResults = unrecorded.New[KeptCompletion](unrecorded.MaxCount, unrecorded.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
 
 // KeptCompletion is one completion kept past its claim's lease.
 type KeptCompletion struct {
-	key   kept.Key
+	key   unrecorded.Key
 	route string
 	rec   recording // completing: it keeps its own copy of the body
 
@@ -173,7 +173,7 @@ type KeptCompletion struct {
 // background and leaves the handler when done.
 //
 // A completion the store refused for want of room (store.ErrNoRoom) is
-// kept past deadline, within the gateway's bound (see package kept):
+// kept past deadline, within the gateway's bound (see package unrecorded):
 // it is tried until it lands, its claim renewed every third of its lease
 // meanwhile, so the answer the client got is what a retry replays. A
 // store that had no room for the renewals either lets the lease run out,
@@ -195,7 +195,7 @@ func (g *Gate) keepRecording(route string, c *store.Claim, rec recording, size i
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
-			kc = &KeptCompletion{key: kept.Key{Engine: g.Store, ID: c.ID()}, route: route, rec: rec}
+			kc = &KeptCompletion{key: unrecorded.Key{Engine: g.Store, ID: c.ID()}, route: route, rec: rec}
 			if !g.Kept.Keep(kc.key, kc, size) {
 				kc = nil
 				if !full {
