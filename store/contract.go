@@ -74,7 +74,7 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 		return ClaimArgs{}, ErrInvalidID
 	}
 	if req.Token == "" {
-		return ClaimArgs{}, errors.New("store: claim without a token")
+		return ClaimArgs{}, fmt.Errorf("%w: claim without a token", ErrInvalidArgument)
 	}
 	if err := req.Check.Validate(); err != nil {
 		return ClaimArgs{}, err
@@ -84,7 +84,7 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	}
 	a := ClaimArgs{Lease: orDefault(req.Lease, DefaultLease), HoldTTL: orDefault(req.HoldTTL, DefaultHoldTTL)}
 	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
-		return ClaimArgs{}, errors.New("store: negative lease, hold TTL or budget")
+		return ClaimArgs{}, fmt.Errorf("%w: negative lease, hold TTL or budget", ErrInvalidArgument)
 	}
 	switch req.OnExpired {
 	case "", ExpiredHold:
@@ -92,7 +92,7 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	case ExpiredRelease:
 		a.OnExpired = ExpiredRelease
 	default:
-		return ClaimArgs{}, fmt.Errorf("store: OnExpired %q is not hold or release", req.OnExpired)
+		return ClaimArgs{}, fmt.Errorf("%w: OnExpired %q is not hold or release", ErrInvalidArgument, req.OnExpired)
 	}
 	if err := validateRetention(req, &a); err != nil {
 		return ClaimArgs{}, err

@@ -3,7 +3,6 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -127,7 +126,7 @@ func CheckRenew(id string, lease time.Duration) (time.Duration, error) {
 	}
 	lease = orDefault(lease, DefaultLease)
 	if lease < 0 {
-		return 0, errors.New("store: negative lease")
+		return 0, fmt.Errorf("%w: negative lease", ErrInvalidArgument)
 	}
 	return lease, nil
 }
@@ -149,7 +148,7 @@ func ValidateComplete(req CompleteRequest) error {
 		return ErrInvalidID
 	}
 	if req.TTL < 0 {
-		return errors.New("store: negative TTL")
+		return fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
 	return checkCompletionRetention(req)
 }
@@ -158,7 +157,7 @@ func ValidateComplete(req CompleteRequest) error {
 func CheckRelease(id string, ttl time.Duration) (time.Duration, error) {
 	ttl = orDefault(ttl, DefaultTTL)
 	if ttl < 0 {
-		return 0, errors.New("store: negative TTL")
+		return 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
 	if !validID(id) {
 		return 0, ErrInvalidID
@@ -184,7 +183,7 @@ func (s *Stored) Release(now int64, token string, ttl time.Duration) *Stored {
 func CheckMarkUnknown(id, reason string, holdTTL time.Duration) (string, time.Duration, error) {
 	holdTTL = orDefault(holdTTL, DefaultHoldTTL)
 	if holdTTL < 0 {
-		return "", 0, errors.New("store: negative hold TTL")
+		return "", 0, fmt.Errorf("%w: negative hold TTL", ErrInvalidArgument)
 	}
 	if reason == "" {
 		reason = "unknown"
