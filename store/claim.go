@@ -155,38 +155,33 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
 		return ClaimArgs{}, fmt.Errorf("%w: negative lease, hold TTL or budget", ErrInvalidArgument)
 	}
-	switch req.OnExpired {
-	case "", ExpiredHold:
-		a.OnExpired = ExpiredHold
-	case ExpiredRelease:
-		a.OnExpired = ExpiredRelease
-	default:
+	var ok bool
+	if a.OnExpired, ok = policy(req.OnExpired, ExpiredHold, ExpiredRelease); !ok {
 		return ClaimArgs{}, fmt.Errorf("%w: OnExpired %q is not hold or release", ErrInvalidArgument, req.OnExpired)
 	}
-	if req.Twin != "" && !ValidID(req.Twin) {
-		return ClaimArgs{}, fmt.Errorf("%w: the twin digest", ErrInvalidID)
+	if err := checkRetention(req.Twin, req.Tombstone, req.TwinWindow); err != nil {
+		return ClaimArgs{}, err
 	}
-	if req.Tombstone < 0 || req.TwinWindow < 0 {
-		return ClaimArgs{}, fmt.Errorf("%w: negative tombstone or twin window", ErrInvalidArgument)
-	}
-	switch req.AfterExpiry {
-	case "", AfterExpiryExecute:
-		a.AfterExpiry = AfterExpiryExecute
-	case AfterExpiryReject:
-		a.AfterExpiry = AfterExpiryReject
-	default:
+	if a.AfterExpiry, ok = policy(req.AfterExpiry, AfterExpiryExecute, AfterExpiryReject); !ok {
 		return ClaimArgs{}, fmt.Errorf("%w: AfterExpiry %q is not execute or reject", ErrInvalidArgument, req.AfterExpiry)
 	}
-	switch req.OnTwin {
-	case "", TwinWarn:
-		a.OnTwin = TwinWarn
-	case TwinHold, TwinReject:
-		a.OnTwin = req.OnTwin
-	default:
+	if a.OnTwin, ok = policy(req.OnTwin, TwinWarn, TwinHold, TwinReject); !ok {
 		return ClaimArgs{}, fmt.Errorf("%w: OnTwin %q is not warn, hold or reject", ErrInvalidArgument, req.OnTwin)
 	}
 	a.Tombstones = req.Tombstone > 0 || a.AfterExpiry == AfterExpiryReject
 	return a, nil
+}
+
+// policy is v, or def (the first allowed value) for "": false when v is
+// none of the allowed values.
+func policy[T ~string](v T, def T, others ...T) (T, bool) {
+	if v == "" || v == def {
+		return def, true
+	}
+	if slices.Contains(others, v) {
+		return v, true
+	}
+	return "", false
 }
 
 // OnTombstone is what a tombstone found makes the claim do: AfterExpiry,

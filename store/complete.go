@@ -58,13 +58,7 @@ func ValidateComplete(req CompleteRequest) error {
 	if req.TTL < 0 {
 		return fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
-	if req.Twin != "" && !ValidID(req.Twin) {
-		return fmt.Errorf("%w: the twin digest", ErrInvalidID)
-	}
-	if req.Tombstone < 0 || req.TwinWindow < 0 {
-		return fmt.Errorf("%w: negative tombstone or twin window", ErrInvalidArgument)
-	}
-	return nil
+	return checkRetention(req.Twin, req.Tombstone, req.TwinWindow)
 }
 
 // TwinEntry is the twin entry a completion writes, or none: its digest

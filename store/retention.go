@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -74,4 +75,17 @@ type Tombstone struct {
 type Twin struct {
 	ID          string
 	CompletedAt time.Time
+}
+
+// checkRetention checks the tombstone and twin arguments a claim and a
+// completion share: a twin digest that is a record id (ErrInvalidID), no
+// negative tombstone or twin window (ErrInvalidArgument).
+func checkRetention(twin string, tombstone, window time.Duration) error {
+	if twin != "" && !ValidID(twin) {
+		return fmt.Errorf("%w: the twin digest", ErrInvalidID)
+	}
+	if tombstone < 0 || window < 0 {
+		return fmt.Errorf("%w: negative tombstone or twin window", ErrInvalidArgument)
+	}
+	return nil
 }
