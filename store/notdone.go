@@ -12,9 +12,9 @@ import (
 // what each answered; the execution that uses up the route's budget holds
 // the record for an operator (reason ReasonRetriesExhausted) instead of
 // releasing it. An operator may then run the operation once more through
-// the same fenced path (Redrive), from the request the record kept
-// (encrypted by the gateway; the store keeps it as opaque bytes), where
-// the operation is known not to have taken effect.
+// the same fenced path (Redrive, in redrive.go), from the request the
+// record kept (encrypted by the gateway; the store keeps it as opaque
+// bytes), where the operation is known not to have taken effect.
 
 // Why a record was released (Record.Reason of a released record; see
 // also ReasonOperator and ReasonVerifiedNotApplied).
