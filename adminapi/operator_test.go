@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 )
@@ -83,8 +84,8 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 			if code != http.StatusOK || json.Unmarshal(b, &v) != nil || v.Body == nil {
 				t.Fatalf("record view: %d %s", code, b)
 			}
-			if strings.Contains(*v.Body, "secret-") || !strings.Contains(*v.Body, store.Redacted) {
-				t.Errorf("the record view shows %s, want every credential-like value %s", *v.Body, store.Redacted)
+			if strings.Contains(*v.Body, "secret-") || !strings.Contains(*v.Body, operator.Redacted) {
+				t.Errorf("the record view shows %s, want every credential-like value %s", *v.Body, operator.Redacted)
 			}
 			for _, k := range tc.keep {
 				if !strings.Contains(*v.Body, k) {
