@@ -31,17 +31,17 @@ func (a operatorActions) CheckOutcome(_ context.Context, rec *store.Record, act 
 		return rec, "", err
 	}
 	rt := a.h.routeNamed(rec.Route)
-	if rt == nil || rt.Verify == nil || a.h.verifier == nil {
+	if rt == nil || rt.Verify == nil || a.h.gate.Verifier == nil {
 		return rec, "", fmt.Errorf("%w: route %s", operator.ErrNoVerify, rec.Route)
 	}
-	return a.h.verifier.CheckOutcome(&rt.Resolved, rec, act)
+	return a.h.gate.Verifier.CheckOutcome(&rt.Resolved, rec, act)
 }
 
 // Run re-drives rec through the handler (see Handler.redrive).
 func (a operatorActions) Run(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	rt := a.h.routeNamed(rec.Route)
 	if rt == nil || !rt.KeepRequest {
-		a.h.metrics.Redrives.WithLabelValues(rec.Route, "refused").Inc()
+		a.h.gate.Metrics.Redrives.WithLabelValues(rec.Route, "refused").Inc()
 		return rec, 0, fmt.Errorf("%w: route %s is not configured with keep_request on this gateway", store.ErrConflict, rec.Route)
 	}
 	return a.h.redrive(ctx, rt, rec, act)

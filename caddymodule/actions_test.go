@@ -21,7 +21,7 @@ routes:
 `, testStores[0].cfg(t))
 	var found []operator.LiveStore
 	for _, ls := range storepool.LiveStores() {
-		if ls.Store == h.store {
+		if ls.Store == h.gate.Store {
 			found = append(found, ls)
 		}
 	}
@@ -37,7 +37,7 @@ routes:
 	}
 	h.use = nil // the test's own clean-up must not release it twice
 	for _, ls := range storepool.LiveStores() {
-		if ls.Store == h.store {
+		if ls.Store == h.gate.Store {
 			t.Fatal("a cleaned-up handler's store is still listed")
 		}
 	}

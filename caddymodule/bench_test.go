@@ -105,7 +105,7 @@ func newBenchHandler(tb testing.TB, rules string, sc caddy.Module) *Handler {
 	}
 	tb.Cleanup(func() { _ = h.Cleanup() })
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
-	h.logger = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	h.gate.Logger = zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
 	return h
 }
 

@@ -53,7 +53,7 @@ routes:
 	if _, _, err := op.Run(context.Background(), target, act); !errors.As(err, &open) {
 		t.Fatalf("the operator service's run with the breaker open: %v; want the breaker's refusal", err)
 	}
-	now, err := h.store.Get(context.Background(), rec.ID)
+	now, err := h.gate.Store.Get(context.Background(), rec.ID)
 	if err != nil || now.Executions != rec.Executions || now.State != rec.State || len(now.Audit) != 0 {
 		t.Fatalf("a refused Run now changed the record: %+v, %v (was %+v)", now, err, rec)
 	}

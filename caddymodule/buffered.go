@@ -8,15 +8,12 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/problem"
 )
 
 // DefaultMaxBuffered is max_buffered when it is not set.
 const DefaultMaxBuffered = 256 << 20
-
-// outcomeBusy: the request's body would have taken the process past
-// max_buffered; it was answered 503 busy.
-const outcomeBusy = "busy"
 
 // bufferedBytes is the gauge idemgate_buffered_bytes: the process's
 // buffered request bodies (exchange.Buffered), read when scraped.
@@ -52,8 +49,8 @@ func (h *Handler) validateBuffered() error {
 // busy answers a request whose body would have taken the process's
 // buffered request bodies past max_buffered: 503 busy, Retry-After: 1.
 // Nothing was claimed or forwarded.
-func (h *Handler) busy(g *guarded, w http.ResponseWriter) error {
-	g.outcome = outcomeBusy
-	h.metrics.Busy.WithLabelValues(g.rt.Name).Inc()
-	return h.problem(g, w, problem.Busy.With(fmt.Sprintf("the gateway holds as many request bodies as it may (max_buffered %s); nothing was claimed or forwarded; retry shortly", config.Size(h.maxBuffered())), g.rt.Name))
+func (h *Handler) busy(op *guard.Operation, w http.ResponseWriter) (guard.Outcome, error) {
+	rt := op.Route
+	h.gate.Metrics.Busy.WithLabelValues(rt.Name).Inc()
+	return guard.Refuse(op, w, guard.OutcomeBusy, problem.Busy.With(fmt.Sprintf("the gateway holds as many request bodies as it may (max_buffered %s); nothing was claimed or forwarded; retry shortly", config.Size(h.maxBuffered())), rt.Name))
 }

@@ -57,8 +57,8 @@ routes:
 				t.Fatal(err)
 			}
 			id := older.ids.KeyID(rt.Operation, keying.ScopeHash(rt.Scope, in), "k1")
-			dead, err := older.store.Claim(context.Background(), store.ClaimRequest{
-				ID: id, Route: rt.Name, Operation: rt.Operation, Fingerprint: fp, FingerprintRule: rt.fpRule,
+			dead, err := older.gate.Store.Claim(context.Background(), store.ClaimRequest{
+				ID: id, Route: rt.Name, Operation: rt.Operation, Fingerprint: fp, FingerprintRule: rt.FPRule,
 				Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, OnExpired: store.ExpiredRelease,
 			})
 			if err != nil || !dead.Claimed {
@@ -90,7 +90,7 @@ routes:
 			if n := up.calls.Load(); n != 1 {
 				t.Fatalf("upstream executions = %d, want 1", n)
 			}
-			rec, err := older.store.Get(context.Background(), id)
+			rec, err := older.gate.Store.Get(context.Background(), id)
 			if err != nil || rec.State != store.StateCompleted || rec.Executions != 2 {
 				t.Fatalf("record: %+v, %v; want completed after 2 executions (the dead claim and the takeover)", rec, err)
 			}

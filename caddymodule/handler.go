@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"errors"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,71 +16,30 @@ import (
 	"github.com/idemgate/idemgate/breaker"
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/keying"
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/verify"
 )
 
-// Decision outcomes, as counted in metrics and written to logs.
-const (
-	outcomeExecuted   = "executed"
-	outcomeReplayed   = "replayed"
-	outcomeInFlight   = "in_flight"
-	outcomeMismatch   = "mismatch"
-	outcomeMissingKey = "missing_key"
-	outcomeUnknown    = "unknown_outcome"
-	outcomeStoreError = "store_error"
-	outcomeBypassed   = "bypassed"
-	outcomeInvalid    = "invalid_request"
-	// outcomeBreakerOpen: the route's breaker refused a new execution.
-	outcomeBreakerOpen = "breaker_open"
-	// outcomeExhausted: the operation used up its retry budget and is
-	// held for an operator.
-	outcomeExhausted = "retries_exhausted"
-)
-
-// guarded is one request that matched a route: what the log line and the
-// metrics say about it.
-type guarded struct {
-	rt  *route
-	brk *breaker.Breaker // the route's breaker; nil: none
-	// The request as the key and the fingerprint read it: its method
-	// (upper case), its parsed input, its key ("" until valid) and its
-	// fingerprint.
-	method  string
-	in      *keying.Input
-	key     string
-	keyFrom int // the index of the route's key template the key came from
-	fp      string
-	start   time.Time
-	id      string // key id; the key itself is never logged
-	outcome string
-	status  int
-	rec     *store.Record
-	now     time.Time   // the store's clock at the claim: lease times compare with it
-	check   store.Check // the route's check resolved from the request (zero: none)
-	note    string
-	probe   bool             // the request carries its route's breaker probe
-	refused time.Duration    // the route's breaker refuses new executions for this long (0: it does not)
-	sealed  []byte           // the request sealed for a re-drive (keep_request), else nil
-	payload string           // the operation's PayloadID on a route with same_payload_window, else ""
-	late    *store.Tombstone // the tombstone of the key's expired record its claim found, if any
-	twin    *store.Twin      // the operation completed with this payload under another key, if any
-	would   string           // observe mode: what enforce would have done (see observe)
-	waited  time.Duration    // on_in_flight wait: how long it waited for the first request
-	span    trace.Span       // the request's span when Caddy's tracing is on
-	call    *toolCall        // the MCP tool call (a route with protocol: mcp), else nil
-	repl    *caddy.Replacer  // the request's placeholders, nil outside Caddy
+// request is what the handler keeps of one guarded request besides its
+// operation (guard.Operation) and its outcome (guard.Outcome): when it
+// began, where its outcome is told (the span, the placeholders), and the
+// route's breaker's word on it.
+type request struct {
+	start time.Time
+	span  trace.Span      // the request's span when Caddy's tracing is on
+	repl  *caddy.Replacer // the request's placeholders, nil outside Caddy
+	adm   guard.Admission
 }
 
 // ServeHTTP guards the request if a route matches it: it reads the body
-// within max_body and max_buffered, decides once what to do with the request (decide) and
-// acts on that decision in one place (act), in enforce and observe mode
-// alike. docs/request-path.md lists one execute's way function by
-// function.
+// within max_body and max_buffered, reads the request into its operation
+// and claims it (decide), and acts on that decision in one place (act),
+// in enforce and observe mode alike. docs/request-path.md lists one
+// execute's way function by function.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	i, target := h.matcher.Match(r)
 	if i < 0 {
@@ -92,23 +50,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// open until the request is done with it.
 	h.use.Enter()
 	defer h.use.Leave()
-	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, start: time.Now(), span: trace.SpanFromContext(r.Context())}
-	g.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	req := &request{start: time.Now(), span: trace.SpanFromContext(r.Context())}
+	if b := h.runtime(rt).breaker; b != nil {
+		req.adm.Breaker = b
+	}
+	req.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 
 	body, raw, err := exchange.ReadBody(r, rt.MaxBody, h.bufferBudget)
 	defer body.Release()
-	if err == nil && rt.tools != nil && !h.toolCall(g, r, raw) {
-		// Not a guarded tool call: on its way, never stored.
-		return h.passOn(w, r, next, &body, raw)
+	var call *guard.ToolCall
+	if err == nil && rt.ToolSet != nil {
+		if call = toolCall(rt, r, raw); call == nil {
+			// Not a guarded tool call: on its way, never stored.
+			return h.passOn(w, r, next, &body, raw)
+		}
 	}
-	defer h.decided(g)
-	if errors.Is(err, exchange.ErrBusy) {
-		return h.busy(g, w)
+	var op *guard.Operation
+	var out guard.Outcome
+	defer func() { h.decided(req, rt, op, &out) }()
+	switch {
+	case errors.Is(err, exchange.ErrBusy):
+		op = &guard.Operation{Route: rt}
+		return h.act(req, op, decision{kind: decideBusy}, w, r, next, &body, &out)
+	case err != nil:
+		op = &guard.Operation{Route: rt}
+		return h.act(req, op, decision{kind: decideReject, err: err}, w, r, next, &body, &out)
 	}
-	if err != nil {
-		return h.act(g, decision{kind: decideReject, err: err}, w, r, next, &body)
-	}
-	return h.act(g, h.decide(g, r, next, target, raw), w, r, next, &body)
+	var d decision
+	op, d = h.decide(req, rt, r, next, target, raw, call)
+	return h.act(req, op, d, w, r, next, &body, &out)
 }
 
 // routeRuntime is what a provisioned handler keeps at run time for one of
@@ -124,8 +94,8 @@ type routeRuntime struct {
 
 // runtime is what h keeps at run time for its route rt.
 func (h *Handler) runtime(rt *route) *routeRuntime {
-	if rt.idx < len(h.live) && h.routes[rt.idx] == rt {
-		return &h.live[rt.idx]
+	if rt.Index < len(h.live) && h.routes[rt.Index] == rt {
+		return &h.live[rt.Index]
 	}
 	return &routeRuntime{} // a route built in a test, outside the handler
 }
@@ -149,8 +119,12 @@ const (
 	decideReject
 	// decideBreakerOpen: the route's breaker refuses a new execution.
 	decideBreakerOpen
-	// decideStoreFailed: the store could not claim (see storeFailed).
+	// decideStoreFailed: the store could not claim (see
+	// guard.Gate.StoreFailed).
 	decideStoreFailed
+	// decideBusy: the body would have taken the process past
+	// max_buffered (see busy).
+	decideBusy
 )
 
 // decision is the one decision about a guarded request.
@@ -161,138 +135,123 @@ type decision struct {
 	// unguarded instead (observe). "": the decision holds in both modes.
 	would   string
 	outcome string          // decideProblem: the decision's outcome
+	note    string          // decideProblem: why, for the log line
 	p       problem.Problem // decideProblem
 	err     error           // decideReject, decideStoreFailed
 	claim   *store.Claim    // decideExecute; decideBreakerOpen: a claim to give back unused
+	found   guard.Found     // what the claim found (decideExecute, decideAnswer, ...)
 }
 
-// decide takes the request's key, fingerprint and id onto g and claims
-// the key, and says what to do with the request, whose body (read whole
+// decide reads the request into its operation (see key.go) and claims
+// its key, and says what to do with the request, whose body (read whole
 // within max_body) is body. It sends nothing to the client.
-func (h *Handler) decide(g *guarded, r *http.Request, next caddyhttp.Handler, target string, body []byte) decision {
-	rt := g.rt
-	if g.call != nil && g.call.ambiguous {
-		return ambiguousCall(rt)
+func (h *Handler) decide(req *request, rt *route, r *http.Request, next caddyhttp.Handler, target string, body []byte, call *guard.ToolCall) (*guard.Operation, decision) {
+	op, refused := h.operation(rt, r, next, target, body, call)
+	if refused != nil {
+		return op, *refused
 	}
-	// The method as the route matched it: a retry sent as `post` is the
-	// same request as POST (it is forwarded as sent).
-	g.method = strings.ToUpper(r.Method)
-	g.in = keying.NewInput(g.method, r.Header, r.URL.RawQuery, body)
-	g.in.SetTarget(target)
-	var scope [32]byte
-	if rt.sig != nil {
-		var refused *decision
-		if scope, refused = h.verifySignature(g, r, body); refused != nil {
-			return *refused
-		}
-	} else {
-		scope = keying.ScopeHash(rt.Scope, g.in)
-	}
-
-	key, idx, err := keying.DeriveKey(rt.Key, g.in)
-	switch {
-	case errors.Is(err, keying.ErrInvalidKey):
-		// A key header in two field lines, a list or a malformed
-		// Structured Field string: never the first of several keys.
-		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
-	case err != nil:
-		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
-	case idx < 0 && rt.RequireKey:
-		p := problem.KeyMissing.With("no key template could be resolved from the request; tried: "+rt.templates, rt.Name)
-		p.Tried = rt.templateList()
-		return decision{kind: decideProblem, would: metrics.WouldMissingKey, outcome: outcomeMissingKey, p: p}
-	case idx < 0:
-		return decision{kind: decidePass}
-	}
-	if err := keying.ValidateKey(key); err != nil {
-		return decision{kind: decideProblem, would: metrics.WouldInvalid, outcome: outcomeInvalid, p: problem.KeyInvalid.With(err.Error(), rt.Name)}
-	}
-	g.key, g.keyFrom = key, idx
-	if g.fp, err = keying.Fingerprint(g.method, rt.Operation, g.in, rt.Fingerprint); err != nil {
-		return decision{kind: decideReject, would: metrics.WouldInvalid, err: err}
-	}
-	g.id = h.ids.KeyID(rt.Operation, scope, key)
-	if rt.SamePayloadWindow > 0 {
-		g.payload = h.ids.PayloadID(rt.Operation, scope, g.fp)
-	}
-	if rt.Verify != nil {
-		g.check = h.resolveCheck(rt, key, g.id, g.in)
-	}
-	if rt.KeepRequest {
-		g.sealed = h.keep(g, r, key, body)
-		h.remember(rt, next, r)
-	}
-
-	if g.brk != nil {
-		g.probe, g.refused = g.brk.Admit()
-		if g.refused > 0 && !rt.observing() && h.wouldExecute(r.Context(), g.id) {
-			return decision{kind: decideBreakerOpen}
+	adm := &req.adm
+	if adm.Breaker != nil {
+		adm.Admit()
+		if adm.Refused > 0 && !rt.Observing() && h.gate.WouldExecute(r.Context(), op.ID) {
+			return op, decision{kind: decideBreakerOpen}
 		}
 	}
-	claim, err := h.claim(r.Context(), g)
-	if (claim == nil || err != nil) && g.brk != nil {
-		g.brk.Cancel(g.probe)
+	claim, found, err := h.gate.Claim(r.Context(), op, adm)
+	if (claim == nil || err != nil) && adm.Breaker != nil {
+		adm.Cancel()
 	}
-	if claim != nil && err == nil && g.brk != nil && !g.probe && g.refused == 0 && !rt.observing() {
+	if claim != nil && err == nil && adm.Breaker != nil && !adm.Probe && adm.Refused == 0 && !rt.Observing() {
 		// The breaker may have opened between its answer and the claim
 		// (an execution that failed meanwhile released the record): it
 		// is asked again, now that the claim is held.
-		g.probe, g.refused = g.brk.Admit()
+		adm.Admit()
 	}
+	d := decision{kind: decideExecute, claim: claim, found: found}
 	switch {
-	case errors.Is(err, errBreakerOpen):
-		return decision{kind: decideBreakerOpen}
+	case errors.Is(err, guard.ErrBreakerOpen):
+		d.kind = decideBreakerOpen
 	case err != nil:
-		return decision{kind: decideStoreFailed, err: err}
-	case claim == nil && g.rec == nil:
+		d.kind, d.err = decideStoreFailed, err
+	case claim == nil && found.Record == nil:
 		// The store created nothing: a late retry or a payload completed
 		// under another key, refused.
-		return decision{kind: decideAnswer, would: g.refusedWould()}
-	case claim == nil && rt.observing():
-		return decision{kind: decideAnswer, would: h.wouldAnswer(g, h.sameFingerprint(g, g.rec))}
+		d.kind, d.would = decideAnswer, guard.RefusedWould(rt, &found)
+	case claim == nil && rt.Observing():
+		d.kind, d.would = decideAnswer, wouldAnswer(found.Record, h.gate.SameFingerprint(op, found.Record))
 	case claim == nil:
-		return decision{kind: decideAnswer}
-	case g.refused > 0 && !rt.observing():
+		d.kind = decideAnswer
+	case adm.Refused > 0 && !rt.Observing():
 		// The breaker opened meanwhile, or the record turned out to be
 		// claimable: the claim goes back unused.
-		return decision{kind: decideBreakerOpen, claim: claim}
+		d.kind = decideBreakerOpen
 	}
-	return decision{kind: decideExecute, claim: claim}
+	return op, d
 }
 
-// observing reports whether the route only observes.
-func (rt *route) observing() bool { return rt.Mode == config.ModeObserve }
-
-// act carries out decision d: the one place a guarded request is
-// answered, forwarded or executed. On a route that observes, a decision
-// that enforce would answer itself forwards the request unguarded.
-func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body) error {
-	if d.would != "" && g.rt.observing() {
-		return h.observe(g, w, r, next, body, d.would)
+// act carries out decision d on op: the one place a guarded request is
+// answered, forwarded or executed, and the one place its outcome (out)
+// is set, from what the step that answered returns. On a route that
+// observes, a decision that enforce would answer itself forwards the
+// request unguarded.
+func (h *Handler) act(req *request, op *guard.Operation, d decision, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, out *guard.Outcome) error {
+	if d.would != "" && op.Route.Observing() {
+		*out = withFound(guard.Outcome{Name: guard.OutcomeObserved, Would: d.would}, d.found)
+		status, err := h.observe(op, w, r, next, body, d.would)
+		out.Status = status
+		return err
 	}
+	var o guard.Outcome
+	var err error
 	switch d.kind {
 	case decidePass:
-		g.outcome = outcomeBypassed
+		*out = guard.Outcome{Name: guard.OutcomeBypassed}
 		body.Forward(r)
 		return next.ServeHTTP(w, r)
 	case decideProblem:
-		g.outcome = d.outcome
-		return h.problem(g, w, d.p)
+		o, err = guard.Refuse(op, w, d.outcome, d.p)
+		o.Note = d.note
 	case decideReject:
-		g.outcome = outcomeInvalid
-		return h.reject(g, w, d.err)
+		o, err = guard.Reject(op, w, d.err)
+	case decideBusy:
+		o, err = h.busy(op, w)
 	case decideBreakerOpen:
 		if d.claim != nil {
 			h.use.Enter()
-			go h.releaseLost(d.claim)
+			go h.gate.ReleaseLost(d.claim)
 		}
-		return h.breakerOpen(g, w)
+		o, err = breakerOpen(op, &req.adm, w)
 	case decideStoreFailed:
-		return h.storeFailed(g, w, r, next, body, d.err)
+		failed, forward, p := h.gate.StoreFailed(op, d.err)
+		if forward {
+			*out = withFound(failed, d.found)
+			body.Forward(r)
+			return next.ServeHTTP(w, r)
+		}
+		o, err = guard.Refuse(op, w, failed.Name, p)
+		o.Note = failed.Note
 	case decideAnswer:
-		return h.answer(g, w)
+		o, err = h.gate.Answer(op, &d.found, w)
+	default:
+		var panicked any
+		o, panicked, err = h.gate.Execute(op, &req.adm, d.claim, w, r, next.ServeHTTP, body)
+		if panicked != nil {
+			*out = withFound(o, d.found)
+			panic(panicked)
+		}
 	}
-	return h.execute(g, w, r, next, body, d.claim)
+	*out = withFound(o, d.found)
+	return err
+}
+
+// withFound is o with what the claim found: its record, its wait, and
+// its note when o has none of its own.
+func withFound(o guard.Outcome, f guard.Found) guard.Outcome {
+	o.Record, o.Waited = f.Record, f.Waited
+	if o.Note == "" {
+		o.Note = f.Note
+	}
+	return o
 }
 
 // resolveCheck resolves the route's verify rule from the request, for the
@@ -302,7 +261,7 @@ func (h *Handler) act(g *guarded, d decision, w http.ResponseWriter, r *http.Req
 func (h *Handler) resolveCheck(rt *route, key, id string, in *keying.Input) store.Check {
 	chk, part, err := verify.ResolveCheck(rt.Verify, key, id, in)
 	if part != "" {
-		h.logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
+		h.gate.Logger.Debug("verify: the check cannot be resolved from this request; an unknown outcome will be held for an operator",
 			zap.String("route", rt.Name), zap.String("record_id", id), zap.String("part", part), zap.Bool("empty_placeholder", err == nil))
 	}
 	return chk
@@ -319,48 +278,53 @@ const (
 
 // decided writes the decision's log line, counts it, sets it on the
 // request's placeholders, and on the request's span when tracing is on.
-func (h *Handler) decided(g *guarded) {
-	h.metrics.Requests.WithLabelValues(g.rt.Name, g.outcome).Inc()
-	if g.repl != nil {
-		g.repl.Set(placeholderRoute, g.rt.Name)
-		g.repl.Set(placeholderRecordID, g.id)
-		g.repl.Set(placeholderOutcome, g.outcome)
-		g.repl.Set(placeholderReplayed, g.outcome == outcomeReplayed)
+// op is nil when the request was refused before it was read.
+func (h *Handler) decided(req *request, rt *route, op *guard.Operation, out *guard.Outcome) {
+	id := ""
+	if op != nil {
+		id = op.ID
 	}
-	if g.span.IsRecording() {
-		g.span.SetAttributes(
-			attribute.String("idempotency.route", g.rt.Name),
-			attribute.String("idempotency.record_id", g.id),
-			attribute.String("idempotency.outcome", g.outcome),
-			attribute.Bool("idempotency.replayed", g.outcome == outcomeReplayed),
+	h.gate.Metrics.Requests.WithLabelValues(rt.Name, out.Name).Inc()
+	if req.repl != nil {
+		req.repl.Set(placeholderRoute, rt.Name)
+		req.repl.Set(placeholderRecordID, id)
+		req.repl.Set(placeholderOutcome, out.Name)
+		req.repl.Set(placeholderReplayed, out.Name == guard.OutcomeReplayed)
+	}
+	if req.span.IsRecording() {
+		req.span.SetAttributes(
+			attribute.String("idempotency.route", rt.Name),
+			attribute.String("idempotency.record_id", id),
+			attribute.String("idempotency.outcome", out.Name),
+			attribute.Bool("idempotency.replayed", out.Name == guard.OutcomeReplayed),
 		)
 	}
-	if ce := h.logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
+	if ce := h.gate.Logger.Check(zapcore.InfoLevel, "idempotency decision"); ce != nil {
 		fields := make([]zap.Field, 0, 13)
 		fields = append(fields,
-			zap.String("route", g.rt.Name),
-			zap.String("record_id", g.id),
-			zap.String("outcome", g.outcome),
-			zap.Int("status", g.status),
-			zap.Duration("duration", time.Since(g.start)),
+			zap.String("route", rt.Name),
+			zap.String("record_id", id),
+			zap.String("outcome", out.Name),
+			zap.Int("status", out.Status),
+			zap.Duration("duration", time.Since(req.start)),
 		)
-		if g.rec != nil {
-			fields = append(fields, zap.Int64("attempt", g.rec.Attempts), zap.Int64("executions", g.rec.Executions))
+		if out.Record != nil {
+			fields = append(fields, zap.Int64("attempt", out.Record.Attempts), zap.Int64("executions", out.Record.Executions))
 		}
-		if g.note != "" {
-			fields = append(fields, zap.String("note", g.note))
+		if out.Note != "" {
+			fields = append(fields, zap.String("note", out.Note))
 		}
-		if g.rt.Owner != "" {
-			fields = append(fields, zap.String("owner", g.rt.Owner))
+		if rt.Owner != "" {
+			fields = append(fields, zap.String("owner", rt.Owner))
 		}
-		if g.rt.observing() {
-			fields = append(fields, zap.String("mode", string(config.ModeObserve)))
+		if rt.Mode == config.ModeObserve {
+			fields = append(fields, zap.String("mode", string(rt.Mode)))
 		}
-		if g.would != "" {
-			fields = append(fields, zap.String("would", g.would))
+		if out.Would != "" {
+			fields = append(fields, zap.String("would", out.Would))
 		}
-		if g.waited > 0 {
-			fields = append(fields, zap.Duration("waited", g.waited))
+		if out.Waited > 0 {
+			fields = append(fields, zap.Duration("waited", out.Waited))
 		}
 		ce.Write(fields...)
 	}

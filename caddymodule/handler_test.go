@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/internal/handlertest"
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/keying"
@@ -76,7 +77,7 @@ func provisionHandler(t *testing.T, rules string, sc caddy.Module, secret string
 		return nil, nil, err
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	h.logger = zap.New(core)
+	h.gate.Logger = zap.New(core)
 	return h, logs, nil
 }
 
@@ -254,7 +255,7 @@ routes:
 					t.Errorf("status %d", c)
 				}
 			}
-			rec, err := h.store.Get(context.Background(), findID(t, h))
+			rec, err := h.gate.Store.Get(context.Background(), findID(t, h))
 			if err != nil || rec == nil || rec.State != store.StateCompleted || rec.Executions != 1 || rec.Attempts != 50 {
 				t.Errorf("record = %+v, %v; want completed, 1 execution, 50 attempts", rec, err)
 			}
@@ -265,7 +266,7 @@ routes:
 // findID returns the id of the only record in h's store.
 func findID(t *testing.T, h *Handler) string {
 	t.Helper()
-	page, err := h.store.List(context.Background(), store.ListFilter{Limit: 10})
+	page, err := h.gate.Store.List(context.Background(), store.ListFilter{Limit: 10})
 	if err != nil || len(page.Records) != 1 {
 		t.Fatalf("records %+v, %v; want exactly one", page.Records, err)
 	}
@@ -300,13 +301,13 @@ routes:
 	if len(spans) != 2 {
 		t.Fatalf("%d spans, want 2", len(spans))
 	}
-	for i, want := range []string{outcomeExecuted, outcomeReplayed} {
+	for i, want := range []string{guard.OutcomeExecuted, guard.OutcomeReplayed} {
 		attrs := map[string]string{}
 		for _, kv := range spans[i].Attributes() {
 			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["idempotency.outcome"] != want || attrs["idempotency.route"] != "deals" || len(attrs["idempotency.record_id"]) != 32 ||
-			attrs["idempotency.replayed"] != fmt.Sprint(want == outcomeReplayed) {
+			attrs["idempotency.replayed"] != fmt.Sprint(want == guard.OutcomeReplayed) {
 			t.Errorf("span %d attributes = %v, want exchange.Result %s", i, attrs, want)
 		}
 	}
@@ -333,7 +334,7 @@ func TestResolveCheckMatch(t *testing.T) {
 			{Path: "0.source_key", Value: keying.MustParseMatchTemplate("{key}")},
 		},
 	}}}
-	h := &Handler{logger: zap.NewNop()}
+	h := &Handler{gate: guard.Gate{Logger: zap.NewNop()}}
 	in := keying.NewInput("POST", nil, "", []byte(`{"id":"evt 1/ä"}`))
 	got := h.resolveCheck(rt, "k&1", "0123", in)
 	want := store.Check{Method: "GET", URL: "http://crm/deals?source_key=k%261", After: time.Second,

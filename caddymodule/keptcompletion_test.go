@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/unrecorded"
 )
@@ -92,9 +93,9 @@ routes:
     key: ["{header.Idempotency-Key}"]
     lock_lease: 1s
 `, shortOpTimeout(st.cfg(t)))
-				e := &roomless{Engine: h.store, renews: tc.renews}
-				h.store = e
-				h.kept = unrecorded.New[keptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
+				e := &roomless{Engine: h.gate.Store, renews: tc.renews}
+				h.gate.Store = e
+				h.gate.Kept = unrecorded.New[guard.KeptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
 				t.Cleanup(func() {
 					// Kept results are written, and their background
 					// tries gone, before the store closes.
@@ -118,7 +119,7 @@ routes:
 				for i := 0; i < 100 && logs.FilterMessageSnippet("gave up recording").Len() < calls-tc.kept; i++ {
 					time.Sleep(50 * time.Millisecond)
 				}
-				if n, _ := h.kept.Count(); n != tc.kept || logs.FilterMessageSnippet("gave up recording").Len() != calls-tc.kept {
+				if n, _ := h.gate.Kept.Count(); n != tc.kept || logs.FilterMessageSnippet("gave up recording").Len() != calls-tc.kept {
 					t.Fatalf("%d kept and %d given up, want %d and %d", n, logs.FilterMessageSnippet("gave up recording").Len(), tc.kept, calls-tc.kept)
 				}
 				if n := logs.FilterMessageSnippet("this gateway keeps no more").Len(); n != calls-tc.kept {
@@ -147,7 +148,7 @@ routes:
 				// Until the lease of the last one given up has run out.
 				last := refusedIDs[len(refusedIDs)-1]
 				for i := 0; i < 100; i++ {
-					rec, err := h.store.Get(context.Background(), last)
+					rec, err := h.gate.Store.Get(context.Background(), last)
 					if err != nil || rec == nil {
 						t.Fatalf("record %s: %v", last, err)
 					}
@@ -159,7 +160,7 @@ routes:
 				// A kept result outlived its lease: its record is in flight,
 				// its lease renewed when the store takes renewals.
 				for _, id := range keptIDs {
-					rec, err := h.store.Get(context.Background(), id)
+					rec, err := h.gate.Store.Get(context.Background(), id)
 					if err != nil || rec == nil || rec.State != store.StateInFlight {
 						t.Fatalf("kept %s: %+v %v, want in flight", id, rec, err)
 					}
@@ -190,14 +191,14 @@ routes:
 					t.Errorf("%d replayed and %d held, want %d and %d", replayed, held, tc.kept, calls-tc.kept)
 				}
 				for _, id := range refusedIDs {
-					if rec, err := h.store.Get(context.Background(), id); err != nil || rec == nil || rec.State != store.StateUnknown {
+					if rec, err := h.gate.Store.Get(context.Background(), id); err != nil || rec == nil || rec.State != store.StateUnknown {
 						t.Errorf("result past the bound %s: %+v %v, want outcome unknown", id, rec, err)
 					}
 				}
 				if n := up.calls.Load(); n != calls {
 					t.Errorf("upstream ran %d times for %d keys", n, calls)
 				}
-				if n, b := h.kept.Count(); n != 0 || b != 0 {
+				if n, b := h.gate.Kept.Count(); n != 0 || b != 0 {
 					t.Errorf("%d results (%d bytes) still kept once written", n, b)
 				}
 			})

@@ -45,12 +45,12 @@ func keepOne(t *testing.T, h *Handler, key string) *store.Record {
 	if w := serve(h, down, "POST", "/payments", cardBody, "Idempotency-Key", key, "Content-Type", "application/json"); w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("POST /payments: %d %s", w.Code, w.Body)
 	}
-	page, err := h.store.List(context.Background(), store.ListFilter{Limit: 10})
+	page, err := h.gate.Store.List(context.Background(), store.ListFilter{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rec := range page.Records {
-		if rec, err := h.store.Get(context.Background(), rec.ID); err == nil && rec != nil && len(rec.Request) > 0 && rec.Route == "payments" {
+		if rec, err := h.gate.Store.Get(context.Background(), rec.ID); err == nil && rec != nil && len(rec.Request) > 0 && rec.Route == "payments" {
 			if kr, err := h.seal.Open(rec.ID, rec.Request); err == nil && kr.Key == key {
 				return rec
 			}
@@ -130,7 +130,7 @@ func TestKeepRequestNeedsConfiguredSecret(t *testing.T) {
 			}
 			// The store keeps a secret of its own, as it does when an
 			// earlier version ran on it without a configured one.
-			if _, err := h.store.Secret(context.Background()); err != nil {
+			if _, err := h.gate.Store.Secret(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			rec := keepOne(t, h, "pay-2")
@@ -180,7 +180,7 @@ func TestRunNowSealedUnderAnotherKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := h.store.Secret(context.Background())
+	stored, err := h.gate.Store.Secret(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestRunNowSealedUnderAnotherKey(t *testing.T) {
 				t.Fatalf("%s: %v; want it to say %q", tc.name, err, want)
 			}
 		}
-		now, gerr := tc.h.store.Get(context.Background(), tc.rec.ID)
+		now, gerr := tc.h.gate.Store.Get(context.Background(), tc.rec.ID)
 		if gerr != nil || now.State != tc.rec.State || now.Executions != tc.rec.Executions || len(now.Audit) != 0 {
 			t.Fatalf("%s: the record changed: %+v, %v", tc.name, now, gerr)
 		}

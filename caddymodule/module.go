@@ -2,9 +2,19 @@
 // http.handlers.idempotency, its Caddyfile directive, the shared
 // record-store connections, and the operator API admin.api.idempotency.
 //
-// A guarded request goes through the handler top to bottom, one file per
-// step: match → key → claim → (check) → forward → record → answer (see
-// ServeHTTP and docs/request-path.md).
+// For a guarded request the handler is the adapter between Caddy and the
+// steps in package guard, which need no Caddy: it matches the route,
+// reads the body, reads the request into one guard.Operation (key.go:
+// the key, the fingerprint, the ids, the check, the sealed request),
+// claims it through the guard.Gate it provisions, and acts on the
+// decision in one place (act), where the request's guard.Outcome is set
+// for the log line, the metrics, the placeholders and the span. The way
+// reads top to bottom, one file per step: match → key → claim → forward
+// → record → answer (handler.go and key.go here; claim.go, forward.go,
+// record.go and answer.go in package guard; see ServeHTTP and
+// docs/request-path.md). Observe mode, webhook signatures, the MCP
+// endpoint's passing calls and the re-drive of a kept request are
+// adapted here too.
 package caddymodule
 
 import (
@@ -15,9 +25,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/redrive"
@@ -26,7 +36,6 @@ import (
 	"github.com/idemgate/idemgate/secret"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
-	"github.com/idemgate/idemgate/unrecorded"
 	"github.com/idemgate/idemgate/verify"
 )
 
@@ -85,21 +94,18 @@ type Handler struct {
 	ids      *keying.IDKey     // derives record ids under the deployment secret
 	seal     *sealed.Sealer    // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule       // the loaded Store module
-	store    store.Engine
-	notices  store.Notices                           // completion notices, when a route waits for them
-	use      *storepool.Use                          // the handler's use of the store (see package storepool)
-	verifier *verify.Verifier                        // settles held records with the upstream (package verify)
-	kept     *unrecorded.Completions[keptCompletion] // results kept for want of room: the process's (see record.go)
+	use      *storepool.Use    // the handler's use of the store (see package storepool)
+	// gate is what the steps of a guarded request use (package guard):
+	// the store, the verifier, the kept results, the completion notices,
+	// the running MCP calls, the logger and the metrics.
+	gate guard.Gate
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
-	logger      *zap.Logger
-	metrics     *metrics.Set
 	// bufferBudget is max_buffered in bytes, resolved at Provision (0,
 	// before it: bodies are counted but never refused).
 	bufferBudget int64
-	redriveTo    *redrive.To   // where re-drives go (see package redrive)
-	calls        *runningCalls // MCP tool calls this handler runs (see mcp.go); nil until the first
+	redriveTo    *redrive.To // where re-drives go (see package redrive)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -112,7 +118,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision loads the route rules and connects to the record store.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
+	h.gate.Logger = ctx.Logger()
 
 	// The store module first: the rules are checked against its timeout.
 	if err := h.loadStore(ctx); err != nil {
@@ -126,24 +132,26 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications, bufferedBytes)
+	h.gate.Metrics = metrics.Register(ctx.GetMetricsRegistry(), h.gate.Logger, verify.Verifications, bufferedBytes)
 	h.bufferBudget = h.maxBuffered()
 
-	h.use, err = storepool.Default().Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
+	h.use, err = storepool.Default().Open(h.storeMod, h.resolved(), operatorActions{h}, h.gate.Logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.store = h.use.Engine()
-	if h.ids, h.seal, err = secret.Provision(ctx, h.Secret, h.store, h.keepingRoutes(), h.logger); err != nil {
+	h.gate.Store = h.use.Engine()
+	if h.ids, h.seal, err = secret.Provision(ctx, h.Secret, h.gate.Store, h.keepingRoutes(), h.gate.Logger); err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}
-	h.verifier = verify.New(verify.Config{
-		Store: h.store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
-		Logger: h.logger, Metrics: h.metrics,
+	h.gate.Verifier = verify.New(verify.Config{
+		Store: h.gate.Store, Routes: h.resolvedRoutes(), Use: h.use, OpTimeout: h.opTimeout(),
+		Logger: h.gate.Logger, Metrics: h.gate.Metrics,
 	})
-	h.kept = keptResults
+	h.gate.Kept = guard.KeptResults
+	h.gate.Use = h.use
+	h.gate.OpTimeout = h.opTimeout()
 	h.provisionRedrive(ctx)
-	h.provisionNotices()
+	h.gate.ProvisionNotices(h.routes)
 	return nil
 }
 

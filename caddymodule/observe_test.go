@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/idemgate/idemgate/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/idemgate/idemgate/guard"
+	"github.com/idemgate/idemgate/metrics"
 )
 
 // TestObserve: a route in observe mode forwards every request that
@@ -31,7 +33,7 @@ routes:
 			h, logs := newHandler(t, fmt.Sprintf(rules, st.name, "observe"), sc)
 			up := &counting{}
 			before := metrics.Observed(route)
-			beforeMetric := counterValue(t, h.metrics.Observed.WithLabelValues(route, metrics.WouldReplay))
+			beforeMetric := counterValue(t, h.gate.Metrics.Observed.WithLabelValues(route, metrics.WouldReplay))
 			send := func(key, body string) int {
 				return serve(h, up.next, "POST", "/deals", body, "Idempotency-Key", key).Code
 			}
@@ -59,7 +61,7 @@ routes:
 				}
 				if s.would != "" {
 					line := logs.All()[len(logs.All())-1].ContextMap()
-					if line["would"] != s.would || line["mode"] != "observe" || line["outcome"] != outcomeObserved {
+					if line["would"] != s.would || line["mode"] != "observe" || line["outcome"] != guard.OutcomeObserved {
 						t.Errorf("%s: decision line %v, want mode observe, outcome observed, would %s", s.name, line, s.would)
 					}
 				}
@@ -71,7 +73,7 @@ routes:
 			if got.Mismatch-before.Mismatch != 1 || got.MissingKey-before.MissingKey != 1 || got.Invalid-before.Invalid != 1 {
 				t.Errorf("observed %+v (before %+v): want one mismatch, one missing key, one invalid", got, before)
 			}
-			if v := counterValue(t, h.metrics.Observed.WithLabelValues(route, metrics.WouldReplay)) - beforeMetric; v != 2 {
+			if v := counterValue(t, h.gate.Metrics.Observed.WithLabelValues(route, metrics.WouldReplay)) - beforeMetric; v != 2 {
 				t.Errorf("idemgate_observed_total{would=replay} grew by %v, want 2", v)
 			}
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
 	"github.com/idemgate/idemgate/internal/redistest"
 	"github.com/idemgate/idemgate/store/redis"
 )

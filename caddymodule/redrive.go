@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/redrive"
 	"github.com/idemgate/idemgate/sealed"
@@ -58,15 +59,15 @@ func (h *Handler) remember(rt *route, next caddyhttp.Handler, r *http.Request) {
 // keep seals the request for the record's re-drive, when its route keeps
 // requests; nil otherwise. A request that cannot be sealed is not kept
 // (the record then cannot be re-driven, and says so).
-func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []byte {
-	if !g.rt.KeepRequest || h.seal == nil {
+func (h *Handler) keep(rt *route, id string, r *http.Request, key string, body []byte) []byte {
+	if !rt.KeepRequest || h.seal == nil {
 		return nil
 	}
 	kr := &sealed.Request{
 		Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host,
-		Header: sealed.Headers(g.rt.keepHeaders, r.Header), Body: body, Key: key,
+		Header: sealed.Headers(rt.KeepHeaders, r.Header), Body: body, Key: key,
 	}
-	out, err := h.seal.Seal(g.id, kr)
+	out, err := h.seal.Seal(id, kr)
 	if err != nil {
 		return nil
 	}
@@ -74,10 +75,10 @@ func (h *Handler) keep(g *guarded, r *http.Request, key string, body []byte) []b
 }
 
 // redrive claims rec for the run and forwards its kept request once
-// through the route's chain (forwardOnce, as a client's execute).
+// through the route's chain (guard.Gate.ForwardOnce, as a client's execute).
 func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act store.Action) (*store.Record, int, error) {
 	refuse := func(result string, rec *store.Record, err error) (*store.Record, int, error) {
-		h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
+		h.gate.Metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
 		return rec, 0, err
 	}
 	h.use.Enter()
@@ -96,24 +97,27 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: %v", store.ErrConflict, rec.ID, err))
 	}
-	r, sink, err := redrive.Request(kr, rt.redriveHeader, ch.Server)
+	r, sink, err := redrive.Request(kr, rt.RedriveHeader, ch.Server)
 	if err != nil {
 		return refuse("refused", rec, fmt.Errorf("%w: record %s: the kept request target does not parse", store.ErrConflict, rec.ID))
 	}
 	// The breaker applies to every execution, whoever starts it: while
 	// it is open the run waits like a client's new key; after the
 	// cool-down it may be the probe.
-	g := &guarded{rt: rt, brk: h.runtime(rt).breaker, id: rec.ID, key: kr.Key}
-	if g.probe, g.refused = g.brk.Admit(); g.refused > 0 {
-		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: g.refused})
+	op := &guard.Operation{Route: rt, ID: rec.ID, Key: kr.Key}
+	var adm guard.Admission
+	if b := h.runtime(rt).breaker; b != nil {
+		adm.Breaker = b
+	}
+	if adm.Admit(); adm.Refused > 0 {
+		return refuse("refused", rec, &operator.BreakerOpenError{Route: rt.Name, Wait: adm.Refused})
 	}
 	req := store.RedriveRequest{ID: rec.ID, Token: store.NewToken(), Lease: rt.LockLease, HoldTTL: rt.HoldTTL, Act: act}
 	began := time.Now()
-	g.start = began
-	claimed, err := h.store.Redrive(context.WithoutCancel(ctx), req)
-	h.metrics.ObserveStore("redrive", began, err)
+	claimed, err := h.gate.Store.Redrive(context.WithoutCancel(ctx), req)
+	h.gate.Metrics.ObserveStore("redrive", began, err)
 	if err != nil {
-		g.brk.Cancel(g.probe)
+		adm.Cancel()
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidArgument):
@@ -121,25 +125,25 @@ func (h *Handler) redrive(ctx context.Context, rt *route, rec *store.Record, act
 	case err != nil:
 		return refuse("error", nil, err)
 	}
-	c := store.ClaimFor(h.store, claimed, req, rt.TTL)
+	c := store.ClaimFor(h.gate.Store, claimed, req, rt.TTL)
 
 	body, _, err := exchange.ReadBody(r, max(rt.MaxBody, int64(len(kr.Body))), 0)
 	defer body.Release()
 	if err != nil {
 		_, _ = c.Release(context.Background())
-		g.brk.Cancel(g.probe)
+		adm.Cancel()
 		return refuse("error", nil, fmt.Errorf("record %s: reading the kept request: %w", rec.ID, err))
 	}
-	result, _, _ := h.forwardOnce(g, c, sink, r, ch.Next, &body)
-	h.metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
-	h.logger.Info("operation run again by an operator",
+	out, result, _, _ := h.gate.ForwardOnce(op, &adm, c, sink, r, ch.Next.ServeHTTP, &body)
+	h.gate.Metrics.Redrives.WithLabelValues(rt.Name, result).Inc()
+	h.gate.Logger.Info("operation run again by an operator",
 		zap.String("route", rt.Name), zap.String("record_id", rec.ID), zap.String("owner", rt.Owner),
-		zap.String("actor", act.Actor), zap.Int("status", g.status), zap.String("result", result))
-	after, err := h.store.Get(context.WithoutCancel(ctx), rec.ID)
+		zap.String("actor", act.Actor), zap.Int("status", out.Status), zap.String("result", result))
+	after, err := h.gate.Store.Get(context.WithoutCancel(ctx), rec.ID)
 	if err != nil || after == nil {
 		after = claimed
 	}
-	return after, g.status, nil
+	return after, out.Status, nil
 }
 
 // redriveChain is the chain a re-drive of rt goes through: the one found

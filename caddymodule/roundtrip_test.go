@@ -44,7 +44,7 @@ func TestRedisCommandsPerRequest(t *testing.T) {
 	h := newBenchHandler(t, benchRules, &redis.Module{Addresses: []string{"redis://" + srv.Addr}})
 	admin := srv.Client(t)
 	sent := &redistest.CommandLog{}
-	h.store.(*redis.Store).Client().AddHook(sent)
+	h.gate.Store.(*redis.Store).Client().AddHook(sent)
 	ctx := context.Background()
 	const n = 25
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
+	"github.com/idemgate/idemgate/guard"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/routematch"
@@ -19,28 +20,10 @@ import (
 	"github.com/idemgate/idemgate/signature"
 )
 
-// route is one resolved rule, compiled for the request path: config
-// only. What a handler keeps for a route at run time is its routeRuntime.
-type route struct {
-	config.Resolved
-	idx int // the route's place in the handler's routes
-
-	fpRule    string         // the encoded fingerprint rule, stored with each record
-	templates string         // the key templates, for the "missing key" problem
-	answers   exchange.Rules // what the upstream's answers mean (retry statuses, on_redirect, external_id)
-	// keepHeaders are the request headers a kept request carries (see
-	// keptHeaderSet), canonical.
-	keepHeaders map[string]bool
-	// redriveHeader is redrive_headers with {env.*} filled in.
-	redriveHeader http.Header
-	wait          bool // duplicates wait for the first request (waits)
-	// sig checks the route's signature with its secrets filled in; nil
-	// when the route has no signature.
-	sig *signature.Verifier
-	// tools are the MCP tools guarded (protocol: mcp); nil on other
-	// routes.
-	tools mcp.Tools
-}
+// route is one resolved rule, compiled for the request path (see
+// guard.Route). What a handler keeps for a route at run time is its
+// routeRuntime.
+type route = guard.Route
 
 // provisionRoutes loads the route rules (inline, or from RulesFile),
 // checks them against the store's options and compiles them.
@@ -64,9 +47,9 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		return fmt.Errorf("idempotency rules: %w", err)
 	}
 	for _, w := range h.Rules.Warnings() {
-		h.logger.Warn("route rules warning", zap.String("warning", w.Error()))
+		h.gate.Logger.Warn("route rules warning", zap.String("warning", w.Error()))
 	}
-	logSignedRoutes(h.logger, resolved)
+	logSignedRoutes(h.gate.Logger, resolved)
 	if h.routes, err = compileRoutes(ctx, resolved); err != nil {
 		if h.RulesFile != "" {
 			return fmt.Errorf("idempotency rules %s: %w", h.RulesFile, err)
@@ -85,7 +68,7 @@ func (h *Handler) provisionRoutes(ctx caddy.Context) error {
 		return err
 	}
 	h.live = make([]routeRuntime, len(h.routes))
-	h.calls = newRunningCalls(h.routes)
+	h.gate.Calls = guard.NewRunningCalls(h.routes)
 	return h.provisionBreakers(ctx)
 }
 
@@ -112,43 +95,34 @@ func compileRoutes(ctx caddy.Context, resolved []config.Resolved) ([]*route, err
 	for i, res := range resolved {
 		rt := &route{
 			Resolved: res,
-			idx:      i,
-			fpRule:   res.Fingerprint.Encode(),
-			answers:  exchange.RulesOf(&res),
+			Index:    i,
+			FPRule:   res.Fingerprint.Encode(),
+			Answers:  exchange.RulesOf(&res),
 		}
-		rt.templates = strings.Join(rt.templateList(), ", ")
-		rt.keepHeaders = sealed.HeaderSet(&res)
+		rt.Templates = strings.Join(rt.TemplateList(), ", ")
+		rt.KeepHeaders = sealed.HeaderSet(&res)
 		if len(res.RedriveHeaders) > 0 {
 			repl := caddy.NewReplacer()
-			rt.redriveHeader = make(http.Header, len(res.RedriveHeaders))
+			rt.RedriveHeader = make(http.Header, len(res.RedriveHeaders))
 			for _, hd := range res.RedriveHeaders {
-				rt.redriveHeader.Set(hd.Name, repl.ReplaceAll(hd.Value, ""))
+				rt.RedriveHeader.Set(hd.Name, repl.ReplaceAll(hd.Value, ""))
 			}
 		}
-		rt.wait = rt.waits()
+		rt.Waiting = rt.Waits()
 		if res.Protocol == config.ProtocolMCP {
-			rt.tools = mcp.NewTools(res.Tools)
+			rt.ToolSet = mcp.NewTools(res.Tools)
 		}
 		if res.Signature != nil {
 			repl := caddy.NewReplacer()
 			fill := func(tmpl string) (string, error) { return repl.ReplaceOrErr(tmpl, true, true) }
 			var err error
-			if rt.sig, err = signature.New(*res.Signature, fill); err != nil {
+			if rt.Sig, err = signature.New(*res.Signature, fill); err != nil {
 				return nil, fmt.Errorf("route %s (routes[%d]): %w", res.Name, i, err)
 			}
 		}
 		routes = append(routes, rt)
 	}
 	return routes, nil
-}
-
-// templateList names the key templates, for the "missing key" problem.
-func (rt *route) templateList() []string {
-	names := make([]string, len(rt.Key))
-	for i, t := range rt.Key {
-		names[i] = t.String()
-	}
-	return names
 }
 
 // resolvedRoutes is the config of h's routes, in order.

@@ -36,7 +36,7 @@ func newHandlerJSON(t *testing.T, config string) (*Handler, *observer.ObservedLo
 		return nil, nil, err
 	}
 	core, logs := observer.New(zap.DebugLevel)
-	h.logger = zap.New(core)
+	h.gate.Logger = zap.New(core)
 	return h, logs, nil
 }
 
@@ -170,7 +170,7 @@ func TestKeyIDsFromStoredSecret(t *testing.T) {
 			if got[0] == unsaltedKeyID("deals", http.Header{}, "stored-secret-key") {
 				t.Fatal("with no secret configured the id is the unsalted SHA-256")
 			}
-			secret, err := first.store.Secret(context.Background())
+			secret, err := first.gate.Store.Secret(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,7 +32,7 @@ func TestEmbeddedStoreAcrossReloads(t *testing.T) {
 		t.Fatalf("first: %d %s", w.Code, w.Body)
 	}
 	reloaded, _ := newHandler(t, storesRules, sc)
-	if reloaded.store != old.store {
+	if reloaded.gate.Store != old.gate.Store {
 		t.Fatal("the reloaded config opened a second engine on the same DIR")
 	}
 	old.use.Enter() // a request of the old config still running
@@ -43,12 +43,12 @@ func TestEmbeddedStoreAcrossReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Still open for the old config's request.
-	if _, err := old.store.Claim(context.Background(), store.ClaimRequest{ID: "abc", Token: "t"}); err != nil {
+	if _, err := old.gate.Store.Claim(context.Background(), store.ClaimRequest{ID: "abc", Token: "t"}); err != nil {
 		t.Fatalf("the store closed under a running request: %v", err)
 	}
 	old.use.Leave()
 	// Closed now, and DIR is free for the next owner.
-	if _, err := old.store.Get(context.Background(), "abc"); err == nil {
+	if _, err := old.gate.Store.Get(context.Background(), "abc"); err == nil {
 		t.Fatal("the store is still open after its last user left")
 	}
 	e, err := embedded.Open(embedded.Options{Dir: sc.Dir})
@@ -99,7 +99,7 @@ routes:
 	}
 	var mine []operator.LiveStore
 	for _, s := range storepool.LiveStores() {
-		if s.Store == old.store {
+		if s.Store == old.gate.Store {
 			mine = append(mine, s)
 		}
 	}
@@ -117,13 +117,13 @@ routes:
 	if err := old.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if s := findLive(reloaded.store); s == nil || s.Routes["deals"].TTL.String() != "2h0m0s" {
+	if s := findLive(reloaded.gate.Store); s == nil || s.Routes["deals"].TTL.String() != "2h0m0s" {
 		t.Errorf("after the old config's clean-up: %+v", s)
 	}
 	if err := reloaded.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if s := findLive(reloaded.store); s != nil {
+	if s := findLive(reloaded.gate.Store); s != nil {
 		t.Errorf("a cleaned-up handler's store is still listed")
 	}
 

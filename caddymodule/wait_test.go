@@ -139,7 +139,7 @@ func TestWaiterHangsUp(t *testing.T) {
 		req := newRequestCtx(ctx, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k")
 		_ = h.ServeHTTP(newDiscard(), req, caddyhttp.HandlerFunc(up.next))
 	}()
-	hub := h.notices.(interface{ Watching() int })
+	hub := h.gate.Notices.(interface{ Watching() int })
 	for range 200 {
 		if hub.Watching() == 1 { // the waiter's; the first holds none while it runs
 			break
@@ -178,7 +178,7 @@ func newDiscard() *discardWriter { return &discardWriter{header: http.Header{}} 
 // replay, once the first completes.
 func TestWaitWithoutNotices(t *testing.T) {
 	h, _ := newHandler(t, fmt.Sprintf(waitRules, "1s"), testStores[0].cfg(t))
-	h.notices = nil // as an engine that cannot notify
+	h.gate.Notices = nil // as an engine that cannot notify
 	up := newGated()
 	first := make(chan int, 1)
 	go func() { first <- serve(h, up.next, "POST", "/deals", `{"a":1}`, "Idempotency-Key", "k").Code }()
@@ -193,72 +193,5 @@ func TestWaitWithoutNotices(t *testing.T) {
 	}
 	if n := up.calls.Load(); n != 1 {
 		t.Errorf("executions %d, want 1", n)
-	}
-}
-
-// TestWaitPlaces: a waiter takes a place while fewer than
-// maxWaitersPerKey wait on its record and fewer than maxWaitersPerProcess
-// in all; a place given back is free again.
-func TestWaitPlaces(t *testing.T) {
-	// Steps: take n places for key (want: what the last take said),
-	// or give n back.
-	type step struct {
-		do   string // take | give
-		key  string
-		n    int
-		want string
-	}
-	for _, tt := range []struct {
-		name  string
-		steps []step
-	}{
-		{"per key", []step{
-			{"take", "a", maxWaitersPerKey, ""},
-			{"take", "a", 1, waitFullKey},
-			{"take", "b", 1, ""},
-			{"give", "a", 1, ""},
-			{"take", "a", 1, ""},
-			{"take", "a", 1, waitFullKey},
-		}},
-		{"per process", []step{
-			{"take", "a", maxWaitersPerKey, ""},
-			{"take", "b", maxWaitersPerKey, ""},
-			{"take", "c", maxWaitersPerKey, ""},
-			{"take", "d", maxWaitersPerKey, ""},
-			{"take", "e", maxWaitersPerKey, ""},
-			{"take", "f", maxWaitersPerKey, ""},
-			{"take", "g", maxWaitersPerKey, ""},
-			{"take", "h", maxWaitersPerProcess - 7*maxWaitersPerKey, ""},
-			{"take", "i", 1, waitFullProcess},
-			{"take", "a", 1, waitFullKey},
-			{"give", "b", 1, ""},
-			{"take", "i", 1, ""},
-			{"take", "j", 1, waitFullProcess},
-		}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			p := &waitPlaces{byKey: map[string]int{}}
-			for i, s := range tt.steps {
-				var got string
-				for range s.n {
-					if s.do == "give" {
-						p.give(s.key)
-					} else {
-						got = p.take(s.key)
-					}
-				}
-				if got != s.want {
-					t.Fatalf("step %d (%s %d %s): %q, want %q", i, s.do, s.n, s.key, got, s.want)
-				}
-			}
-			for key := range p.byKey {
-				for p.byKey[key] > 0 {
-					p.give(key)
-				}
-			}
-			if p.total != 0 || len(p.byKey) != 0 {
-				t.Fatalf("all given back: total %d, keys %v", p.total, p.byKey)
-			}
-		})
 	}
 }

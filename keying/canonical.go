@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -25,6 +26,143 @@ const MaxDepth = 128
 
 // errInvalid is returned for documents gjson does not accept as valid.
 var errInvalid = fmt.Errorf("%w: syntax error", ErrMalformedJSON)
+
+// json parses the body once and returns its canonical form.
+// It returns ("", nil) for an empty body.
+func (in *Input) json() (string, error) {
+	if in.state == bodyUnknown {
+		in.parseJSON()
+	}
+	switch in.state {
+	case bodyJSON:
+		return in.canon, nil
+	case bodyInvalid:
+		return "", in.jsonErr
+	}
+	return "", nil
+}
+
+func (in *Input) parseJSON() {
+	if isBlank(in.body) {
+		in.state = bodyEmpty
+		return
+	}
+	// Depth first, in one pass with constant stack: gjson.Valid and the
+	// canonicalizer recurse once per nesting level.
+	if err := checkDepth(in.body); err != nil {
+		in.state, in.jsonErr = bodyInvalid, err
+		return
+	}
+	s := bytesToString(in.body)
+	if !gjson.Valid(s) {
+		in.state, in.jsonErr = bodyInvalid, errInvalid
+		return
+	}
+	// The canonical form is never longer than the input: white space is
+	// dropped and canonical escapes are never longer than the ones replaced.
+	buf, err := canonicalizeValid(make([]byte, 0, len(in.body)), s)
+	if err != nil {
+		in.state, in.jsonErr = bodyInvalid, err
+		return
+	}
+	// buf is owned by in and never written again, so it can back a string.
+	in.state, in.canon = bodyJSON, bytesToString(buf)
+}
+
+// ErrTooDeep is wrapped by the error about a request body (or a value given
+// to Canonicalize) that nests arrays and objects deeper than MaxDepth. It
+// matches ErrMalformedJSON too (errors.Is), so callers that only ask
+// whether a body is usable JSON need not tell the two apart.
+var ErrTooDeep error = tooDeepError{}
+
+type tooDeepError struct{}
+
+func (tooDeepError) Error() string {
+	return "JSON nests arrays and objects deeper than " + strconv.Itoa(MaxDepth) + " levels"
+}
+
+// Is makes errors.Is(ErrTooDeep, ErrMalformedJSON) true.
+func (tooDeepError) Is(target error) bool { return target == ErrMalformedJSON }
+
+// Byte classes outside JSON strings, for checkDepth.
+const (
+	classStop  = iota // no JSON text has this byte outside a string
+	classPlain        // white space, , : and the bytes of numbers, true, false, null
+	classOpen         // [ {
+	classClose        // ] }
+	classQuote        // "
+)
+
+var jsonClass = func() (t [256]uint8) {
+	for _, c := range []byte(" \t\r\n,:0123456789+-.eEtruefalsn") {
+		t[c] = classPlain
+	}
+	t['['], t['{'] = classOpen, classOpen
+	t[']'], t['}'] = classClose, classClose
+	t['"'] = classQuote
+	return t
+}()
+
+// CheckDepth returns ErrTooDeep when b nests arrays and objects deeper
+// than MaxDepth, as checkDepth: for JSON from elsewhere (a verification
+// lookup's answer) before gjson reads it.
+func CheckDepth(b []byte) error { return checkDepth(b) }
+
+// checkDepth returns ErrTooDeep when b nests arrays and objects deeper than
+// MaxDepth, and nil otherwise. It is one pass over b with a counter, in
+// constant stack, and must run before anything recursive (gjson) reads a
+// body: gjson.Valid recurses once per level, so a body of a million '['
+// needs hundreds of MiB of stack and 64 MiB of them overflows Go's stack,
+// which kills the process.
+//
+// Brackets inside strings do not count; a string ends at the first '"'
+// not escaped by an odd run of backslashes. The scan stops, returning nil,
+// at the first byte that no JSON text has outside a string (a letter other
+// than those of true, false and null, a control character, any non-ASCII
+// byte), at a closing bracket with nothing open, or at a string that never
+// ends: what follows is not JSON, and no parser reads beyond it, so a
+// binary or text body is not refused for the brackets it happens to hold.
+// Where b is JSON (or its beginning is) the depth counted is exactly its
+// nesting.
+func checkDepth(b []byte) error {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch jsonClass[b[i]] {
+		case classPlain:
+		case classOpen:
+			if depth++; depth > MaxDepth {
+				return ErrTooDeep
+			}
+		case classClose:
+			if depth--; depth < 0 {
+				return nil
+			}
+		case classQuote:
+			var ok bool
+			if i, ok = stringEnd(b, i+1); !ok {
+				return nil
+			}
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// stringEnd returns the index of the '"' that ends the JSON string whose
+// contents start at b[start], and false when the string does not end. A
+// backslash escapes the byte after it, whatever that is.
+func stringEnd(b []byte, start int) (int, bool) {
+	for i := start; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i, true
+		case '\\':
+			i++
+		}
+	}
+	return 0, false
+}
 
 // Canonicalize appends the canonical form of the JSON value json to dst and
 // returns the extended buffer. json is not retained or modified. When json is

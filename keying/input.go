@@ -58,48 +58,6 @@ func NewInput(method string, header http.Header, rawQuery string, body []byte) *
 // Method returns the request method given to NewInput.
 func (in *Input) Method() string { return in.method }
 
-// json parses the body once and returns its canonical form.
-// It returns ("", nil) for an empty body.
-func (in *Input) json() (string, error) {
-	if in.state == bodyUnknown {
-		in.parseJSON()
-	}
-	switch in.state {
-	case bodyJSON:
-		return in.canon, nil
-	case bodyInvalid:
-		return "", in.jsonErr
-	}
-	return "", nil
-}
-
-func (in *Input) parseJSON() {
-	if isBlank(in.body) {
-		in.state = bodyEmpty
-		return
-	}
-	// Depth first, in one pass with constant stack: gjson.Valid and the
-	// canonicalizer recurse once per nesting level.
-	if err := checkDepth(in.body); err != nil {
-		in.state, in.jsonErr = bodyInvalid, err
-		return
-	}
-	s := bytesToString(in.body)
-	if !gjson.Valid(s) {
-		in.state, in.jsonErr = bodyInvalid, errInvalid
-		return
-	}
-	// The canonical form is never longer than the input: white space is
-	// dropped and canonical escapes are never longer than the ones replaced.
-	buf, err := canonicalizeValid(make([]byte, 0, len(in.body)), s)
-	if err != nil {
-		in.state, in.jsonErr = bodyInvalid, err
-		return
-	}
-	// buf is owned by in and never written again, so it can back a string.
-	in.state, in.canon = bodyJSON, bytesToString(buf)
-}
-
 // keyHeaderValue returns the value of the header name (canonical form) as a
 // key, following the IETF Idempotency-Key draft: the field arrives as one
 // field line holding either a Structured Field string (RFC 8941, such as

@@ -5,7 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
+
+// The key and the scope of a request: its key templates and scope
+// templates resolved against its Input (Template.Resolve, expand), and
+// the rules a key must meet.
 
 // DeriveKey tries the templates in order and returns the value of the first
 // one that fully resolves, with its index. When none resolves it returns
@@ -27,6 +32,67 @@ func DeriveKey(templates []Template, in *Input) (key string, idx int, err error)
 		}
 	}
 	return "", -1, nil
+}
+
+// Resolve returns the template's value for in as a key, and whether every
+// placeholder resolved to a non-empty value (a template of literal text
+// only is always ok). Placeholders that do not resolve contribute "" to
+// value.
+//
+// err is non-nil when a {body.*} placeholder needs a body that is not
+// valid JSON (wrapping ErrMalformedJSON), or when a {header.*} placeholder
+// names a header that cannot carry a key (wrapping ErrInvalidKey: two
+// field lines, a comma in a bare value, a malformed Structured Field
+// string); value is then "" and ok false. An empty (or all white space)
+// body is not an error: its body placeholders just do not resolve.
+func (t Template) Resolve(in *Input) (value string, ok bool, err error) {
+	value, ok, err = t.expandWith(in.lookupKey)
+	if err != nil {
+		return "", false, err
+	}
+	return value, ok, nil
+}
+
+// expand resolves the template as a scope: headers are read leniently
+// (the first field line, unquoted when it is a Structured Field string).
+// On error it still returns the value with the failing placeholders as "".
+func (t Template) expand(in *Input) (value string, ok bool, err error) {
+	return t.expandWith(in.lookup)
+}
+
+// expandWith resolves the template's parts with lookup.
+func (t Template) expandWith(lookup func(part) (string, error)) (value string, ok bool, err error) {
+	switch len(t.parts) {
+	case 0:
+		return "", false, nil
+	case 1:
+		v, err := lookup(t.parts[0])
+		return v, v != "" && err == nil, err
+	}
+	var stack [8]string
+	vals := stack[:0]
+	if len(t.parts) > len(stack) {
+		vals = make([]string, 0, len(t.parts))
+	}
+	ok = true
+	n := 0
+	for _, p := range t.parts {
+		v, e := lookup(p)
+		if e != nil && err == nil {
+			err = e
+		}
+		if v == "" {
+			ok = false
+		}
+		vals = append(vals, v)
+		n += len(v)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, v := range vals {
+		b.WriteString(v)
+	}
+	return b.String(), ok && err == nil, err
 }
 
 // MaxKeyLen is the longest valid key, in bytes.

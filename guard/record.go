@@ -1,4 +1,4 @@
-package caddymodule
+package guard
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func completing(c *store.Claim, res store.Result) recording {
 // unknown outcome that on_unknown_outcome: release lets go, count against
 // the route's retry budget; exhausted is told when one used the budget up
 // and the record is held.
-func recordingFor(rt *route, c *store.Claim, out exchange.Result, res store.Result, exhausted func()) recording {
+func recordingFor(rt *Route, c *store.Claim, out exchange.Result, res store.Result, exhausted func()) recording {
 	v := out.Verdict
 	if v == exchange.VerdictUnknown {
 		switch rt.OnUnknownOutcome {
@@ -79,36 +79,36 @@ func recordingFor(rt *route, c *store.Claim, out exchange.Result, res store.Resu
 // fails now (a stall, a failover) is tried again in the background, under
 // the same token, until the claim's lease would have run out. A result
 // whose claim a failover lost is written anew (see store.CompleteRequest).
-// It returns what the outcome left on the record: completed, released,
-// not_sent, held or exhausted.
-func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res store.Result) string {
-	g.outcome = outcomeExecuted
-	g.status = out.Status
+// It returns the request's outcome, and what the outcome left on the
+// record: completed, released, not_sent, held or exhausted.
+func (g *Gate) record(op *Operation, adm *Admission, c *store.Claim, got exchange.Result, res store.Result) (Outcome, string) {
+	rt := op.Route
+	out := Outcome{Name: OutcomeExecuted, Status: got.Status}
 	var held atomic.Bool
-	rec := recordingFor(g.rt, c, out, res, func() {
+	rec := recordingFor(rt, c, got, res, func() {
 		held.Store(true)
-		h.retriesExhausted(g.rt, c.ID())
+		g.retriesExhausted(rt, c.ID())
 	})
 	if rec.op == "hold" {
-		g.note = "held: " + out.Reason
-		if !g.check.IsZero() {
-			h.verifier.Schedule(&g.rt.Resolved, c)
+		out.Note = "held: " + got.Reason
+		if !op.Check.IsZero() {
+			g.Verifier.Schedule(&rt.Resolved, c)
 		}
 	}
-	h.metrics.Executions.WithLabelValues(g.rt.Name, rec.result).Inc()
-	if g.brk != nil {
-		g.brk.Done(g.probe, out.Verdict != exchange.VerdictComplete)
+	g.Metrics.Executions.WithLabelValues(rt.Name, rec.result).Inc()
+	if adm.Breaker != nil {
+		adm.Breaker.Done(adm.Probe, got.Verdict != exchange.VerdictComplete)
 	}
 	deadline := time.Now().Add(c.Lease())
-	ok, err := h.recordOnce(g.rt.Name, c.ID(), rec)
+	ok, err := g.recordOnce(rt.Name, c.ID(), rec)
 	result := rec.result
 	if held.Load() {
-		g.note = "held: " + store.ReasonRetriesExhausted
+		out.Note = "held: " + store.ReasonRetriesExhausted
 		result = "exhausted"
 	}
 	if err != nil {
-		h.logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
-			zap.String("route", g.rt.Name), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
+		g.Logger.Warn("recording the upstream outcome failed; retrying in the background until the lease runs out",
+			zap.String("route", rt.Name), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Error(err))
 		var size int64
 		if rec.op == "complete" {
 			// The capture's buffer goes back to its pool when the request
@@ -117,22 +117,22 @@ func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res st
 			rec = completing(c, res)
 			size = unrecorded.ResultSize(res)
 		}
-		h.use.Enter()
-		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
+		g.Use.Enter()
+		go g.keepRecording(rt.Name, c, rec, size, deadline, err)
 	} else if !ok {
-		h.claimLost(g.rt.Name, c.ID(), rec.op)
+		g.claimLost(rt.Name, c.ID(), rec.op)
 	}
-	return result
+	return out, result
 }
 
 // recordOnce makes one try, bounded by the store's op_timeout. Not the
 // request's context: the outcome is recorded even when the client has gone.
-func (h *Handler) recordOnce(route, id string, rec recording) (bool, error) {
+func (g *Gate) recordOnce(route, id string, rec recording) (bool, error) {
 	began := time.Now()
 	ok, err := rec.call(context.Background())
-	h.metrics.ObserveStore(rec.op, began, err)
+	g.Metrics.ObserveStore(rec.op, began, err)
 	if err != nil {
-		h.metrics.StoreErrors.WithLabelValues(route, rec.op).Inc()
+		g.Metrics.StoreErrors.WithLabelValues(route, rec.op).Inc()
 	}
 	return ok, err
 }
@@ -149,17 +149,17 @@ const (
 // keepRecording). A retry of its key on this gateway writes it first (see
 // writeKept).
 
-// errKeptUnwritten: a retry found its key's result kept, and the store
+// ErrKeptUnwritten: a retry found its key's result kept, and the store
 // still refuses it. The retry fails closed whatever the route's
 // on_store_error: forwarding it would execute the operation again.
-var errKeptUnwritten = errors.New("this gateway keeps the key's result, which the store has no room for yet")
+var ErrKeptUnwritten = errors.New("this gateway keeps the key's result, which the store has no room for yet")
 
-// keptResults are the process's kept completions: one bound per gateway,
+// KeptResults are the process's kept completions: one bound per gateway,
 // across its sites and config reloads.
-var keptResults = unrecorded.New[keptCompletion](unrecorded.MaxCount, unrecorded.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
+var KeptResults = unrecorded.New[KeptCompletion](unrecorded.MaxCount, unrecorded.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
 
-// keptCompletion is one completion kept past its claim's lease.
-type keptCompletion struct {
+// KeptCompletion is one completion kept past its claim's lease.
+type KeptCompletion struct {
 	key   unrecorded.Key
 	route string
 	rec   recording // completing: it keeps its own copy of the body
@@ -182,12 +182,12 @@ type keptCompletion struct {
 // applies to it (see store.CompleteRequest), while a record an operator
 // resolved, a check settled or another claim took over has a new token
 // and is never overwritten.
-func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, size int64, deadline time.Time, err error) {
-	defer h.use.Leave()
-	var kc *keptCompletion
+func (g *Gate) keepRecording(route string, c *store.Claim, rec recording, size int64, deadline time.Time, err error) {
+	defer g.Use.Leave()
+	var kc *KeptCompletion
 	defer func() {
 		if kc != nil {
-			h.kept.Forget(kc)
+			g.Kept.Forget(kc)
 		}
 	}()
 	full := false // the bound kept a refused completion out; said once
@@ -195,24 +195,24 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
-			kc = &keptCompletion{key: unrecorded.Key{Engine: h.store, ID: c.ID()}, route: route, rec: rec}
-			if !h.kept.Keep(kc.key, kc, size) {
+			kc = &KeptCompletion{key: unrecorded.Key{Engine: g.Store, ID: c.ID()}, route: route, rec: rec}
+			if !g.Kept.Keep(kc.key, kc, size) {
 				kc = nil
 				if !full {
 					full = true
-					n, b := h.kept.Count()
-					maxN, maxB := h.kept.Bound()
-					h.logger.Warn("the store has no room for the upstream's result and this gateway keeps no more: it is tried until the lease runs out, then the record is held as outcome unknown",
+					n, b := g.Kept.Count()
+					maxN, maxB := g.Kept.Bound()
+					g.Logger.Warn("the store has no room for the upstream's result and this gateway keeps no more: it is tried until the lease runs out, then the record is held as outcome unknown",
 						zap.String("route", route), zap.String("record_id", c.ID()),
 						zap.Int("kept", n), zap.Int64("kept_bytes", b), zap.Int("max_kept", maxN), zap.Int64("max_kept_bytes", maxB))
 				}
 			} else {
-				h.logger.Warn("the store has no room for the upstream's result: the gateway keeps it, renewing its claim, and writes it once the store has room again",
+				g.Logger.Warn("the store has no room for the upstream's result: the gateway keeps it, renewing its claim, and writes it once the store has room again",
 					zap.String("route", route), zap.String("record_id", c.ID()), zap.Error(err))
 			}
 		}
 		if kc == nil && time.Now().Add(pause).After(deadline) {
-			h.logger.Error("gave up recording the upstream outcome; the record will surface as outcome unknown",
+			g.Logger.Error("gave up recording the upstream outcome; the record will surface as outcome unknown",
 				zap.String("route", route), zap.String("record_id", c.ID()), zap.String("step", rec.op), zap.Int("tries", tries-1))
 			return
 		}
@@ -220,80 +220,80 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 		pause = min(2*pause, recordRetryMax)
 		if kc == nil {
 			var ok bool
-			ok, err = h.recordOnce(route, c.ID(), rec)
+			ok, err = g.recordOnce(route, c.ID(), rec)
 			if err == nil {
-				h.recorded(route, c.ID(), rec.op, ok, zap.Int("tries", tries))
+				g.recorded(route, c.ID(), rec.op, ok, zap.Int("tries", tries))
 				return
 			}
 		} else {
 			pause = min(pause, c.Lease()/3) // a try at each renewal
 			if time.Since(renewed) >= c.Lease()/3 {
-				h.renewKept(c)
+				g.renewKept(c)
 				renewed = time.Now()
 			}
 			var done bool
-			if done, err = h.writeKept(kc, zap.Int("tries", tries)); done {
+			if done, err = g.writeKept(kc, zap.Int("tries", tries)); done {
 				return
 			}
 		}
-		h.logger.Debug("recording the upstream outcome failed again", zap.String("record_id", c.ID()), zap.Int("try", tries), zap.Error(err))
+		g.Logger.Debug("recording the upstream outcome failed again", zap.String("record_id", c.ID()), zap.Int("try", tries), zap.Error(err))
 	}
 }
 
 // recorded logs a later try that reached the store: ok, or the claim was
 // lost. how says which try it was.
-func (h *Handler) recorded(route, id, op string, ok bool, how zap.Field) {
+func (g *Gate) recorded(route, id, op string, ok bool, how zap.Field) {
 	if !ok {
-		h.claimLost(route, id, op)
+		g.claimLost(route, id, op)
 		return
 	}
-	h.logger.Info("recorded the upstream outcome after retrying",
+	g.Logger.Info("recorded the upstream outcome after retrying",
 		zap.String("route", route), zap.String("record_id", id), zap.String("step", op), how)
 }
 
 // writeKept tries to write a kept completion once; done when it is
 // written (or its claim was lost), by this try or an earlier one. how
 // says who tries, for the log.
-func (h *Handler) writeKept(kc *keptCompletion, how zap.Field) (done bool, err error) {
+func (g *Gate) writeKept(kc *KeptCompletion, how zap.Field) (done bool, err error) {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
 	if kc.done {
 		return true, nil
 	}
-	ok, err := h.recordOnce(kc.route, kc.key.ID, kc.rec)
+	ok, err := g.recordOnce(kc.route, kc.key.ID, kc.rec)
 	if err != nil {
 		return false, err
 	}
 	kc.done = true
-	h.kept.Forget(kc)
-	h.recorded(kc.route, kc.key.ID, kc.rec.op, ok, how)
+	g.Kept.Forget(kc)
+	g.recorded(kc.route, kc.key.ID, kc.rec.op, ok, how)
 	return true, nil
 }
 
 // renewKept renews the claim of a kept completion, so the record stays
 // in flight (not outcome unknown) until its result is written. It may
 // fail for want of room, as the completion did.
-func (h *Handler) renewKept(c *store.Claim) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
+func (g *Gate) renewKept(c *store.Claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.OpTimeout)
 	defer cancel()
 	began := time.Now()
 	ok, err := c.Renew(ctx)
-	h.metrics.ObserveStore("renew", began, err)
+	g.Metrics.ObserveStore("renew", began, err)
 	if err != nil || !ok {
-		h.logger.Debug("renewing the claim of a kept result", zap.String("record_id", c.ID()), zap.Bool("renewed", ok), zap.Error(err))
+		g.Logger.Debug("renewing the claim of a kept result", zap.String("record_id", c.ID()), zap.Bool("renewed", ok), zap.Error(err))
 	}
 }
 
 // retriesExhausted counts and logs an operation held because its
 // executions used up the route's retry budget.
-func (h *Handler) retriesExhausted(rt *route, id string) {
-	h.metrics.Exhausted.WithLabelValues(rt.Name).Inc()
-	h.logger.Warn("retries exhausted: the operation is held for an operator; nothing is forwarded until one acts",
+func (g *Gate) retriesExhausted(rt *Route, id string) {
+	g.Metrics.Exhausted.WithLabelValues(rt.Name).Inc()
+	g.Logger.Warn("retries exhausted: the operation is held for an operator; nothing is forwarded until one acts",
 		zap.String("route", rt.Name), zap.String("record_id", id), zap.String("owner", rt.Owner),
 		zap.Int("max_executions", rt.MaxExecutions))
 }
 
-func (h *Handler) claimLost(route, id, op string) {
-	h.logger.Warn("the claim was taken over while the upstream call ran; its outcome was not recorded",
+func (g *Gate) claimLost(route, id, op string) {
+	g.Logger.Warn("the claim was taken over while the upstream call ran; its outcome was not recorded",
 		zap.String("route", route), zap.String("record_id", id), zap.String("step", op))
 }

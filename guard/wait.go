@@ -1,4 +1,4 @@
-package caddymodule
+package guard
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -99,21 +98,21 @@ func (p *waitPlaces) give(key string) {
 	}
 }
 
-// waitKey names record id in the handler's store, for the process's
+// waitKey names record id in the gate's store, for the process's
 // waiters: handlers that share a store share its records.
-func (h *Handler) waitKey(id string) string { return fmt.Sprintf("%p/%s", h.store, id) }
+func (g *Gate) waitKey(id string) string { return fmt.Sprintf("%p/%s", g.Store, id) }
 
 // enterWait takes a waiting place for the request (see waitPlaces), and
 // counts it in idemgate_waiters while it waits; leave gives it back. When
 // no place is free it counts the refusal and ok is false.
-func (h *Handler) enterWait(g *guarded) (leave func(), ok bool) {
-	key := h.waitKey(g.id)
+func (g *Gate) enterWait(op *Operation, f *Found) (leave func(), ok bool) {
+	key := g.waitKey(op.ID)
 	if full := waiting.take(key); full != "" {
-		h.metrics.WaitsRefused.WithLabelValues(g.rt.Name, full).Inc()
-		g.note = "not waiting for the first request: too many duplicates wait already (" + full + ")"
+		g.Metrics.WaitsRefused.WithLabelValues(op.Route.Name, full).Inc()
+		f.Note = "not waiting for the first request: too many duplicates wait already (" + full + ")"
 		return nil, false
 	}
-	gauge := h.metrics.Waiters.WithLabelValues(g.rt.Name)
+	gauge := g.Metrics.Waiters.WithLabelValues(op.Route.Name)
 	gauge.Inc()
 	return func() {
 		gauge.Dec()
@@ -130,9 +129,9 @@ var wokenReads singleflight.Group
 // request's: a waiter whose client hangs up does not fail the others'.
 // Each gets a record of its own (its header map is written into a
 // response).
-func (h *Handler) readWoken(id string) (*store.Record, error) {
-	v, err, _ := wokenReads.Do(h.waitKey(id), func() (any, error) {
-		return h.store.Get(context.Background(), id)
+func (g *Gate) readWoken(id string) (*store.Record, error) {
+	v, err, _ := wokenReads.Do(g.waitKey(id), func() (any, error) {
+		return g.Store.Get(context.Background(), id)
 	})
 	rec, _ := v.(*store.Record)
 	if err != nil || rec == nil {
@@ -143,19 +142,14 @@ func (h *Handler) readWoken(id string) (*store.Record, error) {
 	return &own, nil
 }
 
-// waits reports whether duplicates of the route wait for the first.
-func (rt *route) waits() bool {
-	return rt.OnInFlight == config.OnInFlightWait && !rt.observing()
-}
-
-// provisionNotices readies the store's completion notices when a route
-// waits for them (a Redis store subscribes while requests wait, once for
-// every config that shares it).
-func (h *Handler) provisionNotices() {
-	for _, rt := range h.routes {
-		if rt.waits() {
-			if nf, ok := h.store.(store.Notifier); ok {
-				h.notices = nf.Notices()
+// ProvisionNotices readies the store's completion notices when one of
+// routes waits for them (a Redis store subscribes while requests wait,
+// once for every config that shares it).
+func (g *Gate) ProvisionNotices(routes []*Route) {
+	for _, rt := range routes {
+		if rt.Waits() {
+			if nf, ok := g.Store.(store.Notifier); ok {
+				g.Notices = nf.Notices()
 			}
 			return
 		}
@@ -171,14 +165,14 @@ type waiter struct {
 // watch registers interest in the request's record before its claim, on a
 // route that waits (nil otherwise): a notice sent after the claim found the
 // first request in flight cannot be missed.
-func (h *Handler) watch(rt *route, id string) *waiter {
-	if !rt.waits() {
+func (g *Gate) watch(rt *Route, id string) *waiter {
+	if !rt.Waits() {
 		return nil
 	}
-	if h.notices == nil {
+	if g.Notices == nil {
 		return &waiter{}
 	}
-	return &waiter{watch: h.notices.Watch(id), notices: h.notices}
+	return &waiter{watch: g.Notices.Watch(id), notices: g.Notices}
 }
 
 // stop removes the watch.
@@ -210,36 +204,37 @@ func (wt *waiter) live() bool { return wt.notices != nil && wt.notices.Live() }
 
 // shouldWait reports whether the claim found the first request with the
 // same payload in flight: the one case waiting can change.
-func (h *Handler) shouldWait(wt *waiter, g *guarded) bool {
-	return wt != nil && g.rec != nil && g.rec.State == store.StateInFlight && h.sameFingerprint(g, g.rec)
+func (g *Gate) shouldWait(wt *waiter, op *Operation, f *Found) bool {
+	return wt != nil && f.Record != nil && f.Record.State == store.StateInFlight && g.SameFingerprint(op, f.Record)
 }
 
 // await waits up to the route's in_flight_wait for the first request to
 // end (see waiter). It returns a claim when the first was released and
-// this request took the key over; otherwise g.rec is what answers the
+// this request took the key over; otherwise f.Record is what answers the
 // request (the completed or held record, or, past the wait, the record in
 // flight as first found).
-func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *store.Claim, err error) {
+func (g *Gate) await(ctx context.Context, op *Operation, adm *Admission, f *Found, wt *waiter) (claim *store.Claim, err error) {
+	rt := op.Route
 	defer wt.need()()
 	began := time.Now()
-	first := g.rec
-	// The store's clock, from its last reading (g.now at the claim) on.
-	clockAt, clock := began, g.now
+	first := f.Record
+	// The store's clock, from its last reading (f.Now at the claim) on.
+	clockAt, clock := began, f.Now
 	storeNow := func() time.Time { return clock.Add(time.Since(clockAt)) }
 	result := waitTimeout
 	defer func() {
 		waited := time.Since(began)
-		h.metrics.Waits.WithLabelValues(g.rt.Name, result).Inc()
-		h.metrics.WaitTime.WithLabelValues(g.rt.Name).Observe(waited.Seconds())
-		g.waited = waited
-		if g.rec == first {
+		g.Metrics.Waits.WithLabelValues(rt.Name, result).Inc()
+		g.Metrics.WaitTime.WithLabelValues(rt.Name).Observe(waited.Seconds())
+		f.Waited = waited
+		if f.Record == first {
 			// Answered as without waiting: the lease hint counts the wait.
-			g.now = storeNow()
+			f.Now = storeNow()
 		}
 	}()
-	deadline := time.NewTimer(g.rt.InFlightWait)
+	deadline := time.NewTimer(rt.InFlightWait)
 	defer deadline.Stop()
-	poll := min(max(g.rt.InFlightWait/10, waitPollMin), waitPollMax)
+	poll := min(max(rt.InFlightWait/10, waitPollMin), waitPollMax)
 	for {
 		var tick <-chan time.Time
 		if !wt.live() {
@@ -252,18 +247,18 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 			return nil, nil
 		case <-ctx.Done():
 			result = waitGone
-			g.note = "the client went away while waiting for the first request"
+			f.Note = "the client went away while waiting for the first request"
 			return nil, nil
 		}
-		rec, err := h.readWoken(g.id)
+		rec, err := g.readWoken(op.ID)
 		if err != nil {
 			if ctx.Err() != nil {
 				result = waitGone
 				return nil, nil
 			}
-			h.metrics.StoreErrors.WithLabelValues(g.rt.Name, "wait").Inc()
-			h.logger.Debug("reading a record while waiting failed", zap.String("record_id", g.id), zap.Error(err))
-			if time.Since(began)+poll >= g.rt.InFlightWait {
+			g.Metrics.StoreErrors.WithLabelValues(rt.Name, "wait").Inc()
+			g.Logger.Debug("reading a record while waiting failed", zap.String("record_id", op.ID), zap.Error(err))
+			if time.Since(began)+poll >= rt.InFlightWait {
 				result = waitStoreFail
 				return nil, nil
 			}
@@ -271,12 +266,12 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 		}
 		switch {
 		case rec != nil && rec.State == store.StateCompleted:
-			g.rec, result = rec, waitReplayed
+			f.Record, result = rec, waitReplayed
 			return nil, nil
 		case rec != nil && rec.State == store.StateUnknown:
-			g.rec, g.now, result = rec, storeNow(), waitUnknown
-			claim, err := h.settleHeld(ctx, g)
-			if claim != nil && h.readmit(g) {
+			f.Record, f.Now, result = rec, storeNow(), waitUnknown
+			claim, err := g.settleHeld(ctx, op, f)
+			if claim != nil && adm.Readmit() {
 				// Found not applied, but the breaker refuses it: the
 				// claim goes back unused (ServeHTTP).
 				result = waitBreakerOpen
@@ -287,30 +282,30 @@ func (h *Handler) await(ctx context.Context, g *guarded, wt *waiter) (claim *sto
 		}
 		// Released, gone, or a lease that ran out: claim as if just
 		// arrived, if the breaker lets a new execution through.
-		if h.readmit(g) {
+		if adm.Readmit() {
 			result = waitBreakerOpen
-			return nil, errBreakerOpen
+			return nil, ErrBreakerOpen
 		}
-		claim, err := h.claimOrSettle(ctx, g)
+		claim, err := g.claimOrSettle(ctx, op, f)
 		switch {
 		case err != nil:
 			result = waitStoreFail
 			return nil, err
 		case claim != nil:
 			result = waitExecuted
-			if h.readmit(g) {
+			if adm.Readmit() {
 				// The breaker opened between its answer and the claim (an
 				// execution that failed meanwhile released the record):
 				// the claim goes back unused (ServeHTTP).
 				result = waitBreakerOpen
 			}
 			return claim, nil
-		case g.rec.State == store.StateInFlight:
+		case f.Record.State == store.StateInFlight:
 			// Another duplicate took the key over: wait for that one.
-			first, clockAt, clock = g.rec, time.Now(), g.now
-			h.giveBackProbe(g)
+			first, clockAt, clock = f.Record, time.Now(), f.Now
+			adm.giveBackProbe()
 			continue
-		case g.rec.State == store.StateCompleted:
+		case f.Record.State == store.StateCompleted:
 			result = waitReplayed
 		default:
 			result = waitUnknown

@@ -1,4 +1,4 @@
-package caddymodule
+package guard
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/exchange"
@@ -14,59 +13,63 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// execute forwards a client's claimed request once and records what
-// came back (see forwardOnce).
-func (h *Handler) execute(g *guarded, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body, c *store.Claim) error {
+// Next is the rest of the handler chain the request goes through (in
+// Caddy: reverse_proxy, and whatever the site puts before it).
+type Next func(http.ResponseWriter, *http.Request) error
+
+// Execute forwards a client's claimed request once and records what
+// came back (see ForwardOnce). The call's panic is returned, for the
+// adapter to re-raise once the outcome is set: the client has its
+// answer by then.
+func (g *Gate) Execute(op *Operation, adm *Admission, c *store.Claim, w http.ResponseWriter, r *http.Request, next Next, body *exchange.Body) (out Outcome, panicked any, err error) {
 	// A client that hangs up must not cancel the call: it finishes, and
 	// its result is stored for the client's retry.
 	r = r.WithContext(context.WithoutCancel(r.Context()))
-	if g.call != nil {
-		defer h.calls.enter(g.call, r)()
+	if op.Call != nil {
+		defer g.Calls.enter(op.Call, r)()
 	}
-	_, panicked, err := h.forwardOnce(g, c, w, r, next, body)
-	if panicked != nil {
-		panic(panicked)
-	}
-	return err
+	out, _, panicked, err = g.ForwardOnce(op, adm, c, w, r, next, body)
+	return out, panicked, err
 }
 
-// forwardOnce is the one execution of an operation, whoever started it
+// ForwardOnce is the one execution of an operation, whoever started it
 // (a client's request, an operator's re-drive): with the record claimed
 // under c, it sends r once through next, renewing the claim's lease while
 // the call runs, classifies what came back, records it under the claim,
-// and then hands the answer to w. It returns what the outcome left on
-// the record (see record), and the call's panic (re-raised by a client's
-// execute once the answer is out) or error.
-func (h *Handler) forwardOnce(g *guarded, c *store.Claim, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, body *exchange.Body) (result string, panicked any, err error) {
-	body.ForUpstream(r, g.rt.ForwardKeyHeader, g.key)
+// and then hands the answer to w. It returns the request's outcome, what
+// the outcome left on the record (see record), and the call's panic
+// (re-raised by a client's execute once the answer is out) or error.
+func (g *Gate) ForwardOnce(op *Operation, adm *Admission, c *store.Claim, w http.ResponseWriter, r *http.Request, next Next, body *exchange.Body) (out Outcome, result string, panicked any, err error) {
+	rt := op.Route
+	body.ForUpstream(r, rt.ForwardKeyHeader, op.Key)
 
-	cw := exchange.NewCapture(w, g.rt.MaxResponse)
+	cw := exchange.NewCapture(w, rt.MaxResponse)
 	defer cw.Release()
 	var up http.ResponseWriter = cw
 	var tap *mcp.Tap // a tool call's answer, tapped for its JSON-RPC response
-	if g.call != nil {
-		tap = tapCall(g, cw)
+	if op.Call != nil {
+		tap = tapCall(op, cw)
 		up = tap
 	}
 
-	panicked, err = h.callUnderLease(c, next, up, r)
+	panicked, err = g.callUnderLease(c, next, up, r)
 
 	// The upstream's answer is all here (unless it was too large to hold
 	// back): record it, then hand it to the client at whatever pace the
 	// client reads. A duplicate meanwhile replays it. A response that
 	// broke off reaches the client as it came, broken.
-	out, res := cw.Outcome(g.rt.answers, err, panicked)
+	got, res := cw.Outcome(rt.Answers, err, panicked)
 	if tap != nil {
-		out, res = toolOutcome(g.rt, tap, out, res)
+		got, res = toolOutcome(rt, tap, got, res)
 	}
-	result = h.record(g, c, out, res)
+	out, result = g.record(op, adm, c, got, res)
 	cw.Deliver()
 	if panicked != nil {
 		// Out before the abort closes the connection, or the client
 		// would see no answer at all (and its transport might resend).
 		_ = cw.FlushError()
 	}
-	return result, panicked, err
+	return out, result, panicked, err
 }
 
 // renewWhileRunning extends the claim's lease while the upstream call is
@@ -74,8 +77,8 @@ func (h *Handler) forwardOnce(g *guarded, c *store.Claim, w http.ResponseWriter,
 // finish within a third of the lease cost no renewal: nothing runs before
 // then but a timer (no goroutine per call). Its stop returns once no
 // renewal is running and none will start.
-func (h *Handler) renewWhileRunning(c *store.Claim) *renewal {
-	rn := &renewal{h: h, claim: c}
+func (g *Gate) renewWhileRunning(c *store.Claim) *renewal {
+	rn := &renewal{g: g, claim: c}
 	rn.mu.Lock() // renew reads rn.timer
 	rn.timer = time.AfterFunc(c.Lease()/3, rn.renew)
 	rn.mu.Unlock()
@@ -84,7 +87,7 @@ func (h *Handler) renewWhileRunning(c *store.Claim) *renewal {
 
 // renewal is the lease renewal of one running call.
 type renewal struct {
-	h     *Handler
+	g     *Gate
 	claim *store.Claim
 
 	mu      sync.Mutex // held while a renewal runs
@@ -100,17 +103,17 @@ func (rn *renewal) renew() {
 	if rn.stopped {
 		return
 	}
-	h := rn.h
-	ctx, cancel := context.WithTimeout(context.Background(), h.opTimeout())
+	g := rn.g
+	ctx, cancel := context.WithTimeout(context.Background(), g.OpTimeout)
 	began := time.Now()
 	ok, err := rn.claim.Renew(ctx)
 	cancel()
-	h.metrics.ObserveStore("renew", began, err)
+	g.Metrics.ObserveStore("renew", began, err)
 	switch {
 	case err != nil:
-		h.logger.Warn("renewing a claim failed", zap.String("record_id", rn.claim.ID()), zap.Error(err))
+		g.Logger.Warn("renewing a claim failed", zap.String("record_id", rn.claim.ID()), zap.Error(err))
 	case !ok:
-		h.logger.Warn("claim lost while the upstream call was running", zap.String("record_id", rn.claim.ID()))
+		g.Logger.Warn("claim lost while the upstream call was running", zap.String("record_id", rn.claim.ID()))
 		return
 	}
 	rn.timer.Reset(rn.claim.Lease() / 3)
@@ -125,8 +128,8 @@ func (rn *renewal) stop() {
 
 // callUnderLease runs the rest of the chain once (callNext), renewing
 // the claim's lease while the call runs.
-func (h *Handler) callUnderLease(c *store.Claim, next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
-	renewing := h.renewWhileRunning(c)
+func (g *Gate) callUnderLease(c *store.Claim, next Next, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
+	renewing := g.renewWhileRunning(c)
 	defer renewing.stop()
 	return callNext(next, w, r)
 }
@@ -134,7 +137,7 @@ func (h *Handler) callUnderLease(c *store.Claim, next caddyhttp.Handler, w http.
 // callNext runs the rest of the chain, catching a panic (reverse_proxy
 // aborts a broken response with http.ErrAbortHandler) so the outcome can
 // be recorded before it is re-raised.
-func callNext(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
+func callNext(next Next, w http.ResponseWriter, r *http.Request) (panicked any, err error) {
 	defer func() { panicked = recover() }()
-	return nil, next.ServeHTTP(w, r)
+	return nil, next(w, r)
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package guard
 
 import (
 	"errors"
@@ -16,57 +16,56 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// answer responds from an existing record: replay, conflict or mismatch.
-func (h *Handler) answer(g *guarded, w http.ResponseWriter) error {
-	rec := g.rec
+// Answer responds from the record the claim found (f): replay,
+// conflict or mismatch, or the refusal of a request the store created
+// no record for.
+func (g *Gate) Answer(op *Operation, f *Found, w http.ResponseWriter) (Outcome, error) {
+	rec := f.Record
 	if rec == nil {
-		return h.refused(g, w)
+		return g.refused(op, f, w)
 	}
-	if !h.sameFingerprint(g, rec) {
-		g.outcome = outcomeMismatch
-		from, header := keySource(g.rt, g.keyFrom)
-		p := problem.KeyReused.With(fmt.Sprintf("this key%s was first used with a different request payload on route %s; nothing was forwarded", from, g.rt.Name), g.rt.Name)
+	rt := op.Route
+	if !g.SameFingerprint(op, rec) {
+		from, header := keySource(rt, op.KeyFrom)
+		p := problem.KeyReused.With(fmt.Sprintf("this key%s was first used with a different request payload on route %s; nothing was forwarded", from, rt.Name), rt.Name)
 		if !header {
 			p.Title = problem.KeyReusedKeyTitle
 		}
 		p.RecordID = rec.ID
-		return h.problem(g, w, p)
+		return Refuse(op, w, OutcomeMismatch, p)
 	}
 	switch rec.State {
 	case store.StateCompleted:
-		g.outcome = outcomeReplayed
-		g.status = rec.Status
-		if g.call != nil {
-			return replayCall(g, w, rec)
+		out := Outcome{Name: OutcomeReplayed, Status: rec.Status}
+		if op.Call != nil {
+			return out, replayCall(op, w, rec)
 		}
-		return replay(w, rec)
+		return out, replay(w, rec)
 	case store.StateUnknown:
 		switch {
 		case rec.Class() == store.StateExhausted:
-			return h.exhausted(g, w, rec)
+			return exhausted(op, w, rec)
 		case rec.Reason == store.ReasonSamePayload:
-			return h.samePayload(g, w, rec)
+			return g.samePayload(op, f, w, rec)
 		}
-		g.outcome = outcomeUnknown
-		p := problem.Unknown.With("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, g.rt.Name)
+		p := problem.Unknown.With("an earlier attempt reached the upstream but its outcome is not known; an operator must release or complete record "+rec.ID, rt.Name)
 		p.RecordID = rec.ID
-		withNextCheck(&p, rec, g.now)
-		return h.problem(g, w, p)
+		withNextCheck(&p, rec, f.Now)
+		return Refuse(op, w, OutcomeUnknown, p)
 	default:
-		g.outcome = outcomeInFlight
-		p := inFlight(g.rt, g.keyFrom)
+		p := inFlight(rt, op.KeyFrom)
 		// The store's clock, not this gateway's: instances with skewed
 		// clocks give the same hint.
-		if left := rec.LeaseUntil.Sub(g.now); left > time.Second {
-			p.RetryAfter = int(min(left, g.rt.LockLease).Seconds())
+		if left := rec.LeaseUntil.Sub(f.Now); left > time.Second {
+			p.RetryAfter = int(min(left, rt.LockLease).Seconds())
 		}
-		return h.problem(g, w, p)
+		return Refuse(op, w, OutcomeInFlight, p)
 	}
 }
 
 // inFlight is the 409 for a key whose first request is still running,
 // naming where the key came from (keySource).
-func inFlight(rt *route, keyFrom int) problem.Problem {
+func inFlight(rt *Route, keyFrom int) problem.Problem {
 	from, header := keySource(rt, keyFrom)
 	p := problem.InFlight.With("the first request with this key"+from+" is still being processed; retry later", rt.Name)
 	if !header {
@@ -79,7 +78,7 @@ func inFlight(rt *route, keyFrom int) problem.Problem {
 // the route's template is not known, else its Idempotency-Key header or
 // the key template; header reports whether the IETF draft's titles,
 // which name the Idempotency-Key header, fit the key.
-func keySource(rt *route, keyFrom int) (from string, header bool) {
+func keySource(rt *Route, keyFrom int) (from string, header bool) {
 	if keyFrom < 0 || keyFrom >= len(rt.Key) {
 		return "", true
 	}
@@ -92,38 +91,37 @@ func keySource(rt *route, keyFrom int) (from string, header bool) {
 
 // exhausted answers a retry of an operation held because its retries were
 // used up: nothing is forwarded until an operator acts.
-func (h *Handler) exhausted(g *guarded, w http.ResponseWriter, rec *store.Record) error {
-	g.outcome = outcomeExhausted
+func exhausted(op *Operation, w http.ResponseWriter, rec *store.Record) (Outcome, error) {
 	detail := fmt.Sprintf("the upstream answered \"not done\" to %d executions of this operation; it is held for an operator (release, complete or run it now) and nothing is forwarded meanwhile; record %s", rec.NotDone, rec.ID)
 	if n := len(rec.Answers); n > 0 {
 		last := rec.Answers[n-1]
 		detail += fmt.Sprintf("; the last answer was %d at %s", last.Status, last.At.UTC().Format(time.RFC3339))
 	}
-	p := problem.Exhausted.With(detail, g.rt.Name)
+	p := problem.Exhausted.With(detail, op.Route.Name)
 	p.RecordID = rec.ID
-	return h.problem(g, w, p)
+	return Refuse(op, w, OutcomeExhausted, p)
 }
 
-// sameFingerprint compares the request with the record, under the
+// SameFingerprint compares the request with the record, under the
 // fingerprint rule that made the record: a reload that changed the rule
 // must not turn a genuine retry into a mismatch.
-func (h *Handler) sameFingerprint(g *guarded, rec *store.Record) bool {
-	if rec.FingerprintRule == g.rt.fpRule {
-		return rec.Fingerprint == g.fp
+func (g *Gate) SameFingerprint(op *Operation, rec *store.Record) bool {
+	if rec.FingerprintRule == op.Route.FPRule {
+		return rec.Fingerprint == op.FP
 	}
-	_, same := h.fingerprintUnder(g, rec)
+	_, same := g.fingerprintUnder(op, rec)
 	return same
 }
 
 // fingerprintUnder computes the request's fingerprint under the rule that
 // made rec, and whether it equals the record's.
-func (h *Handler) fingerprintUnder(g *guarded, rec *store.Record) (string, bool) {
+func (g *Gate) fingerprintUnder(op *Operation, rec *store.Record) (string, bool) {
 	rule, err := keying.ParseFingerprintRule(rec.FingerprintRule)
 	if err != nil {
-		h.logger.Warn("record has an unreadable fingerprint rule", zap.String("record_id", rec.ID), zap.Error(err))
+		g.Logger.Warn("record has an unreadable fingerprint rule", zap.String("record_id", rec.ID), zap.Error(err))
 		return "", false
 	}
-	fp, err := keying.Fingerprint(g.method, rec.Operation, g.in, rule)
+	fp, err := keying.Fingerprint(op.Method, rec.Operation, op.In, rule)
 	return fp, err == nil && fp == rec.Fingerprint
 }
 
@@ -165,25 +163,29 @@ func withNextCheck(p *problem.Problem, rec *store.Record, now time.Time) {
 	p.RetryAfter = int(max(next.Sub(now).Round(time.Second), time.Second) / time.Second)
 }
 
-// reject answers a request whose body or key cannot be used.
-func (h *Handler) reject(g *guarded, w http.ResponseWriter, err error) error {
+// Reject answers a request whose body or key cannot be used.
+func Reject(op *Operation, w http.ResponseWriter, err error) (Outcome, error) {
+	rt := op.Route
+	var p problem.Problem
 	switch {
 	case errors.Is(err, exchange.ErrTooLarge):
-		return h.problem(g, w, problem.TooLarge.With(fmt.Sprintf("the request body exceeds %d bytes", g.rt.MaxBody), g.rt.Name))
+		p = problem.TooLarge.With(fmt.Sprintf("the request body exceeds %d bytes", rt.MaxBody), rt.Name)
 	case errors.Is(err, keying.ErrTooDeep):
-		return h.problem(g, w, problem.TooDeep.With(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), g.rt.Name))
+		p = problem.TooDeep.With(fmt.Sprintf("the request body nests arrays and objects deeper than %d levels; nothing was forwarded", keying.MaxDepth), rt.Name)
 	case errors.Is(err, keying.ErrMalformedJSON):
-		return h.problem(g, w, problem.BadJSON.With("route "+g.rt.Name+" reads fields of the request body, which is not valid JSON", g.rt.Name))
+		p = problem.BadJSON.With("route "+rt.Name+" reads fields of the request body, which is not valid JSON", rt.Name)
 	default:
-		return h.problem(g, w, problem.BadBody.With("the request body could not be read", g.rt.Name))
+		p = problem.BadBody.With("the request body could not be read", rt.Name)
 	}
+	return Refuse(op, w, OutcomeInvalid, p)
 }
 
-func (h *Handler) problem(g *guarded, w http.ResponseWriter, p problem.Problem) error {
-	g.status = p.Status
-	p.Owner = g.rt.Owner
-	if g.rt.tools != nil {
-		return toolError(g, w, p)
+// Refuse answers the request with problem p, as problem+json (on an MCP
+// route, as a JSON-RPC error); name is the outcome it counts as.
+func Refuse(op *Operation, w http.ResponseWriter, name string, p problem.Problem) (Outcome, error) {
+	p.Owner = op.Route.Owner
+	if op.Route.ToolSet != nil {
+		return Outcome{Name: name, Status: http.StatusOK}, toolError(op, w, p)
 	}
-	return p.Write(w)
+	return Outcome{Name: name, Status: p.Status}, p.Write(w)
 }
