@@ -24,7 +24,9 @@
 // Options.SyncInterval later: a machine crash can only turn a result of
 // that last window back into its claim, whose lease runs out (see
 // walsync.go). Changes nobody acts on (a replay's attempt count, a
-// renewed lease) are written without waiting.
+// renewed lease) are written without waiting for the log (committed
+// without a sync), and without waiting at all while a commit could be
+// held up (inline.go).
 //
 // Atomic: every read-modify-write of a record runs under that record's
 // lock (one of a fixed set of striped locks), so claims on different
@@ -559,10 +561,14 @@ var timers = sync.Pool{New: func() any {
 // that lands after that is undone (when w says so) before its release.
 func (e *Engine) commit(ctx context.Context, w *write, dur durability) error {
 	switch {
+	case dur == unwaited && e.inline():
+		// Nobody acts on it (an attempt count, a renewal): committed
+		// without a sync, so a replay never waits for the disk.
+		w.unwaited()
+		return nil
 	case dur == unwaited:
-		// Nobody acts on it (an attempt count, a renewal): not waited
-		// for, so a replay never waits for a write. The record stays
-		// locked until it is committed.
+		// The commit might wait for the disk: not waited for. The
+		// record stays locked until it is committed.
 		go w.unwaited()
 		return nil
 	case e.inline():

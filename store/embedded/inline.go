@@ -29,7 +29,9 @@ import (
 //     one interval.
 //
 // Otherwise the write goes to a goroutine of its own and its caller
-// waits at most OpTimeout (commit). In the one case left, a disk filled
+// waits at most OpTimeout (commit); a write nobody waits for (a replay's
+// attempt count, a renewal: committed without a sync) is then not
+// waited for at all. In the one case left, a disk filled
 // by another process within one interval, the writes then under way
 // wait for room like Pebble's own; a claim among them whose caller gave
 // up meanwhile is undone once it lands, as after a timeout, and nothing
