@@ -113,7 +113,7 @@ func TestHeadingAnchors(t *testing.T) {
 	for _, c := range []struct{ heading, anchor string }{
 		{"## Retries and the recovery path", "retries-and-the-recovery-path"},
 		{"### `wait_replicas`: narrowing the window", "wait_replicas-narrowing-the-window"},
-		{"## Two connections: the speed issue's start against this tree", "two-connections-the-speed-issues-start-against-this-tree"},
+		{"## Two connections: the speed targets' baseline against this tree", "two-connections-the-speed-targets-baseline-against-this-tree"},
 		{"## `verify`, `release` or plain `hold`?", "verify-release-or-plain-hold"},
 		{"### Route rules (YAML)", "route-rules-yaml"},
 	} {

@@ -15,9 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 func init() {
@@ -66,7 +66,7 @@ const (
 // form cannot reach them.
 type AdminAPI struct {
 	logger *zap.Logger
-	stores func() []operator.LiveStore // nil: the running config's (caddymodule.LiveStores)
+	stores func() []operator.LiveStore // nil: the running config's (storepool.LiveStores)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -93,7 +93,7 @@ func (a *AdminAPI) operator() *operator.Service {
 	if a.stores != nil {
 		return operator.New(a.stores)
 	}
-	return operator.New(caddymodule.LiveStores)
+	return operator.New(storepool.LiveStores)
 }
 
 func (a *AdminAPI) log() *zap.Logger {
@@ -193,9 +193,9 @@ type recordSummary struct {
 }
 
 // recordView is one record in full: the summary plus the stored response's
-// headers, credentials redacted (store.RedactHeader), and body (JSON,
+// headers, credentials redacted (operator.RedactHeader), and body (JSON,
 // NDJSON and URL-encoded forms as "body" with their credential-like
-// fields redacted by the route's store.Redactor; anything else as
+// fields redacted by the route's operator.Redactor; anything else as
 // "body_unparsed", its size and digest, or, on a route with
 // show_unparsed_bodies, as "body" when it is valid UTF-8 and else
 // "body_base64"), and the operator actions taken on it.
@@ -270,20 +270,20 @@ func summarize(rec *store.Record) recordSummary {
 }
 
 // view is rec in full, its body redacted by red.
-func view(rec *store.Record, red store.Redactor) recordView {
-	v := recordView{recordSummary: summarize(rec), Headers: store.RedactHeader(rec.Header), Verification: verification(rec), Retries: retries(rec)}
+func view(rec *store.Record, red operator.Redactor) recordView {
+	v := recordView{recordSummary: summarize(rec), Headers: operator.RedactHeader(rec.Header), Verification: verification(rec), Retries: retries(rec)}
 	for _, a := range rec.Audit {
 		v.Audit = append(v.Audit, auditEntry{At: a.At.UTC(), Actor: a.Actor, Action: a.Action, Reason: a.Reason})
 	}
 	if rec.Call != nil && rec.Call.Arguments != "" {
-		args := rec.Call.Shown(red, "")
+		args := red.ToolArguments(rec.Call, "")
 		v.Arguments = &args
 	}
 	switch shown := red.Body(rec.Body, rec.Header.Get("Content-Type"), ""); shown.Kind {
-	case store.BodyEmpty:
-	case store.BodyBinary:
+	case operator.BodyEmpty:
+	case operator.BodyBinary:
 		v.BodyBase64 = base64.StdEncoding.EncodeToString(rec.Body)
-	case store.BodyUnparsed:
+	case operator.BodyUnparsed:
 		v.BodyUnparsed = shown.Text
 	default:
 		v.Body, v.BodyRedactions = &shown.Text, shown.Redactions
@@ -554,7 +554,7 @@ func (a *AdminAPI) verify(w http.ResponseWriter, r *http.Request, id string) err
 	if err != nil {
 		return err
 	}
-	rec, verdict, err := op.Verify(r.Context(), t, act)
+	rec, verdict, err := op.CheckOutcome(r.Context(), t, act)
 	if err != nil {
 		return storeError(err)
 	}

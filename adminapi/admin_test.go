@@ -655,10 +655,10 @@ func TestAdminRedactsCredentials(t *testing.T) {
 	want := http.Header{
 		"Content-Type":  {"application/json"},
 		"Location":      {"/deals/D-1"},
-		"Set-Cookie":    {"sid=" + store.Redacted + "; Path=/; HttpOnly", "theme=" + store.Redacted},
-		"X-Api-Key":     {store.Redacted},
-		"X-Auth-Token":  {store.Redacted},
-		"Authorization": {store.Redacted},
+		"Set-Cookie":    {"sid=" + operator.Redacted + "; Path=/; HttpOnly", "theme=" + operator.Redacted},
+		"X-Api-Key":     {operator.Redacted},
+		"X-Auth-Token":  {operator.Redacted},
+		"Authorization": {operator.Redacted},
 	}
 	if fmt.Sprint(rec.Headers) != fmt.Sprint(want) {
 		t.Errorf("headers\n got %v\nwant %v", rec.Headers, want)

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgate/idemgate/caddymodule"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
 )
@@ -82,8 +84,8 @@ func TestOperatorRedactsStoredBodies(t *testing.T) {
 			if code != http.StatusOK || json.Unmarshal(b, &v) != nil || v.Body == nil {
 				t.Fatalf("record view: %d %s", code, b)
 			}
-			if strings.Contains(*v.Body, "secret-") || !strings.Contains(*v.Body, store.Redacted) {
-				t.Errorf("the record view shows %s, want every credential-like value %s", *v.Body, store.Redacted)
+			if strings.Contains(*v.Body, "secret-") || !strings.Contains(*v.Body, operator.Redacted) {
+				t.Errorf("the record view shows %s, want every credential-like value %s", *v.Body, operator.Redacted)
 			}
 			for _, k := range tc.keep {
 				if !strings.Contains(*v.Body, k) {
@@ -117,4 +119,47 @@ func TestOperatorCompleteLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOperatorRefusesInvalidActions: an operator action whose request the
+// operator service or the store refuses for its arguments is answered
+// 400 with the reason, on every engine, and changes nothing.
+func TestOperatorRefusesInvalidActions(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", store.MaxReasonLen+1)
+	for _, sc := range testStores {
+		t.Run(sc.name, func(t *testing.T) {
+			h := newHandler(t, operatorTestRules, sc.cfg(t))
+			a := newAdmin(h)
+			for i, tc := range []struct {
+				action, body, msg string
+			}{
+				{"release", `{"reason":"` + long + `"}`, "reason is longer"},
+				{"complete", `{"status":201,"reason":"` + long + `"}`, "reason is longer"},
+				{"complete", `{"status":600}`, "final HTTP status"},
+				{"complete", `{"status":201,"headers":{"X-A":5}}`, "header values"},
+				{"verify", `{"reason":"` + long + `"}`, "reason is longer"},
+				{"run", `{}`, "reason is required"},
+			} {
+				id := storedRecord(t, h, strconv.Itoa(i), store.Result{})
+				code, b := adminDo(t, a, http.MethodPost, "/idempotency/records/"+id+"/"+tc.action, tc.body)
+				if code != http.StatusBadRequest || !strings.Contains(string(b), tc.msg) {
+					t.Errorf("%s %.40s: %d %s, want 400 naming %q", tc.action, tc.body, code, b, tc.msg)
+				}
+				if r := mustRecord(t, h, id); r.State != store.StateUnknown || len(r.Audit) != 0 {
+					t.Errorf("%s %.40s: a refused action changed the record: %s, %d audit entries", tc.action, tc.body, r.State, len(r.Audit))
+				}
+			}
+		})
+	}
+}
+
+// mustRecord reads record id from h's store.
+func mustRecord(t *testing.T, h *caddymodule.Handler, id string) *store.Record {
+	t.Helper()
+	r, err := engine(h).Get(context.Background(), id)
+	if err != nil || r == nil {
+		t.Fatalf("Get(%s): %v, %v", id, r, err)
+	}
+	return r
 }

@@ -10,21 +10,9 @@ import (
 	"github.com/idemgate/idemgate/verify"
 )
 
-// stores are the record stores the process has open. Process-wide by
-// nature, as reverse_proxy's upstream pool is: a store outlives a config
-// reload (its engine is shared by the old and the new config), and the
-// operator API, an admin module provisioned apart from any handler, lists
-// the stores of every loaded config.
-var stores = storepool.New()
-
 // StoreModule is a record store engine as a Caddy guest module in the
 // namespace idempotency.stores (see storepool.Module).
 type StoreModule = storepool.Module
-
-// LiveStores returns the record stores of every idempotency handler in
-// the running config, in a stable order, for the operator service
-// (package operator) behind the admin API and the operator console.
-func LiveStores() []operator.LiveStore { return stores.Live() }
 
 // LiveStore returns h's own record store as the operator service sees it,
 // with only h's routes: for an operator view of one handler.
@@ -34,10 +22,11 @@ func (h *Handler) LiveStore() operator.LiveStore { return h.use.Live() }
 // records of h's routes: the handler's side of operator.Actions.
 type operatorActions struct{ h *Handler }
 
-// Verify runs an operator's check of rec with the handler's verifier
-// (see verify.Verifier.Verify); operator.ErrNoVerify when the record's
+// CheckOutcome runs an operator's check of rec, asking the upstream
+// whether the operation happened, with the handler's verifier (see
+// verify.Verifier.CheckOutcome); operator.ErrNoVerify when the record's
 // route has no verify rule in the handler's config.
-func (a operatorActions) Verify(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+func (a operatorActions) CheckOutcome(_ context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	if err := verify.Verifiable(rec); err != nil {
 		return rec, "", err
 	}
@@ -45,7 +34,7 @@ func (a operatorActions) Verify(_ context.Context, rec *store.Record, act store.
 	if rt == nil || rt.Verify == nil || a.h.verifier == nil {
 		return rec, "", fmt.Errorf("%w: route %s", operator.ErrNoVerify, rec.Route)
 	}
-	return a.h.verifier.Verify(&rt.Resolved, rec, act)
+	return a.h.verifier.CheckOutcome(&rt.Resolved, rec, act)
 }
 
 // Run re-drives rec through the handler (see Handler.redrive).

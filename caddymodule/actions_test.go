@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 // TestLiveStores: the console's view of the registry is the admin API's:
@@ -19,7 +20,7 @@ routes:
     confirm: true
 `, testStores[0].cfg(t))
 	var found []operator.LiveStore
-	for _, ls := range LiveStores() {
+	for _, ls := range storepool.LiveStores() {
 		if ls.Store == h.store {
 			found = append(found, ls)
 		}
@@ -35,7 +36,7 @@ routes:
 		t.Fatal(err)
 	}
 	h.use = nil // the test's own clean-up must not release it twice
-	for _, ls := range LiveStores() {
+	for _, ls := range storepool.LiveStores() {
 		if ls.Store == h.store {
 			t.Fatal("a cleaned-up handler's store is still listed")
 		}

@@ -12,7 +12,7 @@ import (
 )
 
 // breakers are the process's breakers (see breaker.Owner). Process-wide
-// by nature, as the store pool is (see stores): a breaker outlives the
+// by nature, as the store pool is (see storepool.Default): a breaker outlives the
 // config reloads that keep its route, and only a pool outside any one
 // config can hand it from the old handler to the new one, as Caddy's
 // reverse_proxy keeps its upstreams' state. Its keys name the server and

@@ -12,9 +12,9 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // claim takes the right to execute the request's key, or finds the record
@@ -84,7 +84,7 @@ func (h *Handler) settleHeld(ctx context.Context, g *guarded) (*store.Claim, err
 // rule gives this request: a reload that changed the rule never turns a
 // genuine retry into a mismatch, nor a different payload into a takeover.
 func (h *Handler) claimKey(ctx context.Context, g *guarded) (*store.Claim, error) {
-	if kc := h.kept.Find(kept.Key{Engine: h.store, ID: g.id}); kc != nil {
+	if kc := h.kept.Find(unrecorded.Key{Engine: h.store, ID: g.id}); kc != nil {
 		// This gateway keeps the key's result, which the store refused
 		// for want of room: written first, so the retry replays the
 		// answer its client got, or fails closed while it cannot be.

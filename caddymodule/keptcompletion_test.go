@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // roomless is an engine that has no room for results while full is set:
@@ -94,7 +94,7 @@ routes:
 `, shortOpTimeout(st.cfg(t)))
 				e := &roomless{Engine: h.store, renews: tc.renews}
 				h.store = e
-				h.kept = kept.New[keptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
+				h.kept = unrecorded.New[keptCompletion](tc.maxCount, tc.maxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "kept_bytes"}))
 				t.Cleanup(func() {
 					// Kept results are written, and their background
 					// tries gone, before the store closes.

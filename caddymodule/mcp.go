@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
 	"github.com/idemgate/idemgate/metrics"
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/problem"
 	"github.com/idemgate/idemgate/protocol/mcp"
 	"github.com/idemgate/idemgate/store"
@@ -48,7 +49,7 @@ func keptCall(g *guarded) *store.ToolCall {
 		return nil
 	}
 	if c.kept == nil {
-		c.kept = store.NewToolCall(c.Tool, c.Arguments, store.NewRedactor(g.rt.RedactFields))
+		c.kept = operator.NewRedactor(g.rt.RedactFields).ToolCall(c.Tool, c.Arguments)
 	}
 	return c.kept
 }

@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/config"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/keying"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/redrive"
@@ -27,6 +26,7 @@ import (
 	"github.com/idemgate/idemgate/secret"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/storepool"
+	"github.com/idemgate/idemgate/unrecorded"
 	"github.com/idemgate/idemgate/verify"
 )
 
@@ -86,10 +86,10 @@ type Handler struct {
 	seal     *sealed.Sealer    // encrypts kept requests under a key derived from the configured secret; nil without one
 	storeMod StoreModule       // the loaded Store module
 	store    store.Engine
-	notices  store.Notices                     // completion notices, when a route waits for them
-	use      *storepool.Use                    // the handler's use of the store (see package storepool)
-	verifier *verify.Verifier                  // settles held records with the upstream (package verify)
-	kept     *kept.Completions[keptCompletion] // results kept for want of room: the process's (see record.go)
+	notices  store.Notices                           // completion notices, when a route waits for them
+	use      *storepool.Use                          // the handler's use of the store (see package storepool)
+	verifier *verify.Verifier                        // settles held records with the upstream (package verify)
+	kept     *unrecorded.Completions[keptCompletion] // results kept for want of room: the process's (see record.go)
 	// breakerKeys are the handler's references to its routes' breakers
 	// (see breakerOwner), given back at Cleanup.
 	breakerKeys []string
@@ -129,7 +129,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.metrics = metrics.Register(ctx.GetMetricsRegistry(), h.logger, verify.Verifications, bufferedBytes)
 	h.bufferBudget = h.maxBuffered()
 
-	h.use, err = stores.Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
+	h.use, err = storepool.Default().Open(h.storeMod, h.resolved(), operatorActions{h}, h.logger)
 	if err != nil {
 		return fmt.Errorf("idempotency store: %w", err)
 	}

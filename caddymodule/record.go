@@ -12,9 +12,9 @@ import (
 
 	"github.com/idemgate/idemgate/config"
 	"github.com/idemgate/idemgate/exchange"
-	"github.com/idemgate/idemgate/kept"
 	"github.com/idemgate/idemgate/metrics"
 	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/unrecorded"
 )
 
 // recording is the one store call that records a call's outcome.
@@ -115,7 +115,7 @@ func (h *Handler) record(g *guarded, c *store.Claim, out exchange.Result, res st
 			// ends: the background tries keep a copy of their own.
 			res.Body = bytes.Clone(res.Body)
 			rec = completing(c, res)
-			size = kept.ResultSize(res)
+			size = unrecorded.ResultSize(res)
 		}
 		h.use.Enter()
 		go h.keepRecording(g.rt.Name, c, rec, size, deadline, err)
@@ -144,7 +144,7 @@ const (
 )
 
 // A completion the store refused for want of room is kept past its
-// claim's lease, within the process's bound (package kept), and written
+// claim's lease, within the process's bound (package unrecorded), and written
 // once the store has room again, its claim renewed meanwhile (see
 // keepRecording). A retry of its key on this gateway writes it first (see
 // writeKept).
@@ -156,11 +156,11 @@ var errKeptUnwritten = errors.New("this gateway keeps the key's result, which th
 
 // keptResults are the process's kept completions: one bound per gateway,
 // across its sites and config reloads.
-var keptResults = kept.New[keptCompletion](kept.MaxCount, kept.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
+var keptResults = unrecorded.New[keptCompletion](unrecorded.MaxCount, unrecorded.MaxBytes, metrics.Process.Kept, metrics.Process.KeptBytes)
 
 // keptCompletion is one completion kept past its claim's lease.
 type keptCompletion struct {
-	key   kept.Key
+	key   unrecorded.Key
 	route string
 	rec   recording // completing: it keeps its own copy of the body
 
@@ -173,7 +173,7 @@ type keptCompletion struct {
 // background and leaves the handler when done.
 //
 // A completion the store refused for want of room (store.ErrNoRoom) is
-// kept past deadline, within the gateway's bound (see package kept):
+// kept past deadline, within the gateway's bound (see package unrecorded):
 // it is tried until it lands, its claim renewed every third of its lease
 // meanwhile, so the answer the client got is what a retry replays. A
 // store that had no room for the renewals either lets the lease run out,
@@ -195,7 +195,7 @@ func (h *Handler) keepRecording(route string, c *store.Claim, rec recording, siz
 	pause := recordRetryFirst
 	for tries := 2; ; tries++ {
 		if kc == nil && rec.op == "complete" && errors.Is(err, store.ErrNoRoom) {
-			kc = &keptCompletion{key: kept.Key{Engine: h.store, ID: c.ID()}, route: route, rec: rec}
+			kc = &keptCompletion{key: unrecorded.Key{Engine: h.store, ID: c.ID()}, route: route, rec: rec}
 			if !h.kept.Keep(kc.key, kc, size) {
 				kc = nil
 				if !full {

@@ -28,7 +28,7 @@ func (h *Handler) verifySignature(g *guarded, r *http.Request, body []byte) (sco
 	if rt.sig.NeedsURL() {
 		signed = signedURL(rt.Signature.URL, r)
 	}
-	sender, reason, ok := rt.sig.VerifyURL(r.Header, signed, body, time.Now())
+	sender, reason, ok := rt.sig.CheckSignatureURL(r.Header, signed, body, time.Now())
 	if !ok {
 		h.metrics.SignatureFailures.WithLabelValues(rt.Name, string(reason)).Inc()
 		g.note = "signature " + string(reason)

@@ -8,6 +8,7 @@ import (
 	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 	"github.com/idemgate/idemgate/store/embedded"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 const storesRules = `
@@ -93,11 +94,11 @@ routes:
     key: ["{header.Idempotency-Key}"]
     ttl: 3h
 `, sc)
-	if n := stores.Uses(old.use); n != 2 {
+	if n := storepool.Default().Uses(old.use); n != 2 {
 		t.Fatalf("%d registrations of the store, want 2", n)
 	}
 	var mine []operator.LiveStore
-	for _, s := range stores.Live() {
+	for _, s := range storepool.LiveStores() {
 		if s.Store == old.store {
 			mine = append(mine, s)
 		}
@@ -127,15 +128,15 @@ routes:
 	}
 
 	// A failed Provision (no store) and its Cleanup leave no entry.
-	before := len(stores.Live())
+	before := len(storepool.LiveStores())
 	h := &Handler{}
-	if err := h.Cleanup(); err != nil || len(stores.Live()) != before {
+	if err := h.Cleanup(); err != nil || len(storepool.LiveStores()) != before {
 		t.Errorf("Cleanup without Provision: %v", err)
 	}
 }
 
 func findLive(s store.Engine) *operator.LiveStore {
-	for _, l := range stores.Live() {
+	for _, l := range storepool.LiveStores() {
 		if l.Store == s {
 			return &l
 		}

@@ -168,7 +168,7 @@ func (c *Console) serveAction(w http.ResponseWriter, r *http.Request, p *pageCon
 	case actionRelease:
 		done, err = op.Release(r.Context(), t, act)
 	case actionVerify:
-		done, _, err = op.Verify(r.Context(), t, act)
+		done, _, err = op.CheckOutcome(r.Context(), t, act)
 	case actionRun:
 		done, _, err = op.Run(r.Context(), t, act)
 	default:

@@ -3,6 +3,7 @@ package console
 import (
 	"strings"
 
+	"github.com/idemgate/idemgate/operator"
 	"github.com/idemgate/idemgate/store"
 )
 
@@ -33,20 +34,20 @@ type bodyView struct {
 // credential-like fields replaced; anything else only by size and digest,
 // or, where the route sets show_unparsed_bodies, text as it is and binary
 // bodies by size; at most maxShownBody bytes.
-func showBody(rec *store.Record, red store.Redactor) bodyView {
+func showBody(rec *store.Record, red operator.Redactor) bodyView {
 	v := bodyView{Size: len(rec.Body), Omitted: rec.BodyOmitted, ContentType: rec.Header.Get("Content-Type")}
 	shown := red.Body(rec.Body, v.ContentType, "  ")
 	switch shown.Kind {
-	case store.BodyEmpty:
+	case operator.BodyEmpty:
 		return v
-	case store.BodyBinary:
+	case operator.BodyBinary:
 		v.Binary = true
 		return v
-	case store.BodyUnparsed:
+	case operator.BodyUnparsed:
 		v.Unparsed = shown.Text
 		return v
 	}
-	v.JSON, v.Form, v.Redactions = shown.Kind == store.BodyJSON || shown.Kind == store.BodyNDJSON, shown.Kind == store.BodyForm, shown.Redactions
+	v.JSON, v.Form, v.Redactions = shown.Kind == operator.BodyJSON || shown.Kind == operator.BodyNDJSON, shown.Kind == operator.BodyForm, shown.Redactions
 	text := shown.Text
 	if len(text) > maxShownBody {
 		text, v.Truncated = strings.ToValidUTF8(text[:maxShownBody], ""), true

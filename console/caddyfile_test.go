@@ -9,6 +9,10 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	// The example Caddyfile has the idempotency handler beside the
+	// console; the console itself does not import it.
+	_ "github.com/idemgate/idemgate/caddymodule"
 )
 
 // TestCaddyfileInsideHandlePath: the directive needs no global order and

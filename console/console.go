@@ -14,7 +14,7 @@
 //	}
 //
 // It sees the record stores of every idempotency handler in the running
-// config (caddymodule.LiveStores, as the admin API does) and offers:
+// config (storepool.LiveStores, as the admin API does) and offers:
 //
 //   - the queue (GET /): records by state, held ones first and oldest first,
 //     filtered by state and route, paginated from the stores' state indexes,
@@ -47,8 +47,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/caddymodule"
 	"github.com/idemgate/idemgate/operator"
+	"github.com/idemgate/idemgate/storepool"
 )
 
 func init() {
@@ -134,7 +134,7 @@ func (c *Console) Provision(ctx caddy.Context) error {
 		c.key = processKey()
 	}
 	if c.stores == nil {
-		c.stores = caddymodule.LiveStores
+		c.stores = storepool.LiveStores
 	}
 	c.origin = http.NewCrossOriginProtection()
 	return nil

@@ -36,8 +36,9 @@ type fixture struct {
 	verify func(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, error)
 }
 
-// Verify runs f.verify: the fixture is the live store's operator.Actions.
-func (f *fixture) Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+// CheckOutcome runs f.verify: the fixture is the live store's
+// operator.Actions.
+func (f *fixture) CheckOutcome(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	if f.verify == nil {
 		return rec, "", operator.ErrNoVerify
 	}
@@ -644,7 +645,7 @@ func TestShowBody(t *testing.T) {
 		{"ndjson", "application/x-ndjson", "{\"pwd\":\"p-secret\"}\n{\"id\":2}\n", []string{"{\"pwd\":\"[redacted]\"}\n{\"id\":2}\n"}, []string{"secret"}},
 	} {
 		rec := &store.Record{Result: store.Result{Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)}}
-		v := showBody(rec, store.NewRedactor(nil).WithUnparsed(strings.HasSuffix(tc.name, "opted in")))
+		v := showBody(rec, operator.NewRedactor(nil).WithUnparsed(strings.HasSuffix(tc.name, "opted in")))
 		for _, w := range tc.want {
 			if !strings.Contains(v.Text, w) {
 				t.Errorf("%s: %q lacks %q", tc.name, v.Text, w)
@@ -656,18 +657,18 @@ func TestShowBody(t *testing.T) {
 			}
 		}
 	}
-	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, store.NewRedactor(nil).WithUnparsed(true)); !v.Binary || v.Text != "" {
+	if v := showBody(&store.Record{Result: store.Result{Body: []byte{0xff, 0, 1}}}, operator.NewRedactor(nil).WithUnparsed(true)); !v.Binary || v.Text != "" {
 		t.Errorf("binary body: %+v", v)
 	}
 	// Without the route's show_unparsed_bodies, XML, multipart, other text
 	// and bytes show only as size and digest.
 	for _, body := range []string{"<a><password>x-secret</password></a>", "line 1\n<b>2</b>", "\xff\x00\x01"} {
-		v := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(body)}}, store.NewRedactor(nil))
+		v := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"application/xml"}}, Body: []byte(body)}}, operator.NewRedactor(nil))
 		if want := fmt.Sprintf("%d bytes, sha256 %x", len(body), sha256.Sum256([]byte(body))); v.Unparsed != want || v.Text != "" || v.Binary {
 			t.Errorf("unparsed body %q: %+v, want only %q", body, v, want)
 		}
 	}
-	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, store.NewRedactor(nil).WithUnparsed(true))
+	big := showBody(&store.Record{Result: store.Result{Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(strings.Repeat("é", maxShownBody))}}, operator.NewRedactor(nil).WithUnparsed(true))
 	if !big.Truncated || len(big.Text) > maxShownBody {
 		t.Errorf("large body: truncated %v, %d bytes shown", big.Truncated, len(big.Text))
 	}
@@ -778,7 +779,7 @@ func TestRecordPageRedactsEveryBody(t *testing.T) {
 	} {
 		id := f.completed("create_crm_deal", store.Result{Status: 200, Header: http.Header{"Content-Type": {tc.ct}}, Body: []byte(tc.body)})
 		page := f.do(req{method: "GET", path: "/records/" + id, user: "alice"}).Body.String()
-		if strings.Contains(page, "secret-") || !strings.Contains(page, store.Redacted) || !strings.Contains(page, tc.keep) {
+		if strings.Contains(page, "secret-") || !strings.Contains(page, operator.Redacted) || !strings.Contains(page, tc.keep) {
 			t.Errorf("%s: the record page shows the credential or lost %q", tc.name, tc.keep)
 		}
 	}
@@ -808,8 +809,8 @@ func TestToolCallShown(t *testing.T) {
 	f.routes["crm_tools"] = config.Resolved{Name: "crm_tools", Operation: "crm_tools", TTL: time.Hour, RedactFields: []string{"customer_note"}}
 	id, tok := f.newID(), store.NewToken()
 	// Stored before the route named customer_note: redacted for the page.
-	call := store.NewToolCall("create_deal", []byte(`{"event_id":"evt_8812","name":"Acme renewal","password":"pw-secret-1",`+
-		`"auth":{"api_key":"key-secret-2"},"customer_note":"note-secret-3"}`), store.NewRedactor(nil))
+	call := operator.NewRedactor(nil).ToolCall("create_deal", []byte(`{"event_id":"evt_8812","name":"Acme renewal","password":"pw-secret-1",`+
+		`"auth":{"api_key":"key-secret-2"},"customer_note":"note-secret-3"}`))
 	ctx := context.Background()
 	res, err := f.s.Claim(ctx, store.ClaimRequest{ID: id, Route: "crm_tools", Operation: "crm_tools", Fingerprint: "fp-secret-" + id[:6],
 		FingerprintRule: "whole", Token: tok, Lease: 30 * time.Second, HoldTTL: time.Hour, Call: call})

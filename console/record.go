@@ -90,7 +90,7 @@ func newRecordPage(p *pageContext, t operator.Target) recordPage {
 	pg.CanRun = canRun(rec, rt, known, p.Now)
 	pg.Owner, pg.Answers = rt.Owner, answersOf(rec)
 	if rec.Call != nil {
-		pg.Tool, pg.Arguments = rec.Call.Tool, rec.Call.Shown(t.Redactor(), "  ")
+		pg.Tool, pg.Arguments = rec.Call.Tool, t.Redactor().ToolArguments(rec.Call, "  ")
 	}
 	if rec.State == store.StateCompleted {
 		pg.Response = true

@@ -4,13 +4,13 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/idemgate/idemgate/store"
+	"github.com/idemgate/idemgate/operator"
 )
 
 // sensitiveName reports whether a header name or a JSON member name looks
 // like it carries a credential: the rule the admin API uses too
-// (store.IsCredentialHeader), so both hide exactly the same things.
-func sensitiveName(name string) bool { return store.IsCredentialHeader(name) }
+// (operator.IsCredentialHeader), so both hide exactly the same things.
+func sensitiveName(name string) bool { return operator.IsCredentialHeader(name) }
 
 // headerLine is one header value as shown.
 type headerLine struct {
@@ -20,9 +20,9 @@ type headerLine struct {
 }
 
 // redactHeader lists h's values in name order, redacted as the admin API
-// redacts them (store.RedactHeader).
+// redacts them (operator.RedactHeader).
 func redactHeader(h http.Header) []headerLine {
-	h = store.RedactHeader(h)
+	h = operator.RedactHeader(h)
 	names := make([]string, 0, len(h))
 	for name := range h {
 		names = append(names, name)

@@ -43,7 +43,7 @@ type Set struct {
 	Busy *prometheus.CounterVec
 	// kept and keptBytes are the completions the store refused for want
 	// of room that the gateway keeps to write when it has room again,
-	// and the bytes they take (see package kept).
+	// and the bytes they take (see package unrecorded).
 	Kept      prometheus.Gauge
 	KeptBytes prometheus.Gauge
 	// SignatureFailures counts deliveries a route's signature check

@@ -7,7 +7,8 @@
 // transport: JSON for the admin API, forms and pages for the console.
 //
 // The package sits below the idempotency handler (package caddymodule):
-// the handler lists its stores as LiveStores, and runs checks and
-// re-drives for the service through the small Actions interface, so
-// nothing here imports the handler.
+// the process's store pool lists the handlers' stores
+// (storepool.LiveStores), and the handler runs checks and re-drives for
+// the service through the small Actions interface, so nothing here
+// imports the handler.
 package operator

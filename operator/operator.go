@@ -8,7 +8,7 @@ import (
 )
 
 // Service is the one operator service. Its stores come from the running
-// config's idempotency handlers (caddymodule.LiveStores); a front end
+// config's idempotency handlers (storepool.LiveStores); a front end
 // builds one per request, or once, over the same source.
 type Service struct {
 	stores func() []LiveStore
@@ -60,13 +60,14 @@ func (s *Service) Complete(ctx context.Context, t Target, c Completion, act stor
 	return rec, res, err
 }
 
-// Verify runs one verification check of the held record now, on act's
-// word, with its route's verify rule in the running config, and returns
-// the record after it and the verdict. The check and act are kept on the
+// CheckOutcome runs one verification check of the held record now, on
+// act's word: it asks the upstream, with the route's verify rule in the
+// running config, whether the operation happened, and returns the record
+// after it and the verdict. The check and act are kept on the
 // record. Errors: store.ErrNotFound, store.ErrConflict (not held, no
 // check, a check running, resolved meanwhile), ErrNoVerify,
 // store.ErrInvalidArgument (act), or the store's failure.
-func (s *Service) Verify(ctx context.Context, t Target, act store.Action) (*store.Record, string, error) {
+func (s *Service) CheckOutcome(ctx context.Context, t Target, act store.Action) (*store.Record, string, error) {
 	// Refused before the lookup: the check would ask the upstream first
 	// and keep act only at its end.
 	if err := act.Validate(); err != nil {
@@ -75,7 +76,7 @@ func (s *Service) Verify(ctx context.Context, t Target, act store.Action) (*stor
 	if t.Store.Actions == nil {
 		return t.Rec, "", fmt.Errorf("%w: route %s", ErrNoVerify, t.Rec.Route)
 	}
-	return t.Store.Actions.Verify(ctx, t.Rec, act)
+	return t.Store.Actions.CheckOutcome(ctx, t.Rec, act)
 }
 
 // Run re-drives the record on act's word, which must give a reason, and

@@ -13,7 +13,7 @@ import (
 // counted counts the actions that reach the live handlers.
 type counted struct{ verifies, runs int }
 
-func (c *counted) Verify(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, string, error) {
+func (c *counted) CheckOutcome(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, string, error) {
 	c.verifies++
 	return rec, store.VerdictInconclusive, nil
 }
@@ -33,7 +33,7 @@ func TestActionsChecked(t *testing.T) {
 	s := New(func() []LiveStore { return []LiveStore{tgt.Store} })
 	ctx := context.Background()
 	long := store.Action{Actor: "admin-api", Reason: strings.Repeat("r", store.MaxReasonLen+1)}
-	if _, _, err := s.Verify(ctx, tgt, long); !errors.Is(err, store.ErrInvalidArgument) || Status(err) != http.StatusBadRequest {
+	if _, _, err := s.CheckOutcome(ctx, tgt, long); !errors.Is(err, store.ErrInvalidArgument) || Status(err) != http.StatusBadRequest {
 		t.Errorf("verify with a reason too long: %v (status %d), want a 400", err, Status(err))
 	}
 	if _, _, err := s.Run(ctx, tgt, store.Action{Actor: "admin-api"}); !errors.Is(err, store.ErrInvalidArgument) {
@@ -43,7 +43,7 @@ func TestActionsChecked(t *testing.T) {
 		t.Fatalf("refused actions reached the handler: %+v", acts)
 	}
 	ok := store.Action{Actor: "admin-api", Reason: "the CRM is back"}
-	if _, verdict, err := s.Verify(ctx, tgt, ok); err != nil || verdict != store.VerdictInconclusive {
+	if _, verdict, err := s.CheckOutcome(ctx, tgt, ok); err != nil || verdict != store.VerdictInconclusive {
 		t.Errorf("verify: %q, %v", verdict, err)
 	}
 	if _, status, err := s.Run(ctx, tgt, ok); err != nil || status != http.StatusCreated {
@@ -54,7 +54,7 @@ func TestActionsChecked(t *testing.T) {
 	}
 	none := tgt
 	none.Store.Actions = nil
-	if _, _, err := s.Verify(ctx, none, ok); !errors.Is(err, ErrNoVerify) || Status(err) != http.StatusConflict {
+	if _, _, err := s.CheckOutcome(ctx, none, ok); !errors.Is(err, ErrNoVerify) || Status(err) != http.StatusConflict {
 		t.Errorf("verify without a live handler: %v, want ErrNoVerify (409)", err)
 	}
 }

@@ -22,11 +22,12 @@ type RecordStore interface {
 // route's verifier, and a re-drive through the route's handler chain.
 // The idempotency handler implements them for the stores it lists.
 type Actions interface {
-	// Verify runs one verification check of held record rec now, on
-	// act's word, and returns the record after it and the verdict.
+	// CheckOutcome runs one verification check of held record rec now,
+	// on act's word (the upstream asked whether the operation
+	// happened), and returns the record after it and the verdict.
 	// ErrNoVerify when its route has no verify rule in the running
 	// config.
-	Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error)
+	CheckOutcome(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error)
 	// Run re-drives rec once on act's word and returns the record after
 	// the run and the upstream's status.
 	Run(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, int, error)
@@ -76,7 +77,7 @@ func (t Target) TTL() time.Duration {
 
 // Redactor hides credentials in the record's stored body: the built-in
 // names and its route's redact_fields (see RouteRedactor).
-func (t Target) Redactor() store.Redactor {
+func (t Target) Redactor() Redactor {
 	if !t.Known {
 		return RouteRedactor(nil)
 	}
@@ -88,11 +89,11 @@ func (t Target) Redactor() store.Redactor {
 // show_unparsed_bodies. A record whose route is not configured (nil) gets
 // the built-in names, and bodies that cannot be redacted field by field
 // only as size and digest.
-func RouteRedactor(rt *config.Resolved) store.Redactor {
+func RouteRedactor(rt *config.Resolved) Redactor {
 	if rt == nil {
-		return store.NewRedactor(nil)
+		return NewRedactor(nil)
 	}
-	return store.NewRedactor(rt.RedactFields).WithUnparsed(rt.ShowUnparsedBodies)
+	return NewRedactor(rt.RedactFields).WithUnparsed(rt.ShowUnparsedBodies)
 }
 
 // FirstHolding asks the stores 0..n-1 (at(i)) in turn for record id:

@@ -35,11 +35,11 @@ func ExampleNew() {
 	h.Set("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
 	body := []byte(`{"test": 2432232314}`)
 
-	fmt.Println(v.Verify(h, body, time.Unix(1614265330, 0)))
-	fmt.Println(v.Verify(h, []byte(`{"test": 1}`), time.Unix(1614265330, 0)))
-	fmt.Println(v.Verify(h, body, time.Unix(1614265330, 0).Add(time.Hour)))
+	fmt.Println(v.CheckSignature(h, body, time.Unix(1614265330, 0)))
+	fmt.Println(v.CheckSignature(h, []byte(`{"test": 1}`), time.Unix(1614265330, 0)))
+	fmt.Println(v.CheckSignature(h, body, time.Unix(1614265330, 0).Add(time.Hour)))
 	h.Del("webhook-signature")
-	fmt.Println(v.Verify(h, body, time.Unix(1614265330, 0)))
+	fmt.Println(v.CheckSignature(h, body, time.Unix(1614265330, 0)))
 	// Output:
 	// standard-webhooks:default  true
 	//  mismatch false

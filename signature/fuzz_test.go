@@ -63,7 +63,7 @@ func FuzzHeaders(f *testing.F) {
 		h.Set("X-Slack-Request-Timestamp", ts)
 		h.Set("Content-Type", "application/x-www-form-urlencoded")
 		for i, v := range verifiers {
-			sender, reason, ok := v.VerifyURL(h, "https://hooks.example.com:443/t?"+id, []byte(body), time.Unix(now, 0))
+			sender, reason, ok := v.CheckSignatureURL(h, "https://hooks.example.com:443/t?"+id, []byte(body), time.Unix(now, 0))
 			switch {
 			case ok && (sender == "" || reason != ""):
 				t.Errorf("rule %d: accepted with sender %q and reason %q", i, sender, reason)

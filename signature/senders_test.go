@@ -65,7 +65,7 @@ func TestSenderVectors(t *testing.T) {
 		for k, val := range v.Headers {
 			h.Set(k, val)
 		}
-		sender, reason, ok := ver.VerifyURL(h, v.URL, []byte(v.Body), time.Unix(v.Now, 0))
+		sender, reason, ok := ver.CheckSignatureURL(h, v.URL, []byte(v.Body), time.Unix(v.Now, 0))
 		if ok != v.Want {
 			t.Errorf("%s, %s: verified %v (%q %q), want %v (the SDK: %v)", v.Sender, v.Case, ok, sender, reason, v.Want, v.SDKValid)
 		}
@@ -108,10 +108,10 @@ func TestSenderPublishedExamples(t *testing.T) {
 		for i := 0; i < len(tt.headers); i += 2 {
 			h.Set(tt.headers[i], tt.headers[i+1])
 		}
-		if _, reason, ok := v.Verify(h, []byte(tt.body), time.Unix(tt.now, 0)); !ok {
+		if _, reason, ok := v.CheckSignature(h, []byte(tt.body), time.Unix(tt.now, 0)); !ok {
 			t.Errorf("%s's published example: %s", tt.sender, reason)
 		}
-		if _, _, ok := v.Verify(h, []byte(tt.body+" "), time.Unix(tt.now, 0)); ok {
+		if _, _, ok := v.CheckSignature(h, []byte(tt.body+" "), time.Unix(tt.now, 0)); ok {
 			t.Errorf("%s's published example verifies with a changed body", tt.sender)
 		}
 	}

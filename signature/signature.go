@@ -7,10 +7,10 @@
 //
 // A Verifier is built once per route from its resolved rule
 // (config.SignatureRule) and its secrets, filled in from their {env.NAME}
-// and {file.PATH} placeholders. Verify tries every secret of every sender
-// with constant-time comparisons, refuses a signed timestamp farther from
-// now than the rule's tolerance in either direction, and says which
-// sender signed:
+// and {file.PATH} placeholders. CheckSignature tries every secret of every
+// sender with constant-time comparisons, refuses a signed timestamp
+// farther from now than the rule's tolerance in either direction, and
+// says which sender signed:
 //
 //   - the sender's identity is "<scheme>:<name>", the name it has under
 //     the rule's senders, or "<scheme>:default" for a flat secrets list.
@@ -188,16 +188,16 @@ func timed(s scheme) bool {
 	return false
 }
 
-// Verify checks the signature of a request with header h and body body
-// at time now. ok is true when a secret of a sender gives one of the
-// signatures; sender is then that sender's identity, the route's
+// CheckSignature checks the signature of a request with header h and
+// body body at time now. ok is true when a secret of a sender gives one
+// of the signatures; sender is then that sender's identity, the route's
 // default scope. Otherwise reason says why, for the metric only.
-func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
-	return v.VerifyURL(h, "", body, now)
+func (v *Verifier) CheckSignature(h http.Header, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
+	return v.CheckSignatureURL(h, "", body, now)
 }
 
 // NeedsURL reports whether the scheme signs the URL the sender posted
-// to: VerifyURL must then be given it.
+// to: CheckSignatureURL must then be given it.
 func (v *Verifier) NeedsURL() bool {
 	switch v.scheme.(type) {
 	case twilio, square:
@@ -206,9 +206,9 @@ func (v *Verifier) NeedsURL() bool {
 	return false
 }
 
-// VerifyURL is Verify for a request the sender posted to url, the full
-// URL with its query, as the sender had it (see NeedsURL).
-func (v *Verifier) VerifyURL(h http.Header, url string, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
+// CheckSignatureURL is CheckSignature for a request the sender posted to
+// url, the full URL with its query, as the sender had it (see NeedsURL).
+func (v *Verifier) CheckSignatureURL(h http.Header, url string, body []byte, now time.Time) (sender string, reason Reason, ok bool) {
 	sig, reason := header(h, v.scheme.header())
 	if reason != "" {
 		return "", reason, false

@@ -67,9 +67,9 @@ type vector struct {
 func check(t *testing.T, v *Verifier, tests []vector) {
 	t.Helper()
 	for _, tt := range tests {
-		sender, reason, ok := v.Verify(headers(tt.h...), []byte(tt.body), tt.now)
+		sender, reason, ok := v.CheckSignature(headers(tt.h...), []byte(tt.body), tt.now)
 		if ok != (tt.sender != "") || sender != tt.sender || reason != tt.reason {
-			t.Errorf("%s: Verify = %q, %q, %v; want %q, %q", tt.name, sender, reason, ok, tt.sender, tt.reason)
+			t.Errorf("%s: CheckSignature = %q, %q, %v; want %q, %q", tt.name, sender, reason, ok, tt.sender, tt.reason)
 		}
 	}
 }
@@ -139,7 +139,7 @@ func TestNewSkipsEmptySecrets(t *testing.T) {
 	}
 	h := http.Header{}
 	h.Set("X-Hub-Signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
-	if sender, reason, ok := v.Verify(h, []byte("Hello, World!"), time.Now()); !ok {
+	if sender, reason, ok := v.CheckSignature(h, []byte("Hello, World!"), time.Now()); !ok {
 		t.Fatalf("the set secret does not verify: %q %q", sender, reason)
 	}
 	if n := len(v.senders[0].keys); n != 1 {

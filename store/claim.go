@@ -1,69 +1,18 @@
 package store
 
 import (
-	"context"
+	"fmt"
+	"slices"
 	"time"
 )
 
-// Claim is a claim you hold: the right to call the upstream once for one
-// record, fenced by its token. Its methods carry the record id, the token,
-// the lease and the lifetimes, so nothing else needs to pass them along.
-// Each method is one store call; false (not an error) means the claim was
-// taken over and the call changed nothing.
-type Claim struct {
-	engine ClaimOps
-	req    ClaimRequest
-	// StartedAt is when the claim was made, on the store's clock.
-	StartedAt time.Time
-	// TTL is how long a completed or released record lives.
-	TTL time.Duration
-}
-
-// NewClaim returns the claim that req made (or may have made, when its
-// answer was lost) on e, started at startedAt on the store's clock. ttl is
-// the lifetime of the record once completed or released.
-func NewClaim(e ClaimOps, req ClaimRequest, startedAt time.Time, ttl time.Duration) *Claim {
-	return &Claim{engine: e, req: req, StartedAt: startedAt, TTL: ttl}
-}
-
-// ID is the record id.
-func (c *Claim) ID() string { return c.req.ID }
-
-// Lease is how long the claim lives without renewal.
-func (c *Claim) Lease() time.Duration { return orDefault(c.req.Lease, DefaultLease) }
-
-// Renew extends the lease from now.
-func (c *Claim) Renew(ctx context.Context) (bool, error) {
-	return c.engine.Renew(ctx, c.req.ID, c.req.Token, c.req.Lease)
-}
-
-// Complete stores the upstream's result; see CompleteRequest, also for a
-// record that a failover lost.
-func (c *Claim) Complete(ctx context.Context, res Result) (bool, error) {
-	return c.engine.Complete(ctx, CompleteRequest{
-		Claim: c.req, StartedAt: c.StartedAt, Result: res, TTL: c.TTL,
-		Tombstone: c.req.Tombstone, Twin: c.req.Twin, TwinWindow: c.req.TwinWindow,
-	})
-}
-
-// Release says the call had no effect: the next retry executes.
-func (c *Claim) Release(ctx context.Context) (bool, error) {
-	return c.engine.Release(ctx, c.req.ID, c.req.Token, c.TTL)
-}
-
-// MarkUnknown holds the record as outcome unknown for reason.
-func (c *Claim) MarkUnknown(ctx context.Context, reason string) (bool, error) {
-	return c.engine.MarkUnknown(ctx, c.req.ID, c.req.Token, reason, c.req.HoldTTL)
-}
-
-// ClaimOps are the fenced calls of an Engine that a Claim makes.
-type ClaimOps interface {
-	Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error)
-	Complete(ctx context.Context, req CompleteRequest) (bool, error)
-	Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
-	MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error)
-	NotDone(ctx context.Context, req NotDoneRequest) (NotDoneOutcome, error)
-}
+// The claim: the right to execute an operation once, fenced by a token
+// (see Engine.Claim for the rules). ValidateClaim checks the request and
+// applies the defaults; a claim that finds no record decides with Fresh
+// (its id's tombstone and its payload's twin) between NewRecord,
+// HeldSamePayload and nothing; one that finds a released record takes it
+// over for the same payload, or for any when it is Free, with the claim's
+// own check (KeptCheck, NewClaimChecks) and kept request (KeptRequest).
 
 // ClaimRequest asks for the right to execute one operation.
 type ClaimRequest struct {
@@ -156,4 +105,200 @@ type ClaimResult struct {
 	// found by a claim that would create the record (whatever OnTwin did
 	// with it); nil otherwise, and never the claim's own id.
 	Twin *Twin
+}
+
+// Expired is what a claim does with an in-flight record whose lease ran
+// out: its gateway died mid-call, so whether the call took effect is
+// unknown (ClaimRequest.OnExpired).
+type Expired string
+
+const (
+	// ExpiredHold holds the record as outcome_unknown with reason
+	// lease_expired, for an operator or a check (the default).
+	ExpiredHold Expired = "hold"
+	// ExpiredRelease lets this claim take the record over and execute:
+	// for upstreams that honour the forwarded key.
+	ExpiredRelease Expired = "release"
+)
+
+// ClaimArgs are a ClaimRequest's lease, hold TTL and on-expired policy with
+// the defaults applied.
+type ClaimArgs struct {
+	Lease, HoldTTL time.Duration
+	OnExpired      Expired     // ExpiredHold or ExpiredRelease
+	AfterExpiry    AfterExpiry // AfterExpiryExecute or AfterExpiryReject
+	OnTwin         TwinAction  // TwinWarn, TwinHold or TwinReject
+	// Tombstones: the claim looks for a tombstone when it finds no
+	// record (its route keeps tombstones, or rejects after expiry).
+	Tombstones bool
+}
+
+// ValidateClaim validates a claim request as Claim does (ErrInvalidID, also
+// for a twin digest that is no record id, a missing token, negative
+// durations, an unknown OnExpired, AfterExpiry or OnTwin, a tool call
+// without a name or too large) and applies the defaults. Every refusal
+// wraps ErrInvalidID or ErrInvalidArgument.
+func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
+	if !ValidID(req.ID) {
+		return ClaimArgs{}, ErrInvalidID
+	}
+	if req.Token == "" {
+		return ClaimArgs{}, fmt.Errorf("%w: claim without a token", ErrInvalidArgument)
+	}
+	if err := req.Check.Validate(); err != nil {
+		return ClaimArgs{}, err
+	}
+	if err := validToolCall(req.Call); err != nil {
+		return ClaimArgs{}, err
+	}
+	a := ClaimArgs{Lease: OrDefault(req.Lease, DefaultLease), HoldTTL: OrDefault(req.HoldTTL, DefaultHoldTTL)}
+	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
+		return ClaimArgs{}, fmt.Errorf("%w: negative lease, hold TTL or budget", ErrInvalidArgument)
+	}
+	var ok bool
+	if a.OnExpired, ok = policy(req.OnExpired, ExpiredHold, ExpiredRelease); !ok {
+		return ClaimArgs{}, fmt.Errorf("%w: OnExpired %q is not hold or release", ErrInvalidArgument, req.OnExpired)
+	}
+	if err := checkRetention(req.Twin, req.Tombstone, req.TwinWindow); err != nil {
+		return ClaimArgs{}, err
+	}
+	if a.AfterExpiry, ok = policy(req.AfterExpiry, AfterExpiryExecute, AfterExpiryReject); !ok {
+		return ClaimArgs{}, fmt.Errorf("%w: AfterExpiry %q is not execute or reject", ErrInvalidArgument, req.AfterExpiry)
+	}
+	if a.OnTwin, ok = policy(req.OnTwin, TwinWarn, TwinHold, TwinReject); !ok {
+		return ClaimArgs{}, fmt.Errorf("%w: OnTwin %q is not warn, hold or reject", ErrInvalidArgument, req.OnTwin)
+	}
+	a.Tombstones = req.Tombstone > 0 || a.AfterExpiry == AfterExpiryReject
+	return a, nil
+}
+
+// policy is v, or def (the first allowed value) for "": false when v is
+// none of the allowed values.
+func policy[T ~string](v T, def T, others ...T) (T, bool) {
+	if v == "" || v == def {
+		return def, true
+	}
+	if slices.Contains(others, v) {
+		return v, true
+	}
+	return "", false
+}
+
+// OnTombstone is what a tombstone found makes the claim do: AfterExpiry,
+// or "" when the claim looks for none (see ClaimArgs.Tombstones).
+func (a ClaimArgs) OnTombstone() AfterExpiry {
+	if !a.Tombstones {
+		return ""
+	}
+	return a.AfterExpiry
+}
+
+// Fresh is what a claim that finds no live record does, given what it
+// found of the id's past (a tombstone) and of the payload's (a twin).
+type Fresh int
+
+const (
+	// FreshCreate: create the record in flight and claim it.
+	FreshCreate Fresh = iota
+	// FreshHold: create the record held with ReasonSamePayload.
+	FreshHold
+	// FreshReject: create nothing.
+	FreshReject
+)
+
+// Fresh decides a claim of an absent record from the live tombstone of
+// its id and the live twin entry of its twin digest (nil: none; a twin
+// naming the claim's own id is no twin: the caller drops it).
+func (a ClaimArgs) Fresh(tomb *Tombstone, twin *Twin) Fresh {
+	switch {
+	case tomb != nil && a.AfterExpiry == AfterExpiryReject:
+		return FreshReject
+	case twin != nil && a.OnTwin == TwinReject:
+		return FreshReject
+	case twin != nil && a.OnTwin == TwinHold:
+		return FreshHold
+	}
+	return FreshCreate
+}
+
+// NewRecord is the record a claim of a new key creates: what req asked
+// for, in flight under req.Token since now (the store's clock), its lease
+// running from then, attempts and executions 1.
+func NewRecord(req ClaimRequest, now time.Time, lease time.Duration) Record {
+	check := req.Check.Normalized()
+	check.Match = slices.Clone(check.Match) // not the caller's
+	return Record{
+		ID:              req.ID,
+		Route:           req.Route,
+		Operation:       req.Operation,
+		Fingerprint:     req.Fingerprint,
+		FingerprintRule: req.FingerprintRule,
+		State:           StateInFlight,
+		Token:           req.Token,
+		StartedAt:       now,
+		LeaseUntil:      now.Add(time.Duration(Millis(lease)) * time.Millisecond),
+		Attempts:        1,
+		Executions:      1,
+		Check:           check,
+		Request:         slices.Clone(req.Request), // not the caller's
+		Call:            req.Call,                  // never changed once made
+	}
+}
+
+// HeldSamePayload is the record a claim held by TwinHold creates: what
+// req asked for, held as outcome unknown with ReasonSamePayload since now,
+// never executed, with no lease and no check (nothing to look up: it was
+// not forwarded); it keeps the sealed request.
+func HeldSamePayload(req ClaimRequest, now time.Time) Record {
+	r := NewRecord(req, now, 0)
+	r.State, r.Reason = StateUnknown, ReasonSamePayload
+	r.LeaseUntil, r.Executions, r.Check = time.Time{}, 0, Check{}
+	return r
+}
+
+// Free reports whether rec was released because the upstream refused its
+// request as sent (ReasonRefused) and no execution of it had an unknown
+// outcome: nothing took effect and the same request will not come back,
+// so a claim of any payload takes it over, as Stripe's keys save nothing
+// for a request that did not begin executing. Any other released record
+// is taken over only by its own payload.
+func Free(rec *Record) bool {
+	return rec.State == StateReleased && rec.Reason == ReasonRefused && rec.Unknowns == 0
+}
+
+// KeptCheck is a claim's check as a record keeps it.
+func KeptCheck(c Check) Check {
+	c = c.Normalized()
+	c.Match = slices.Clone(c.Match) // not the caller's
+	return c
+}
+
+// KeptRequest copies a claim's sealed request out of the caller's buffer.
+func KeptRequest(req []byte) []byte {
+	if len(req) == 0 {
+		return nil
+	}
+	return slices.Clone(req)
+}
+
+// NewClaimChecks starts a new claim's checks: its own check, no count,
+// streak, schedule or lease; the log of earlier checks stays.
+func (s *Stored) NewClaimChecks(c Check) {
+	s.Check = c
+	s.CheckCount, s.NotFoundStreak, s.NotFoundAt = 0, 0, 0
+	s.NextCheck, s.CheckLeaseUntil, s.CheckToken = time.Time{}, time.Time{}, ""
+}
+
+// Renewal: a live claim's lease extended from now.
+
+// CheckRenew validates a Renew's arguments and returns its lease.
+func CheckRenew(id string, lease time.Duration) (time.Duration, error) {
+	if !ValidID(id) {
+		return 0, ErrInvalidID
+	}
+	lease = OrDefault(lease, DefaultLease)
+	if lease < 0 {
+		return 0, fmt.Errorf("%w: negative lease", ErrInvalidArgument)
+	}
+	return lease, nil
 }

@@ -1,3 +1,32 @@
+// Package store is the record-store contract and the rules every engine
+// applies alike. The handler, the verifier and the operator service need of
+// a store what Engine says; the engines live below this package and know
+// nothing of them:
+//
+//   - store/embedded: a durable store in one gateway's directory, on
+//     Pebble;
+//   - store/redis: Redis (a node, Sentinel or Cluster), shared by every
+//     gateway, the per-record rules in Lua scripts;
+//   - store/postgres: PostgreSQL through pgx, shared by every gateway, the
+//     claim and the completion one SQL statement each, the other changes
+//     on the record's locked row.
+//
+// Every engine behaves identically; the conformance suite store/storetest
+// runs against all three and is the definition of "identically".
+//
+// A record's life is a handful of transitions, each in a file of its own,
+// read top to bottom: claim.go (and the handle a claim gives,
+// claimhandle.go), complete.go, release.go, hold.go (held as outcome
+// unknown), notdone.go (an execution that ended "not done"),
+// verification.go (a check's lease and verdict; the lookup it runs in
+// check.go), operator.go (an operator's release and completion) and
+// redrive.go. Each validates its arguments as every engine must and, for
+// the engines that run the rules in Go (embedded and Postgres), computes
+// the next record as a pure function of the record (Stored, stored.go),
+// the store's clock and the request. What they share: record.go (what a
+// record says), arguments.go (ids, tokens, durations), errors.go (the
+// errors callers tell apart with errors.Is), retention.go (the tombstones
+// and twin entries that outlive a record).
 package store
 
 import (
@@ -5,11 +34,11 @@ import (
 	"time"
 )
 
-// Engine is the record-store contract: what the handler and the operator
-// API need from a store, whatever keeps the records (Redis: package
-// store/redis; the durable embedded engine: package store/embedded).
-// Every engine behaves identically; the conformance suite (package
-// store/storetest) is the definition of "identically". Times are the
+// Engine is the record-store contract: what the handler, the verifier and
+// the operator service need from a store, whatever keeps the records
+// (package store/embedded, store/redis or store/postgres). Every engine
+// behaves identically; the conformance suite (package store/storetest) is
+// the definition of "identically". Times are the
 // store's clock, which every gateway sharing the store agrees on.
 //
 // Fencing: Renew, Complete, Release and MarkUnknown succeed only while the
@@ -129,53 +158,4 @@ type Engine interface {
 
 	// Close releases the engine's resources.
 	Close() error
-}
-
-// CompleteRequest stores the result of an upstream call under its claim.
-//
-// It succeeds while the record carries Token, also when it was meanwhile
-// marked outcome_unknown (a late but real outcome is better than none);
-// false when the token was taken over. When the record does not exist at
-// all (a failover lost the claim, or it expired while the result was being
-// written) it is written anew as completed from Claim, StartedAt and
-// Result, with attempts and executions 1: the call ran and its result is
-// known, so losing the claim must not cost a second execution.
-type CompleteRequest struct {
-	// Claim is the request that made the claim (ID and Token fence it).
-	Claim ClaimRequest
-	// StartedAt is when the claim was made (the store's clock).
-	StartedAt time.Time
-	// Result is what the upstream answered.
-	Result Result
-	// TTL is how long the completed record is replayed (default 24h).
-	TTL time.Duration
-	// Tombstone is how long a tombstone of the completed record outlives
-	// it (0: none): the record's id, completion time, status and reason,
-	// reported by a claim that finds the record gone (see
-	// ClaimRequest.AfterExpiry). Written in the completion's own step.
-	Tombstone time.Duration
-	// Twin, with TwinWindow, writes (or refreshes) the twin entry Twin →
-	// this record and its completion time, living TwinWindow, in the
-	// completion's own step (see ClaimRequest.Twin). "" or a zero window:
-	// none.
-	Twin       string
-	TwinWindow time.Duration
-}
-
-// Action is who resolved a record by hand and why: it is kept on the
-// record as an AuditEntry and logged.
-type Action struct {
-	// Actor is who acted: the authenticated user of the console
-	// ({http.auth.user.id}), or "admin-api" for the admin endpoint.
-	Actor string
-	// Reason is the operator's own words, required by the console.
-	Reason string
-}
-
-// AuditEntry is one operator action kept on a record, oldest first.
-type AuditEntry struct {
-	At     time.Time // the store's clock when the action took effect
-	Actor  string
-	Action string // AuditRelease, AuditComplete or AuditVerify
-	Reason string
 }

@@ -89,8 +89,31 @@ func DecodeCursor(c, version string, states []State) (int, string, error) {
 	if i < 0 {
 		return bad("made for another state filter")
 	}
-	if !validID(parts[2]) {
+	if !ValidID(parts[2]) {
 		return bad("bad position")
 	}
 	return i, parts[2], nil
 }
+
+// indexStates are the states a listing walks, in listing order.
+var indexStates = [...]State{StateInFlight, StateCompleted, StateUnknown, StateReleased}
+
+// StoredState is the short form of a state as kept in indexes and cursors
+// ("in_flight", "completed", "unknown", "released"); "" for an unknown
+// state. It accepts "unknown" for StateUnknown.
+func StoredState(st State) string {
+	switch st {
+	case StateInFlight:
+		return "in_flight"
+	case StateCompleted:
+		return "completed"
+	case StateUnknown, "unknown":
+		return "unknown"
+	case StateReleased:
+		return "released"
+	}
+	return ""
+}
+
+// IndexStates are the four record states in listing order.
+func IndexStates() []State { return indexStates[:] }

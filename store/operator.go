@@ -3,32 +3,37 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// ErrNotFound is returned by the operator calls for a record that does not
-// exist (never created, or expired).
-var ErrNotFound = errors.New("store: record not found")
+// An operator's release and completion of a record, on the operator's
+// word (see Engine.OperatorRelease), with the audit entry that says who
+// and why.
 
-// ErrConflict is returned (wrapped, with details) by the operator calls when
-// the record's state does not allow the operation, e.g. a live in-flight
-// claim.
-var ErrConflict = errors.New("store: record is in a state that does not allow this")
+// Action is who resolved a record by hand and why: it is kept on the
+// record as an AuditEntry and logged.
+type Action struct {
+	// Actor is who acted: the authenticated user of the console
+	// ({http.auth.user.id}), or "admin-api" for the admin endpoint.
+	Actor string
+	// Reason is the operator's own words, required by the console.
+	Reason string
+}
 
-// ErrCheckRunning is returned (wrapped, with details) by the operator
-// calls while a verification check holds the record (a live check lease,
-// see BeginCheck): the operator acts once the check has ended. It is an
-// ErrConflict.
-var ErrCheckRunning = fmt.Errorf("%w: a verification check holds it", ErrConflict)
+// ReasonOperator is the reason of a record an operator released or
+// completed.
+const ReasonOperator = "operator"
 
-// ErrInvalidArgument is returned (wrapped, with details) for arguments the
-// store refuses before acting: an unknown list state, a malformed
-// list cursor, an operator result whose status is not an HTTP status.
-var ErrInvalidArgument = errors.New("store: invalid argument")
+// Audit actions.
+const (
+	AuditRelease  = "release"
+	AuditComplete = "complete"
+	// AuditVerify: an operator ran a verification check (see EndCheck).
+	AuditVerify = "verify"
+)
 
 // Audit limits. A record keeps its last MaxAuditEntries operator actions;
 // an Action's Actor and Reason longer than these are refused
@@ -37,18 +42,6 @@ const (
 	MaxAuditEntries = 50
 	MaxActorLen     = 256
 	MaxReasonLen    = 2000
-)
-
-// MaxExternalID is the longest external id (bytes) a record keeps, from
-// an upstream's answer, a verification check or an operator.
-const MaxExternalID = 255
-
-// Audit actions.
-const (
-	AuditRelease  = "release"
-	AuditComplete = "complete"
-	// AuditVerify: an operator ran a verification check (see EndCheck).
-	AuditVerify = "verify"
 )
 
 // Validate checks an action before any engine keeps it: an actor is
@@ -71,6 +64,27 @@ func (act Action) Validate() error {
 	return nil
 }
 
+// AddAudit appends an audit entry at now, keeping the newest
+// MaxAuditEntries.
+func (s *Stored) AddAudit(now int64, actor, action, reason string) {
+	s.Audit = append(s.Audit, AuditEntry{At: time.UnixMilli(now), Actor: actor, Action: action, Reason: reason})
+	if n := len(s.Audit) - MaxAuditEntries; n > 0 {
+		s.Audit = s.Audit[n:] // the newest are kept, as on Redis
+	}
+}
+
+// CheckOperator validates an operator's change of record id by act.
+func CheckOperator(id string, act Action) error {
+	if !ValidID(id) {
+		return ErrInvalidID
+	}
+	return act.Validate()
+}
+
+// Checking reports whether a verification check holds the record (a live
+// check lease): operators wait for its verdict.
+func (s *Stored) Checking(now int64) bool { return s.CheckRunning(time.UnixMilli(now)) }
+
 // ConflictOf is the error of an operator call that rec's state refuses,
 // as every engine words it: ErrCheckRunning while a verification check
 // holds the record (a held record is refused for no other reason), else
@@ -87,17 +101,43 @@ func ConflictOf(rec *Record) error {
 	return fmt.Errorf("%w: %s is already %s", ErrConflict, rec.ID, rec.State)
 }
 
+// The release on an operator's word.
+
+// CheckOperatorRelease validates an OperatorRelease's TTL.
+func CheckOperatorRelease(ttl time.Duration) (time.Duration, error) {
+	ttl = OrDefault(ttl, DefaultTTL)
+	if ttl < 0 {
+		return 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
+	}
+	return ttl, nil
+}
+
+// OperatorRelease is the record released on an operator's word (see
+// Engine.OperatorRelease), or the conflict; the engine adds the audit
+// entry.
+func (s *Stored) OperatorRelease(now int64, ttl time.Duration) (*Stored, error) {
+	if s.State == StateInFlight && MillisOf(s.LeaseUntil) > now || s.Checking(now) {
+		return nil, ConflictOf(&s.Record)
+	}
+	r := s.Clone()
+	r.ClearResult()
+	r.State, r.Token, r.Reason = StateReleased, NewToken(), ReasonOperator
+	r.NotDone, r.Unknowns = 0, 0 // a fresh retry budget
+	r.ExpireAt = now + Millis(ttl)
+	return r, nil
+}
+
+// The completion on an operator's word.
+
+// MaxExternalID is the longest external id (bytes) a record keeps, from
+// an upstream's answer, a verification check or an operator.
+const MaxExternalID = 255
+
 // ValidExternalID reports whether id may be kept as a record's external
 // id, wherever it comes from (an upstream's answer, a verification check,
 // an operator): at most MaxExternalID bytes, no control characters.
 func ValidExternalID(id string) bool {
 	return len(id) <= MaxExternalID && !strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f })
-}
-
-// CheckRunning reports whether a verification check holds the record at
-// now (a live check lease on a held record): operators act once it ends.
-func (r *Record) CheckRunning(now time.Time) bool {
-	return r.State == StateUnknown && r.CheckLeaseUntil.After(now)
 }
 
 // ValidateOperatorResult checks an operator's result as every engine's
@@ -118,7 +158,7 @@ func ValidateOperatorResult(res Result) error {
 // ttl is ErrInvalidArgument) and applies the defaults: DefaultTTL for 0,
 // and the body's digest when none is given and the body is kept.
 func OperatorCompletion(res Result, ttl time.Duration) (Result, time.Duration, error) {
-	ttl = orDefault(ttl, DefaultTTL)
+	ttl = OrDefault(ttl, DefaultTTL)
 	if ttl < 0 {
 		return res, 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
@@ -130,4 +170,20 @@ func OperatorCompletion(res Result, ttl time.Duration) (Result, time.Duration, e
 		res.Digest = hex.EncodeToString(sum[:])
 	}
 	return res, ttl, nil
+}
+
+// OperatorComplete is the record completed with res (already KeptResult)
+// on an operator's word (see Engine.OperatorComplete), or the conflict;
+// the engine adds the audit entry.
+func (s *Stored) OperatorComplete(now int64, res Result, ttl time.Duration) (*Stored, error) {
+	if s.State == StateCompleted || s.State == StateInFlight && MillisOf(s.LeaseUntil) > now || s.Checking(now) {
+		return nil, ConflictOf(&s.Record)
+	}
+	r := s.Clone()
+	r.State, r.Token, r.Reason = StateCompleted, NewToken(), ReasonOperator
+	r.CompletedAt = time.UnixMilli(now)
+	r.SetResult(res)
+	r.Request = nil
+	r.ExpireAt = now + Millis(ttl)
+	return r, nil
 }

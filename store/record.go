@@ -2,8 +2,6 @@ package store
 
 import (
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -23,6 +21,17 @@ const (
 	// claim executes again.
 	StateReleased State = "released"
 )
+
+// StateExhausted is how operators see a record held for
+// ReasonRetriesExhausted (see Record.Class). Engines keep it as
+// StateUnknown with that reason, so it lives as long as a held record
+// (hold_ttl) and is listed with the held records.
+const StateExhausted State = "retries_exhausted"
+
+// ReasonRetriesExhausted is the reason of a record held because its
+// operation used up its retry budget: known not done, waiting for an
+// operator.
+const ReasonRetriesExhausted = "retries exhausted"
 
 // Record is one idempotency record, as every engine gives it back.
 type Record struct {
@@ -88,97 +97,19 @@ type Record struct {
 	Call *ToolCall
 }
 
-// indexStates are the states a listing walks, in listing order.
-var indexStates = [...]State{StateInFlight, StateCompleted, StateUnknown, StateReleased}
-
-// storedState is the short name of a state in cursors and index keys
-// ("" for an unknown state). It also accepts "unknown".
-func storedState(s State) string {
-	switch s {
-	case StateInFlight:
-		return "in_flight"
-	case StateCompleted:
-		return "completed"
-	case StateUnknown, "unknown":
-		return "unknown"
-	case StateReleased:
-		return "released"
+// Class is the record's state as operators see it: StateExhausted for a
+// record held because its retries were used up, else State.
+func (r *Record) Class() State {
+	if r.State == StateUnknown && r.Reason == ReasonRetriesExhausted {
+		return StateExhausted
 	}
-	return ""
+	return r.State
 }
 
-// encodeHeader writes h in HTTP wire format, "Name: value\r\n" per value,
-// names in sorted order. Names that cannot appear on the wire (empty or
-// containing ':', CR or LF) are skipped; CR and LF inside values become
-// spaces, as net/http does when it writes headers.
-func encodeHeader(h http.Header) string {
-	if len(h) == 0 {
-		return ""
-	}
-	names := make([]string, 0, len(h))
-	size := 0
-	for name, vv := range h {
-		if name == "" || strings.ContainsAny(name, ":\r\n") {
-			continue
-		}
-		names = append(names, name)
-		for _, v := range vv {
-			size += len(name) + len(v) + 4
-		}
-	}
-	slices.Sort(names)
-	var b strings.Builder
-	b.Grow(size)
-	for _, name := range names {
-		for _, v := range h[name] {
-			b.WriteString(name)
-			b.WriteString(": ")
-			if strings.ContainsAny(v, "\r\n") {
-				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
-			}
-			b.WriteString(v)
-			b.WriteString("\r\n")
-		}
-	}
-	return b.String()
-}
-
-// decodeHeader is the inverse of encodeHeader. Names are kept exactly as
-// stored (no re-canonicalisation), values byte for byte. The values of one
-// name share one backing array, as net/textproto does.
-func decodeHeader(s string) http.Header {
-	n := strings.Count(s, "\r\n") + 1
-	h := make(http.Header, n)
-	values := make([]string, 0, n)
-	start, prev := 0, ""
-	for s != "" {
-		line, rest, _ := strings.Cut(s, "\r\n")
-		s = rest
-		name, value, ok := strings.Cut(line, ":")
-		if !ok || name == "" {
-			continue
-		}
-		if name != prev {
-			setValues(h, prev, values[start:])
-			start, prev = len(values), name
-		}
-		values = append(values, strings.TrimPrefix(value, " "))
-	}
-	setValues(h, prev, values[start:])
-	return h
-}
-
-// setValues stores one run of values of name in h. The run is capped so that
-// later appends never write into it.
-func setValues(h http.Header, name string, run []string) {
-	if name == "" {
-		return
-	}
-	if old, ok := h[name]; ok { // the name appeared before (not written by encodeHeader)
-		h[name] = append(old[:len(old):len(old)], run...)
-		return
-	}
-	h[name] = run[:len(run):len(run)]
+// CheckRunning reports whether a verification check holds the record at
+// now (a live check lease on a held record): operators act once it ends.
+func (r *Record) CheckRunning(now time.Time) bool {
+	return r.State == StateUnknown && r.CheckLeaseUntil.After(now)
 }
 
 // Result is the outcome of an upstream call, as Complete stores it.
@@ -198,26 +129,25 @@ type Result struct {
 	ExternalID string
 }
 
-// NewRecord is the record a claim of a new key creates: what req asked
-// for, in flight under req.Token since now (the store's clock), its lease
-// running from then, attempts and executions 1.
-func NewRecord(req ClaimRequest, now time.Time, lease time.Duration) Record {
-	check := req.Check.Normalized()
-	check.Match = slices.Clone(check.Match) // not the caller's
-	return Record{
-		ID:              req.ID,
-		Route:           req.Route,
-		Operation:       req.Operation,
-		Fingerprint:     req.Fingerprint,
-		FingerprintRule: req.FingerprintRule,
-		State:           StateInFlight,
-		Token:           req.Token,
-		StartedAt:       now,
-		LeaseUntil:      now.Add(time.Duration(msCeil(lease)) * time.Millisecond),
-		Attempts:        1,
-		Executions:      1,
-		Check:           check,
-		Request:         slices.Clone(req.Request), // not the caller's
-		Call:            req.Call,                  // never changed once made
-	}
+// The entries of a record's lists, oldest first.
+
+// AuditEntry is one operator action kept on a record, oldest first.
+type AuditEntry struct {
+	At     time.Time // the store's clock when the action took effect
+	Actor  string
+	Action string // AuditRelease, AuditComplete or AuditVerify
+	Reason string
+}
+
+// CheckEntry is one check kept on a record.
+type CheckEntry struct {
+	At      time.Time // the store's clock when the check ended
+	Status  int       // the lookup's HTTP status; 0 when it gave none
+	Verdict string    // one of the Verdict constants
+}
+
+// Answer is what one execution that ended "not done" answered.
+type Answer struct {
+	At     time.Time // the store's clock when it was recorded
+	Status int       // the status the client got (502 for a request that never left)
 }

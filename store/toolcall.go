@@ -16,8 +16,8 @@ const maxToolName = 256
 // ToolCall is what a record keeps of the agent's tool call that claimed
 // it, on a route guarding an MCP server (protocol: mcp), for operators:
 // the tool's name and its arguments with the values of credential-like
-// fields already replaced by Redacted. Nothing unredacted is ever kept.
-// A ToolCall is never changed once made: records share it.
+// fields already redacted (see NewToolCall). Nothing unredacted is ever
+// kept. A ToolCall is never changed once made: records share it.
 type ToolCall struct {
 	// Tool is the tool's name (params.name).
 	Tool string
@@ -28,17 +28,13 @@ type ToolCall struct {
 	Arguments string
 }
 
-// NewToolCall is what a record keeps of a call of tool with arguments
-// args (JSON): the values of the fields red hides (the built-in
-// credential names and the route's redact_fields) replaced by Redacted
-// at any depth, laid out on one line, cut past MaxToolArguments.
-// Arguments that are not JSON are not kept.
-func NewToolCall(tool string, args []byte, red Redactor) *ToolCall {
-	c := &ToolCall{Tool: cut(tool, maxToolName)}
-	if shown := red.Body(args, "application/json", ""); shown.Kind == BodyJSON {
-		c.Arguments = cut(shown.Text, MaxToolArguments)
-	}
-	return c
+// NewToolCall is what a record keeps of a call of tool whose arguments,
+// as operators may see them, are args: JSON on one line with the values
+// of credential-like fields already redacted ("" for none); the
+// gateway's redaction (operator.Redactor.ToolCall) makes them. Both are
+// cut past their bounds.
+func NewToolCall(tool, args string) *ToolCall {
+	return &ToolCall{Tool: cut(tool, maxToolName), Arguments: cut(args, MaxToolArguments)}
 }
 
 // cut is s with at most max bytes, cut at a character's start and
@@ -90,16 +86,4 @@ func DecodeToolCall(b []byte) *ToolCall {
 		return nil
 	}
 	return &ToolCall{Tool: j.Tool, Arguments: j.Arguments}
-}
-
-// Shown is the call's arguments as operator views show them, laid out
-// with indent per level ("": on one line): redacted again by red, so
-// that a field the route's redact_fields named after the call was stored
-// is hidden too; cut arguments (no longer JSON) as they were stored,
-// redacted then.
-func (c *ToolCall) Shown(red Redactor, indent string) string {
-	if shown := red.Body([]byte(c.Arguments), "application/json", indent); shown.Kind == BodyJSON {
-		return shown.Text
-	}
-	return c.Arguments
 }

@@ -256,9 +256,9 @@ func (b *byRoute) of(route string) operator.Actions {
 	return b.newest
 }
 
-// Verify runs the check with the handler of the record's route.
-func (b *byRoute) Verify(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
-	return b.of(rec.Route).Verify(ctx, rec, act)
+// CheckOutcome runs the check with the handler of the record's route.
+func (b *byRoute) CheckOutcome(ctx context.Context, rec *store.Record, act store.Action) (*store.Record, string, error) {
+	return b.of(rec.Route).CheckOutcome(ctx, rec, act)
 }
 
 // Run runs the re-drive with the handler of the record's route.

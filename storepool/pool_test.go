@@ -41,7 +41,7 @@ func (m fakeModule) OpenEngine() (store.Engine, error) {
 // named answers every action with its name as the verdict.
 type named string
 
-func (n named) Verify(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, string, error) {
+func (n named) CheckOutcome(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, string, error) {
 	return rec, string(n), nil
 }
 func (n named) Run(_ context.Context, rec *store.Record, _ store.Action) (*store.Record, int, error) {
@@ -73,7 +73,7 @@ func TestPoolAcrossReload(t *testing.T) {
 		t.Fatalf("live stores %+v; want one, with the newest config's deals", live)
 	}
 	for route, want := range map[string]string{"deals": "reloaded", "gone": "old", "unknown": "reloaded"} {
-		if _, got, _ := live[0].Actions.Verify(context.Background(), &store.Record{Route: route}, store.Action{}); got != want {
+		if _, got, _ := live[0].Actions.CheckOutcome(context.Background(), &store.Record{Route: route}, store.Action{}); got != want {
 			t.Errorf("a record of route %s went to %s, want %s", route, got, want)
 		}
 	}

@@ -25,9 +25,9 @@ import (
 // headers come from the route's config when a check runs). The gateway
 // that saw the ambiguity schedules checks (Schedule: after, then every,
 // up to attempts); a retry that finds the record held runs one check
-// first (Settle); an operator may run one at any time (Verify). Each
-// check is fenced by the store (a store.CheckLease): one at a time per
-// record, and its verdict lands only while the record is still held
+// first (Settle); an operator may run one at any time (CheckOutcome).
+// Each check is fenced by the store (a store.CheckLease): one at a time
+// per record, and its verdict lands only while the record is still held
 // under the claim it was made for.
 //
 // A Verifier belongs to one provisioned handler: it checks with that
@@ -185,13 +185,13 @@ func Verifiable(rec *store.Record) error {
 	return nil
 }
 
-// Verify runs one check of held record rec now, on operator act's word,
-// with route rt's verify rule, and returns the record after it and the
-// verdict. A record that is not held, carries no check, has a check
+// CheckOutcome runs one check of held record rec now, on operator act's
+// word: it asks the upstream, with route rt's verify rule, whether the
+// operation happened, and returns the record after it and the verdict. A record that is not held, carries no check, has a check
 // running or was resolved while the check ran is a store.ErrConflict
 // (with the current record, when there is one); a missing one
 // store.ErrNotFound.
-func (v *Verifier) Verify(rt *config.Resolved, rec *store.Record, act store.Action) (*store.Record, string, error) {
+func (v *Verifier) CheckOutcome(rt *config.Resolved, rec *store.Record, act store.Action) (*store.Record, string, error) {
 	if err := Verifiable(rec); err != nil {
 		return rec, "", err
 	}

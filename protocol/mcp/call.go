@@ -43,7 +43,7 @@ type Call struct {
 	Tool string
 	// Arguments is params.arguments as its JSON text, copied out of the
 	// body (nil when the call has none). It may hold credentials: it is
-	// for the record's redacted summary (store.NewToolCall), never to
+	// for the record's redacted summary (operator.Redactor.ToolCall), never to
 	// be logged or shown as it is.
 	Arguments []byte
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,7 +46,7 @@ func lockDir(dir string) (*dirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: embedded store: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockOwn(f); err != nil {
 		b, _ := os.ReadFile(f.Name())
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
@@ -69,6 +70,31 @@ func lockDir(dir string) (*dirLock, error) {
 	}
 	openDirs[dir] = true
 	return &dirLock{dir: dir, f: f}, nil
+}
+
+// ownForkWait bounds how long lockDir waits for a lock held under this
+// process's own pid: a child forked to run a program (os/exec) holds a
+// copy of every descriptor between fork and exec, the lock's included,
+// for microseconds to milliseconds.
+const ownForkWait = 2 * time.Second
+
+// flockOwn takes the flock on f. Held under this process's own pid (a
+// store of this process closed it, and a child forked meanwhile still
+// holds the copy), it retries until ownForkWait has passed: this process
+// is no other running gateway.
+func flockOwn(f *os.File) error {
+	deadline := time.Now().Add(ownForkWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		b, _ := os.ReadFile(f.Name())
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr != nil || pid != os.Getpid() {
+			return err
+		}
+		time.Sleep(wait)
+	}
 }
 
 // unlock gives DIR up.

@@ -12,7 +12,7 @@ import (
 	"github.com/idemgate/idemgate/store"
 )
 
-// Tombstones and twin entries (see store/tombstone.go).
+// Tombstones and twin entries (see store/retention.go).
 //
 // A tombstone lives in its record's own key r<id>, so that neither a
 // completion nor a claim pays for it with a key or a read of its own: a

@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// Tombstones and twin entries (see store/tombstone.go). A tombstone is a
+// Tombstones and twin entries (see store/retention.go). A tombstone is a
 // string beside its record, in the record's slot: prefix + "{" + tag + "}"
 // + ":t:" + id, "<completed at ms>:<status>:<reason>", written by the
 // completion's script with PX (the record's TTL plus the tombstone's) and

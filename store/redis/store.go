@@ -618,7 +618,7 @@ func noRoom(err error) error {
 func (s *Store) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
 	lease = store.OrDefault(lease, store.DefaultLease)
 	if lease < 0 {
-		return false, errors.New("store: negative lease")
+		return false, fmt.Errorf("%w: negative lease", store.ErrInvalidArgument)
 	}
 	return s.fenced(ctx, "renew", renewScript, id, token, ms(lease))
 }
@@ -629,7 +629,7 @@ func (s *Store) Renew(ctx context.Context, id, token string, lease time.Duration
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
 	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
 	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
+		return false, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
 	res, c := req.Result, req.Claim
 	if err := store.ValidateComplete(req); err != nil {
@@ -667,7 +667,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
 	ttl = store.OrDefault(ttl, store.DefaultTTL)
 	if ttl < 0 {
-		return false, errors.New("store: negative TTL")
+		return false, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
 	return s.fenced(ctx, "release", releaseScript, id, token, ms(ttl), s.NoticeChannel(), s.notices.flag())
 }
@@ -679,7 +679,7 @@ func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration
 func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
 	holdTTL = store.OrDefault(holdTTL, store.DefaultHoldTTL)
 	if holdTTL < 0 {
-		return false, errors.New("store: negative hold TTL")
+		return false, fmt.Errorf("%w: negative hold TTL", store.ErrInvalidArgument)
 	}
 	if reason == "" {
 		reason = "unknown"

@@ -20,6 +20,7 @@ func init() {
 	register(
 		test{"ClaimCompleteReplay", testClaimCompleteReplay},
 		test{"ClaimHandle", testClaimHandle},
+		test{"NegativeDurations", testNegativeDurations},
 		test{"ClaimRetriedWithSameToken", testClaimRetriedWithSameToken},
 		test{"ClaimRace", testClaimRace},
 		test{"FencingAfterTakeOver", testFencingAfterTakeOver},
@@ -618,12 +619,37 @@ func testClaimRequestValidation(t *testing.T, h Harness, e store.Engine) {
 	} {
 		req := ClaimReq(NewID(t), "tok")
 		tc.edit(&req)
-		if _, err := e.Claim(context.Background(), req); err == nil {
-			t.Errorf("%s: no error", tc.name)
+		if _, err := e.Claim(context.Background(), req); !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", tc.name, err)
 		}
 		if r, _ := e.Get(context.Background(), req.ID); r != nil {
 			t.Errorf("%s: a refused claim left a record", tc.name)
 		}
+	}
+}
+
+// testNegativeDurations: a claim handle's call with a negative lease or
+// lifetime is refused before anything changes, with an error that wraps
+// ErrInvalidArgument, as every other argument the store refuses.
+func testNegativeDurations(t *testing.T, h Harness, e store.Engine) {
+	ctx := context.Background()
+	id := NewID(t)
+	req := ClaimReq(id, "tok")
+	MustClaim(t, e, req)
+	for name, call := range map[string]func() (bool, error){
+		"Renew": func() (bool, error) { return e.Renew(ctx, id, "tok", -time.Second) },
+		"Complete": func() (bool, error) {
+			return e.Complete(ctx, store.CompleteRequest{Claim: req, Result: store.Result{Status: 200}, TTL: -time.Second})
+		},
+		"Release":     func() (bool, error) { return e.Release(ctx, id, "tok", -time.Second) },
+		"MarkUnknown": func() (bool, error) { return e.MarkUnknown(ctx, id, "tok", "x", -time.Second) },
+	} {
+		if ok, err := call(); ok || !errors.Is(err, store.ErrInvalidArgument) {
+			t.Errorf("%s with a negative duration: %v, %v; want false and ErrInvalidArgument", name, ok, err)
+		}
+	}
+	if r := MustGet(t, e, id); r.State != store.StateInFlight || r.Token != "tok" {
+		t.Fatalf("refused calls changed the record: %+v", r)
 	}
 }
 

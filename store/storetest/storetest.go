@@ -1,9 +1,18 @@
 // Package storetest is the conformance suite of the store.Engine
-// contract: every engine (Redis single node, Redis Cluster, the embedded
-// engine) runs it, and it is the definition of "behaves identically".
+// contract: every engine runs it (the embedded engine; Redis on a single
+// node and on a Cluster; Postgres directly and through PgBouncer in
+// transaction mode), and it is the definition of "behaves identically".
 //
 // An engine's test calls Run with a Harness that opens fresh, empty
 // engines and reads the engine's clock and a record's remaining lifetime.
+// The tests are grouped by what they cover, one file each: claims and
+// their handle, completion and replay, refused arguments, expiry and the
+// deployment secret (claims.go), tombstones and twin entries
+// (retention.go), verification checks (check.go), operator actions
+// (operator.go), "not done" executions and re-drives (recovery.go),
+// listing (list.go), notices (notices.go) and tool calls (toolcall.go).
+// The helpers the engines' own tests share (NewID, ClaimReq, MustClaim,
+// MustGet, ...) are here too.
 package storetest
 
 import (

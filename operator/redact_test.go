@@ -1,4 +1,4 @@
-package store
+package operator
 
 import (
 	"crypto/sha256"

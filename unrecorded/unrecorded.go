@@ -1,12 +1,16 @@
-// Package kept bounds the completions a gateway keeps in memory because
-// its record store refused them for want of room (store.ErrNoRoom: a full
-// disk under the embedded store, a Redis at its maxmemory): kept past
-// their claim's lease and written once the store has room again, so the
-// answer the client got is what its retry replays. What is kept is
-// bounded per gateway process: past the bound a refused completion is
-// tried until its lease runs out, as any other, and the record then
-// becomes outcome unknown (held, never executed twice).
-package kept
+// Package unrecorded bounds the completions a gateway holds in memory
+// because its record store refused them for want of room (store.ErrNoRoom:
+// a full disk under the embedded store, a Redis at its maxmemory): results
+// the client has been answered with but the store does not have yet,
+// kept past their claim's lease and written once the store has room
+// again, so the answer the client got is what its retry replays. What is
+// kept is bounded per gateway process: past the bound a refused
+// completion is tried until its lease runs out, as any other, and the
+// record then becomes outcome unknown (held, never executed twice).
+//
+// Not to be confused with a kept request (keep_request, sealed.Request,
+// store.KeptRequest): the request a record keeps, sealed, for a re-drive.
+package unrecorded
 
 import (
 	"sync"

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"fmt"
+	"time"
+)
+
+// The completion: the upstream's result stored under its claim (see
+// CompleteRequest), with the tombstone and the twin entry it leaves.
+
+// CompleteRequest stores the result of an upstream call under its claim.
+//
+// It succeeds while the record carries Token, also when it was meanwhile
+// marked outcome_unknown (a late but real outcome is better than none);
+// false when the token was taken over. When the record does not exist at
+// all (a failover lost the claim, or it expired while the result was being
+// written) it is written anew as completed from Claim, StartedAt and
+// Result, with attempts and executions 1: the call ran and its result is
+// known, so losing the claim must not cost a second execution.
+type CompleteRequest struct {
+	// Claim is the request that made the claim (ID and Token fence it).
+	Claim ClaimRequest
+	// StartedAt is when the claim was made (the store's clock).
+	StartedAt time.Time
+	// Result is what the upstream answered.
+	Result Result
+	// TTL is how long the completed record is replayed (default 24h).
+	TTL time.Duration
+	// Tombstone is how long a tombstone of the completed record outlives
+	// it (0: none): the record's id, completion time, status and reason,
+	// reported by a claim that finds the record gone (see
+	// ClaimRequest.AfterExpiry). Written in the completion's own step.
+	Tombstone time.Duration
+	// Twin, with TwinWindow, writes (or refreshes) the twin entry Twin →
+	// this record and its completion time, living TwinWindow, in the
+	// completion's own step (see ClaimRequest.Twin). "" or a zero window:
+	// none.
+	Twin       string
+	TwinWindow time.Duration
+}
+
+// CheckComplete validates a Complete's arguments and returns the result
+// to store (KeptResult) and its TTL.
+func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
+	if err := ValidateComplete(req); err != nil {
+		return Result{}, 0, err
+	}
+	return KeptResult(req.Result), OrDefault(req.TTL, DefaultTTL), nil
+}
+
+// ValidateComplete validates a Complete's arguments as every engine
+// does: the record id (ErrInvalidID, also for a twin digest that is no
+// record id), negative durations (ErrInvalidArgument).
+func ValidateComplete(req CompleteRequest) error {
+	if !ValidID(req.Claim.ID) {
+		return ErrInvalidID
+	}
+	if req.TTL < 0 {
+		return fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
+	}
+	return checkRetention(req.Twin, req.Tombstone, req.TwinWindow)
+}
+
+// TwinEntry is the twin entry a completion writes, or none: its digest
+// and how long it lives (both set, else no entry).
+func (req CompleteRequest) TwinEntry() (string, time.Duration) {
+	if req.Twin == "" || req.TwinWindow <= 0 {
+		return "", 0
+	}
+	return req.Twin, req.TwinWindow
+}
