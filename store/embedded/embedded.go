@@ -24,7 +24,9 @@
 // Options.SyncInterval later: a machine crash can only turn a result of
 // that last window back into its claim, whose lease runs out (see
 // walsync.go). Changes nobody acts on (a replay's attempt count, a
-// renewed lease) are written without waiting.
+// renewed lease) are written without waiting for the log (committed
+// without a sync), and without waiting at all while a commit could be
+// held up (inline.go).
 //
 // Atomic: every read-modify-write of a record runs under that record's
 // lock (one of a fixed set of striped locks), so claims on different
@@ -145,7 +147,8 @@ type Engine struct {
 	hot    hotSlots    // records in flight this process claimed (hot.go)
 	recent *recentKeys // record keys written recently (recent.go)
 	full   diskFull
-	wal    walSync // which syncs of the log reach the disk
+	gate   inlineGate // whether a write may be committed in its caller (inline.go)
+	wal    walSync    // which syncs of the log reach the disk
 
 	// life is held shared by every call using db, and exclusively by
 	// Close; closed is set first.
@@ -227,6 +230,7 @@ func Open(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.recovered.Took = time.Since(began)
+	e.lookForRoom()
 	e.done.Add(2)
 	go e.sweepLoop()
 	go e.syncLoop()
@@ -551,18 +555,25 @@ var timers = sync.Pool{New: func() any {
 	return t
 }}
 
-// commit commits w and releases it once it is done. It waits at most
-// OpTimeout (or until ctx ends) for the commit; a commit that lands after
-// that is undone (when w says so) before its release.
+// commit commits w and releases it once it is done: in the caller when
+// nothing can hold the commit up (inline.go), else in a goroutine of its
+// own, waiting at most OpTimeout (or until ctx ends) for it; a commit
+// that lands after that is undone (when w says so) before its release.
 func (e *Engine) commit(ctx context.Context, w *write, dur durability) error {
-	switch dur {
-	case unwaited:
-		// Nobody acts on it (an attempt count, a renewal): not waited
-		// for, so a replay never waits for a write. The record stays
-		// locked until it is committed.
+	switch {
+	case dur == unwaited && e.inline():
+		// Nobody acts on it (an attempt count, a renewal): committed
+		// without a sync, so a replay never waits for the disk.
+		w.unwaited()
+		return nil
+	case dur == unwaited:
+		// The commit might wait for the disk: not waited for. The
+		// record stays locked until it is committed.
 		go w.unwaited()
 		return nil
-	case synced:
+	case e.inline():
+		return e.commitInline(ctx, w, dur)
+	case dur == synced:
 		w.done = make(chan error, 1)
 		go w.commitDurable()
 	default:

@@ -112,6 +112,11 @@ func TestRecordsSurviveACrash(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		want[id(i)], _ = e.Get(ctx, id(i))
 	}
+	// The replay's attempt count is not waited for: Get saw it applied
+	// (it waits for the record's lock), and the next synced write puts
+	// it in the log file with everything written before it, so that a
+	// copy taken now holds it.
+	mustClaim(t, e, claimReq(id(4), "A"))
 
 	crashed := open(t, copyDir(t, dir))
 	for i := 1; i <= 3; i++ {

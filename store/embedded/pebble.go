@@ -48,6 +48,10 @@ func (e *Engine) pebbleOptions(cache *pebble.Cache, readOnly bool) *pebble.Optio
 				e.opts.OnError(fmt.Errorf("store: embedded store %s: %w", e.dir, err))
 			},
 			DataCorruption: e.corrupted,
+			// A write committed in its caller would wait out a stall
+			// (inline.go).
+			WriteStallBegin: func(pebble.WriteStallBeginInfo) { e.gate.stalled.Store(true) },
+			WriteStallEnd:   func() { e.gate.stalled.Store(false) },
 		},
 	}
 	for i := range o.Levels {

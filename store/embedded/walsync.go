@@ -294,6 +294,7 @@ func (f *walFile) Close() error {
 // were written, when no durable write's fdatasync did it first.
 func (e *Engine) syncLoop() {
 	e.every(e.opts.SyncInterval, func() {
+		e.lookForRoom()
 		if err := e.wal.syncAll(); err != nil {
 			e.opts.OnError(fmt.Errorf("store: embedded store %s: sync the log: %w", e.dir, err))
 		}
