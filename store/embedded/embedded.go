@@ -681,7 +681,7 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 		}
 		out := cur.Clone()
 		out.Attempts++
-		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
+		expired := cur.State == store.StateInFlight && store.MillisOf(cur.LeaseUntil) <= now
 		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
 		switch {
 		case expired && a.OnExpired != store.ExpiredRelease:
