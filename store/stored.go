@@ -63,18 +63,6 @@ func (s *Stored) SetResult(res Result) {
 	s.ExternalID = res.ExternalID
 }
 
-// KeptResult copies a result out of the caller's buffers, with its header
-// in the stored form every engine keeps.
-func KeptResult(res Result) Result {
-	res.Header = DecodeHeader(EncodeHeader(res.Header))
-	if len(res.Body) == 0 {
-		res.Body = nil
-	} else {
-		res.Body = slices.Clone(res.Body)
-	}
-	return res
-}
-
 // MillisOf is t in milliseconds since the epoch, 0 for the zero time:
 // how the Go engines keep times.
 func MillisOf(t time.Time) int64 {
