@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -151,7 +152,7 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if err := validToolCall(req.Call); err != nil {
 		return ClaimArgs{}, err
 	}
-	a := ClaimArgs{Lease: OrDefault(req.Lease, DefaultLease), HoldTTL: OrDefault(req.HoldTTL, DefaultHoldTTL)}
+	a := ClaimArgs{Lease: cmp.Or(req.Lease, DefaultLease), HoldTTL: cmp.Or(req.HoldTTL, DefaultHoldTTL)}
 	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
 		return ClaimArgs{}, fmt.Errorf("%w: negative lease, hold TTL or budget", ErrInvalidArgument)
 	}
@@ -296,7 +297,7 @@ func CheckRenew(id string, lease time.Duration) (time.Duration, error) {
 	if !ValidID(id) {
 		return 0, ErrInvalidID
 	}
-	lease = OrDefault(lease, DefaultLease)
+	lease = cmp.Or(lease, DefaultLease)
 	if lease < 0 {
 		return 0, fmt.Errorf("%w: negative lease", ErrInvalidArgument)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -45,7 +46,7 @@ func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
 	if err := ValidateComplete(req); err != nil {
 		return Result{}, 0, err
 	}
-	return KeptResult(req.Result), OrDefault(req.TTL, DefaultTTL), nil
+	return KeptResult(req.Result), cmp.Or(req.TTL, DefaultTTL), nil
 }
 
 // ValidateComplete validates a Complete's arguments as every engine

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -242,7 +243,7 @@ func (s *Stored) EndCheck(now int64, o CheckOutcome) (*Stored, bool) {
 	if s.State != StateUnknown || s.Token != o.ClaimToken || s.CheckToken != o.CheckToken {
 		return nil, false
 	}
-	ttl := Millis(OrDefault(o.TTL, DefaultTTL))
+	ttl := Millis(cmp.Or(o.TTL, DefaultTTL))
 	r := s.Clone()
 	entry := o.Entry
 	entry.At = time.UnixMilli(now)
