@@ -12,9 +12,9 @@ import (
 // record as it is, the clock (now, in ms) and the request: a change
 // returns the next record, a clone, and leaves its receiver alone; the
 // engine keeps only the storage (reading, fencing and writing). Each
-// transition's method is in the transition's file (Release in
-// release.go, MarkUnknown in hold.go, EndCheck in verification.go, ...);
-// this file holds what they all use.
+// transition's method is in the transition's file (Claim in claim.go,
+// Release in release.go, MarkUnknown in hold.go, EndCheck in
+// verification.go, ...); this file holds what they all use.
 type Stored struct {
 	Record
 	ExpireAt int64 // ms; the record is gone from then on

@@ -648,70 +648,31 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
 	var res store.ClaimResult
 	out, m, err := e.updateSlot(ctx, "claim", req.ID, func(cur *rec, past tomb, now int64) mutation {
 		res = store.ClaimResult{Now: time.UnixMilli(now)}
-		switch {
-		case cur == nil:
+		var found *store.Tombstone
+		var twin *store.Twin
+		if cur == nil {
 			// The record key's read found the tombstone too, if any.
 			if a.Tombstones && past.until > now {
-				res.Tombstone = past.view(req.ID)
+				found = past.view(req.ID)
 			}
 			var err error
-			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
+			if twin, err = e.twinOf(req.Twin, now); err != nil {
 				return mutation{err: err}
 			}
-			if res.Twin != nil && res.Twin.ID == req.ID {
-				res.Twin = nil // a retry of the record itself
-			}
-			switch a.Fresh(res.Tombstone, res.Twin) {
-			case store.FreshReject:
-				return mutation{}
-			case store.FreshHold:
-				return mutation{dur: synced, next: &rec{Record: store.HeldSamePayload(req, time.UnixMilli(now)), ExpireAt: now + hold}}
-			}
-			res.Claimed = true
-			return mutation{dur: synced, undo: true, next: &rec{
-				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
-				ExpireAt: now + hold}}
-		case cur.State == store.StateInFlight && cur.Token == req.Token:
-			res.Claimed = true // a retried claim: already the caller's
-			return mutation{}
 		}
-		out := cur.Clone()
-		out.Attempts++
-		expired := cur.State == store.StateInFlight && store.MillisOf(cur.LeaseUntil) <= now
-		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
-		switch {
-		case expired && a.OnExpired != store.ExpiredRelease:
-			out.State, out.Reason, out.ExpireAt = store.StateUnknown, "lease_expired", now+hold
-			out.ScheduleFirstCheck(now)
-			return mutation{next: out, dur: synced}
-		case same && (expired || cur.State == store.StateReleased), store.Free(&cur.Record):
-			if expired { // an unknown outcome let go: it counts against the budget
-				out.NotDone++
-				out.Unknowns++
-				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
-					out.State, out.Reason, out.ExpireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
-					out.NextCheck = time.Time{}
-					return mutation{next: out, dur: synced}
-				}
-			}
-			out.ClearResult()
-			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
-			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)
-			out.Executions++
-			out.ExpireAt = now + hold
-			out.NewClaimChecks(store.KeptCheck(req.Check))
-			out.Request = store.KeptRequest(req.Request)
-			out.Call = req.Call
-			out.Fingerprint, out.FingerprintRule = req.Fingerprint, req.FingerprintRule
-			res.Claimed, res.TakeOver = true, true
-			return mutation{next: out, dur: synced, undo: true}
-		default:
-			return mutation{next: out, count: true} // only counted: no fsync to wait for
+		next, w := cur.Claim(now, req, a, found, twin, &res)
+		switch w {
+		case store.WriteClaimed:
+			return mutation{next: next, dur: synced, undo: true}
+		case store.WriteHeld:
+			return mutation{next: next, dur: synced}
+		case store.WriteCounted:
+			return mutation{next: next, count: true} // only counted: no fsync to wait for
 		}
+		return mutation{}
 	})
 	if err == nil {
 		err = m.err
