@@ -181,10 +181,7 @@ func (s *Stored) OperatorComplete(now int64, res Result, ttl time.Duration) (*St
 		return nil, ConflictOf(&s.Record)
 	}
 	r := s.Clone()
-	r.State, r.Token, r.Reason = StateCompleted, NewToken(), ReasonOperator
-	r.CompletedAt = time.UnixMilli(now)
-	r.SetResult(res)
-	r.Request = nil
-	r.ExpireAt = now + Millis(ttl)
+	r.Token, r.Reason = NewToken(), ReasonOperator
+	r.completed(now, res, now+Millis(ttl))
 	return r, nil
 }

@@ -13,8 +13,9 @@ import (
 // returns the next record, a clone, and leaves its receiver alone; the
 // engine keeps only the storage (reading, fencing and writing). Each
 // transition's method is in the transition's file (Claim in claim.go,
-// Release in release.go, MarkUnknown in hold.go, EndCheck in
-// verification.go, ...); this file holds what they all use.
+// Complete in complete.go, Release in release.go, MarkUnknown in
+// hold.go, EndCheck in verification.go, ...); this file holds what they
+// all use.
 type Stored struct {
 	Record
 	ExpireAt int64 // ms; the record is gone from then on
@@ -51,16 +52,6 @@ func (s *Stored) ClearResult() {
 	s.Digest = ""
 	s.ExternalID = ""
 	s.Reason = ""
-}
-
-// SetResult stores res (already copied by KeptResult).
-func (s *Stored) SetResult(res Result) {
-	s.Status = res.Status
-	s.Header = res.Header
-	s.Body = res.Body
-	s.BodyOmitted = res.BodyOmitted
-	s.Digest = res.Digest
-	s.ExternalID = res.ExternalID
 }
 
 // MillisOf is t in milliseconds since the epoch, 0 for the zero time:

@@ -709,7 +709,7 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 // Complete stores a result under its claim (see store.CompleteRequest),
 // also writing the record anew when it does not exist.
 func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
-	id, token := req.Claim.ID, req.Claim.Token
+	id := req.Claim.ID
 	result, ttl, err := store.CheckComplete(req)
 	if err != nil {
 		return false, err
@@ -720,34 +720,10 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	// record a retry would execute again.
 	changed := false
 	_, _, err = e.update(ctx, "complete", id, func(cur *rec, now int64) mutation {
-		var r *rec
-		switch {
-		case cur == nil:
-			started := req.StartedAt
-			if started.IsZero() {
-				started = time.UnixMilli(now)
-			}
-			r = &rec{Record: store.Record{
-				ID:              id,
-				Route:           req.Claim.Route,
-				Operation:       req.Claim.Operation,
-				Fingerprint:     req.Claim.Fingerprint,
-				FingerprintRule: req.Claim.FingerprintRule,
-				Token:           token,
-				StartedAt:       time.UnixMilli(started.UnixMilli()),
-				Attempts:        1,
-				Executions:      1,
-			}}
-		case cur.Token != token:
-			return mutation{}
-		default:
-			r = cur.Clone()
+		r := cur.Complete(now, req, result, ttl)
+		if r == nil {
+			return mutation{} // the token was taken over
 		}
-		r.State, r.Reason = store.StateCompleted, ""
-		r.CompletedAt = time.UnixMilli(now)
-		r.SetResult(result)
-		r.Request = nil // a completed record keeps no request
-		r.ExpireAt = now + store.Millis(ttl)
 		changed = true
 		// The tombstone goes in the record's value, the twin entry in
 		// the completion's own batch: no write of their own.
