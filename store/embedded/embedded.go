@@ -120,6 +120,9 @@ type Options struct {
 	// fs is the file system the database lives on (tests: a file
 	// system that loses what was not synced); nil: the disk.
 	fs vfs.FS
+	// room is the free space beyond MinFreeSpace that writes committed
+	// in their callers need (tests: a small file system); 0: inlineRoom.
+	room int64
 }
 
 // Recovery is what Open found in DIR.
@@ -208,6 +211,9 @@ func Open(opts Options) (*Engine, error) {
 	}
 	if opts.SyncInterval <= 0 {
 		opts.SyncInterval = DefaultSyncInterval
+	}
+	if opts.room <= 0 {
+		opts.room = inlineRoom
 	}
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}

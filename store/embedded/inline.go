@@ -52,7 +52,7 @@ func (e *Engine) inline() bool {
 // lookForRoom notes whether the disk has room for commits in the caller.
 func (e *Engine) lookForRoom() {
 	u, err := vfs.Default.GetDiskUsage(e.dir)
-	e.gate.roomy.Store(err == nil && u.AvailBytes >= uint64(inlineRoom+e.opts.MinFreeSpace))
+	e.gate.roomy.Store(err == nil && u.AvailBytes >= uint64(e.opts.room+e.opts.MinFreeSpace))
 }
 
 // commitInline commits w in its caller (see inline) and releases it. A

@@ -20,12 +20,13 @@ import (
 // OpTimeout; once the room is back, writes go on and are committed in
 // their callers again.
 func TestInlineCommitsOnlyWithRoom(t *testing.T) {
-	t.Parallel()
-	mnt := tmpfs.Mount(t, fmt.Sprintf("%dm", (inlineRoom>>20)+64))
+	const room = 8 << 20 // in place of inlineRoom, on a file system of 24 MiB
+	mnt := tmpfs.Mount(t, "24m")
 	const opTimeout = 300 * time.Millisecond
 	e, err := Open(Options{
 		Dir: filepath.Join(mnt, "store"), MemTableSize: 256 << 10, CacheSize: 1 << 20,
 		MinFreeSpace: 1 << 20, OpTimeout: opTimeout, SyncInterval: 20 * time.Millisecond,
+		room: room,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,14 +59,15 @@ func TestInlineCommitsOnlyWithRoom(t *testing.T) {
 		}
 	}
 
-	// Another file takes all but 32 MiB: the gate closes at the next look.
+	// Another file takes 16 MiB, leaving less than the room: the gate
+	// closes at the next look.
 	big := filepath.Join(mnt, "big")
 	f, err := os.Create(big)
 	if err != nil {
 		t.Fatal(err)
 	}
 	chunk := make([]byte, 1<<20)
-	for range (inlineRoom >> 20) + 64 - 32 {
+	for range 16 {
 		if _, err := f.Write(chunk); err != nil {
 			t.Fatal(err)
 		}
