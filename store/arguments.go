@@ -33,7 +33,7 @@ func NewToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Defaults applied when a duration argument is zero.
+// Defaults applied (cmp.Or) when a duration argument is zero.
 const (
 	// DefaultOpTimeout bounds every store call when the engine's options
 	// set no bound.
@@ -42,14 +42,6 @@ const (
 	DefaultTTL       = 24 * time.Hour
 	DefaultHoldTTL   = 720 * time.Hour
 )
-
-// OrDefault returns def when d is 0.
-func OrDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
 
 // Millis is d in whole milliseconds, rounded up, as every engine stores
 // durations: a positive duration never becomes 0.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -8,11 +9,13 @@ import (
 
 // The claim: the right to execute an operation once, fenced by a token
 // (see Engine.Claim for the rules). ValidateClaim checks the request and
-// applies the defaults; a claim that finds no record decides with Fresh
-// (its id's tombstone and its payload's twin) between NewRecord,
-// HeldSamePayload and nothing; one that finds a released record takes it
-// over for the same payload, or for any when it is Free, with the claim's
-// own check (KeptCheck, NewClaimChecks) and kept request (KeptRequest).
+// applies the defaults; Stored.Claim is the whole rule for an engine that
+// runs it in Go, from the record as the engine read it to the record it
+// writes: a claim that finds no record decides with Fresh (its id's
+// tombstone and its payload's twin) between NewRecord, HeldSamePayload
+// and nothing; one that finds a released record takes it over for the
+// same payload, or for any when it is Free, with the claim's own check
+// (KeptCheck, NewClaimChecks) and kept request (KeptRequest).
 
 // ClaimRequest asks for the right to execute one operation.
 type ClaimRequest struct {
@@ -151,7 +154,7 @@ func ValidateClaim(req ClaimRequest) (ClaimArgs, error) {
 	if err := validToolCall(req.Call); err != nil {
 		return ClaimArgs{}, err
 	}
-	a := ClaimArgs{Lease: OrDefault(req.Lease, DefaultLease), HoldTTL: OrDefault(req.HoldTTL, DefaultHoldTTL)}
+	a := ClaimArgs{Lease: cmp.Or(req.Lease, DefaultLease), HoldTTL: cmp.Or(req.HoldTTL, DefaultHoldTTL)}
 	if a.Lease < 0 || a.HoldTTL < 0 || req.MaxExecutions < 0 {
 		return ClaimArgs{}, fmt.Errorf("%w: negative lease, hold TTL or budget", ErrInvalidArgument)
 	}
@@ -219,6 +222,89 @@ func (a ClaimArgs) Fresh(tomb *Tombstone, twin *Twin) Fresh {
 		return FreshHold
 	}
 	return FreshCreate
+}
+
+// ClaimWrite is what a claim writes (Stored.Claim); how durable the
+// write must be before the claim answers follows from it.
+type ClaimWrite int
+
+const (
+	// WriteNothing: the claim writes nothing (a tombstone or a twin
+	// refused it, or it is its caller's claim retried).
+	WriteNothing ClaimWrite = iota
+	// WriteClaimed: the record created or taken over, in flight under
+	// the claim: on disk before the upstream is called, and undone when
+	// the claim's caller never hears of it.
+	WriteClaimed
+	// WriteHeld: the record held as outcome unknown (a lease that ran
+	// out, a budget used up, a payload completed under another key): on
+	// disk before the claim answers.
+	WriteHeld
+	// WriteCounted: only the record's attempt count changed; nothing
+	// waits for it.
+	WriteCounted
+)
+
+// Claim decides req's claim of the record as it is (s; nil when no live
+// record) at now (the store's clock, ms), with its defaults applied (a),
+// the live tombstone of its id that the claim found (tomb; nil when none
+// or when it looks for none) and the live twin entry of its payload (twin;
+// nil when none): the record to write, and what writing it is. It sets
+// res's Claimed, TakeOver, Tombstone and Twin (a twin naming req.ID is a
+// retry of the record itself, no twin).
+func (s *Stored) Claim(now int64, req ClaimRequest, a ClaimArgs, tomb *Tombstone, twin *Twin, res *ClaimResult) (*Stored, ClaimWrite) {
+	switch {
+	case s == nil:
+		if twin != nil && twin.ID == req.ID {
+			twin = nil
+		}
+		res.Tombstone, res.Twin = tomb, twin
+		switch a.Fresh(tomb, twin) {
+		case FreshReject:
+			return nil, WriteNothing
+		case FreshHold:
+			return &Stored{Record: HeldSamePayload(req, time.UnixMilli(now)), ExpireAt: now + Millis(a.HoldTTL)}, WriteHeld
+		}
+		res.Claimed = true
+		return &Stored{Record: NewRecord(req, time.UnixMilli(now), a.Lease), ExpireAt: now + Millis(a.HoldTTL)}, WriteClaimed
+	case s.State == StateInFlight && s.Token == req.Token:
+		res.Claimed = true // a retried claim: already the caller's
+		return nil, WriteNothing
+	}
+	out := s.Clone()
+	out.Attempts++
+	hold := Millis(a.HoldTTL)
+	expired := s.State == StateInFlight && MillisOf(s.LeaseUntil) <= now
+	same := s.Fingerprint == req.Fingerprint && s.FingerprintRule == req.FingerprintRule
+	switch {
+	case expired && a.OnExpired != ExpiredRelease:
+		out.State, out.Reason, out.ExpireAt = StateUnknown, "lease_expired", now+hold
+		out.ScheduleFirstCheck(now)
+		return out, WriteHeld
+	case same && (expired || s.State == StateReleased), Free(&s.Record):
+		if expired { // an unknown outcome let go: it counts against the budget
+			out.NotDone++
+			out.Unknowns++
+			if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
+				out.State, out.Reason, out.ExpireAt = StateUnknown, ReasonRetriesExhausted, now+hold
+				out.NextCheck = time.Time{}
+				return out, WriteHeld
+			}
+		}
+		out.ClearResult()
+		out.State, out.Token, out.Route = StateInFlight, req.Token, req.Route
+		out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+Millis(a.Lease))
+		out.Executions++
+		out.ExpireAt = now + hold
+		out.NewClaimChecks(KeptCheck(req.Check))
+		out.Request = KeptRequest(req.Request)
+		out.Call = req.Call
+		out.Fingerprint, out.FingerprintRule = req.Fingerprint, req.FingerprintRule
+		res.Claimed, res.TakeOver = true, true
+		return out, WriteClaimed
+	default:
+		return out, WriteCounted
+	}
 }
 
 // NewRecord is the record a claim of a new key creates: what req asked
@@ -296,7 +382,7 @@ func CheckRenew(id string, lease time.Duration) (time.Duration, error) {
 	if !ValidID(id) {
 		return 0, ErrInvalidID
 	}
-	lease = OrDefault(lease, DefaultLease)
+	lease = cmp.Or(lease, DefaultLease)
 	if lease < 0 {
 		return 0, fmt.Errorf("%w: negative lease", ErrInvalidArgument)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -30,7 +31,7 @@ func NewClaim(e ClaimOps, req ClaimRequest, startedAt time.Time, ttl time.Durati
 func (c *Claim) ID() string { return c.req.ID }
 
 // Lease is how long the claim lives without renewal.
-func (c *Claim) Lease() time.Duration { return OrDefault(c.req.Lease, DefaultLease) }
+func (c *Claim) Lease() time.Duration { return cmp.Or(c.req.Lease, DefaultLease) }
 
 // Renew extends the lease from now.
 func (c *Claim) Renew(ctx context.Context) (bool, error) {

@@ -1,12 +1,16 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
 
 // The completion: the upstream's result stored under its claim (see
 // CompleteRequest), with the tombstone and the twin entry it leaves.
+// CheckComplete checks the request and copies the result; Stored.Complete
+// is the whole rule for an engine that runs it in Go, from the record as
+// the engine read it to the record it writes.
 
 // CompleteRequest stores the result of an upstream call under its claim.
 //
@@ -45,7 +49,7 @@ func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
 	if err := ValidateComplete(req); err != nil {
 		return Result{}, 0, err
 	}
-	return KeptResult(req.Result), OrDefault(req.TTL, DefaultTTL), nil
+	return KeptResult(req.Result), cmp.Or(req.TTL, DefaultTTL), nil
 }
 
 // ValidateComplete validates a Complete's arguments as every engine
@@ -59,6 +63,57 @@ func ValidateComplete(req CompleteRequest) error {
 		return fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
 	return checkRetention(req.Twin, req.Tombstone, req.TwinWindow)
+}
+
+// Complete is the record a completion of req's claim leaves at now (the
+// store's clock, ms): s completed with result (already KeptResult),
+// living ttl and keeping no request; when no record is left (s nil), one
+// written anew from the claim (see CompleteRequest); nil when the token
+// was taken over.
+func (s *Stored) Complete(now int64, req CompleteRequest, result Result, ttl time.Duration) *Stored {
+	var r *Stored
+	switch {
+	case s == nil:
+		started := req.StartedAt
+		if started.IsZero() {
+			started = time.UnixMilli(now)
+		}
+		r = &Stored{Record: Record{
+			ID:              req.Claim.ID,
+			Route:           req.Claim.Route,
+			Operation:       req.Claim.Operation,
+			Fingerprint:     req.Claim.Fingerprint,
+			FingerprintRule: req.Claim.FingerprintRule,
+			Token:           req.Claim.Token,
+			StartedAt:       time.UnixMilli(started.UnixMilli()),
+			Attempts:        1,
+			Executions:      1,
+		}}
+	case s.Token != req.Claim.Token:
+		return nil
+	default:
+		r = s.Clone()
+	}
+	r.Reason = ""
+	r.completed(now, result, now+Millis(ttl))
+	return r
+}
+
+// completed makes s completed at now with res (already copied by
+// KeptResult), living until expireAt and keeping no request: a claim's
+// completion, an operator's and a check's that found the operation
+// applied alike (each sets its own token and reason).
+func (s *Stored) completed(now int64, res Result, expireAt int64) {
+	s.State = StateCompleted
+	s.CompletedAt = time.UnixMilli(now)
+	s.Status = res.Status
+	s.Header = res.Header
+	s.Body = res.Body
+	s.BodyOmitted = res.BodyOmitted
+	s.Digest = res.Digest
+	s.ExternalID = res.ExternalID
+	s.Request = nil // a completed record keeps no request
+	s.ExpireAt = expireAt
 }
 
 // TwinEntry is the twin entry a completion writes, or none: its digest

@@ -6,7 +6,21 @@ import (
 	"strings"
 )
 
-// The stored form of a result's header, the same on every engine.
+// The stored form of a result, the same on every engine: its header in
+// HTTP wire format, and the result copied out of the caller's buffers with
+// its header in that form (KeptResult).
+
+// KeptResult copies a result out of the caller's buffers, with its header
+// in the stored form every engine keeps.
+func KeptResult(res Result) Result {
+	res.Header = DecodeHeader(EncodeHeader(res.Header))
+	if len(res.Body) == 0 {
+		res.Body = nil
+	} else {
+		res.Body = slices.Clone(res.Body)
+	}
+	return res
+}
 
 // EncodeHeader writes h in the stored form every engine keeps, HTTP wire format, "Name: value\r\n" per value,
 // names in sorted order. Names that cannot appear on the wire (empty or

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -11,7 +12,7 @@ import (
 // CheckMarkUnknown validates a MarkUnknown's arguments and returns its
 // reason and hold TTL.
 func CheckMarkUnknown(id, reason string, holdTTL time.Duration) (string, time.Duration, error) {
-	holdTTL = OrDefault(holdTTL, DefaultHoldTTL)
+	holdTTL = cmp.Or(holdTTL, DefaultHoldTTL)
 	if holdTTL < 0 {
 		return "", 0, fmt.Errorf("%w: negative hold TTL", ErrInvalidArgument)
 	}

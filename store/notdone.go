@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -89,7 +90,7 @@ func CheckNotDone(req NotDoneRequest) (NotDoneRequest, error) {
 	if !ValidID(req.ID) {
 		return req, ErrInvalidID
 	}
-	req.TTL, req.HoldTTL = OrDefault(req.TTL, DefaultTTL), OrDefault(req.HoldTTL, DefaultHoldTTL)
+	req.TTL, req.HoldTTL = cmp.Or(req.TTL, DefaultTTL), cmp.Or(req.HoldTTL, DefaultHoldTTL)
 	if req.TTL < 0 || req.HoldTTL < 0 || req.MaxExecutions < 0 {
 		return req, fmt.Errorf("%w: negative TTL, hold TTL or budget", ErrInvalidArgument)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -105,7 +106,7 @@ func ConflictOf(rec *Record) error {
 
 // CheckOperatorRelease validates an OperatorRelease's TTL.
 func CheckOperatorRelease(ttl time.Duration) (time.Duration, error) {
-	ttl = OrDefault(ttl, DefaultTTL)
+	ttl = cmp.Or(ttl, DefaultTTL)
 	if ttl < 0 {
 		return 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
@@ -158,7 +159,7 @@ func ValidateOperatorResult(res Result) error {
 // ttl is ErrInvalidArgument) and applies the defaults: DefaultTTL for 0,
 // and the body's digest when none is given and the body is kept.
 func OperatorCompletion(res Result, ttl time.Duration) (Result, time.Duration, error) {
-	ttl = OrDefault(ttl, DefaultTTL)
+	ttl = cmp.Or(ttl, DefaultTTL)
 	if ttl < 0 {
 		return res, 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}
@@ -180,10 +181,7 @@ func (s *Stored) OperatorComplete(now int64, res Result, ttl time.Duration) (*St
 		return nil, ConflictOf(&s.Record)
 	}
 	r := s.Clone()
-	r.State, r.Token, r.Reason = StateCompleted, NewToken(), ReasonOperator
-	r.CompletedAt = time.UnixMilli(now)
-	r.SetResult(res)
-	r.Request = nil
-	r.ExpireAt = now + Millis(ttl)
+	r.Token, r.Reason = NewToken(), ReasonOperator
+	r.completed(now, res, now+Millis(ttl))
 	return r, nil
 }

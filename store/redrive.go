@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -32,7 +33,7 @@ func CheckRedrive(req RedriveRequest) (RedriveRequest, error) {
 	if req.Token == "" {
 		return req, fmt.Errorf("%w: a re-drive without a token", ErrInvalidArgument)
 	}
-	req.Lease, req.HoldTTL = OrDefault(req.Lease, DefaultLease), OrDefault(req.HoldTTL, DefaultHoldTTL)
+	req.Lease, req.HoldTTL = cmp.Or(req.Lease, DefaultLease), cmp.Or(req.HoldTTL, DefaultHoldTTL)
 	if req.Lease < 0 || req.HoldTTL < 0 {
 		return req, fmt.Errorf("%w: negative lease or hold TTL", ErrInvalidArgument)
 	}

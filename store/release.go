@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 
 // CheckRelease validates a Release's arguments and returns its TTL.
 func CheckRelease(id string, ttl time.Duration) (time.Duration, error) {
-	ttl = OrDefault(ttl, DefaultTTL)
+	ttl = cmp.Or(ttl, DefaultTTL)
 	if ttl < 0 {
 		return 0, fmt.Errorf("%w: negative TTL", ErrInvalidArgument)
 	}

@@ -12,9 +12,10 @@ import (
 // record as it is, the clock (now, in ms) and the request: a change
 // returns the next record, a clone, and leaves its receiver alone; the
 // engine keeps only the storage (reading, fencing and writing). Each
-// transition's method is in the transition's file (Release in
-// release.go, MarkUnknown in hold.go, EndCheck in verification.go, ...);
-// this file holds what they all use.
+// transition's method is in the transition's file (Claim in claim.go,
+// Complete in complete.go, Release in release.go, MarkUnknown in
+// hold.go, EndCheck in verification.go, ...); this file holds what they
+// all use.
 type Stored struct {
 	Record
 	ExpireAt int64 // ms; the record is gone from then on
@@ -51,28 +52,6 @@ func (s *Stored) ClearResult() {
 	s.Digest = ""
 	s.ExternalID = ""
 	s.Reason = ""
-}
-
-// SetResult stores res (already copied by KeptResult).
-func (s *Stored) SetResult(res Result) {
-	s.Status = res.Status
-	s.Header = res.Header
-	s.Body = res.Body
-	s.BodyOmitted = res.BodyOmitted
-	s.Digest = res.Digest
-	s.ExternalID = res.ExternalID
-}
-
-// KeptResult copies a result out of the caller's buffers, with its header
-// in the stored form every engine keeps.
-func KeptResult(res Result) Result {
-	res.Header = DecodeHeader(EncodeHeader(res.Header))
-	if len(res.Body) == 0 {
-		res.Body = nil
-	} else {
-		res.Body = slices.Clone(res.Body)
-	}
-	return res
 }
 
 // MillisOf is t in milliseconds since the epoch, 0 for the zero time:

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -242,7 +243,7 @@ func (s *Stored) EndCheck(now int64, o CheckOutcome) (*Stored, bool) {
 	if s.State != StateUnknown || s.Token != o.ClaimToken || s.CheckToken != o.CheckToken {
 		return nil, false
 	}
-	ttl := Millis(OrDefault(o.TTL, DefaultTTL))
+	ttl := Millis(cmp.Or(o.TTL, DefaultTTL))
 	r := s.Clone()
 	entry := o.Entry
 	entry.At = time.UnixMilli(now)
@@ -263,12 +264,9 @@ func (s *Stored) EndCheck(now int64, o CheckOutcome) (*Stored, bool) {
 	}
 	switch {
 	case entry.Verdict == VerdictApplied:
-		r.State, r.Token, r.Reason = StateCompleted, o.CheckToken, ReasonVerified
-		r.Request = nil // a completed record keeps no request
-		r.CompletedAt = time.UnixMilli(now)
-		r.SetResult(o.Result)
+		r.Token, r.Reason = o.CheckToken, ReasonVerified
+		r.completed(now, o.Result, now+ttl)
 		r.NextCheck = time.Time{}
-		r.ExpireAt = now + ttl
 	case entry.Verdict == VerdictNotApplied && r.NotFoundStreak >= int64(o.NotFoundChecks):
 		r.ClearResult()
 		r.State, r.Token, r.Reason = StateReleased, o.CheckToken, ReasonVerifiedNotApplied

@@ -62,13 +62,7 @@ func appendBytes(b []byte, s []byte) []byte {
 	return append(b, s...)
 }
 
-func appendTime(b []byte, t time.Time) []byte { return binary.AppendVarint(b, msOf(t)) }
-
-// msOf is t in ms since the epoch, 0 for the zero time.
-func msOf(t time.Time) int64 { return store.MillisOf(t) }
-
-// timeOf is the inverse of msOf.
-func timeOf(ms int64) time.Time { return store.TimeOfMillis(ms) }
+func appendTime(b []byte, t time.Time) []byte { return binary.AppendVarint(b, store.MillisOf(t)) }
 
 // State bytes.
 var stateCodes = map[store.State]byte{
@@ -162,7 +156,7 @@ func decodeRecovery(d *reader, r *rec) {
 		d.fail()
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		r.Answers = append(r.Answers, store.Answer{At: timeOf(d.varint()), Status: int(d.varint())})
+		r.Answers = append(r.Answers, store.Answer{At: store.TimeOfMillis(d.varint()), Status: int(d.varint())})
 	}
 	if req := d.bytes(); len(req) > 0 {
 		r.Request = append([]byte(nil), req...)
@@ -185,14 +179,14 @@ func decodeChecks(d *reader, r *rec) {
 		d.fail()
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		r.Checks = append(r.Checks, store.CheckEntry{At: timeOf(d.varint()), Status: int(d.varint()), Verdict: d.string()})
+		r.Checks = append(r.Checks, store.CheckEntry{At: store.TimeOfMillis(d.varint()), Status: int(d.varint()), Verdict: d.string()})
 	}
 	r.CheckCount = d.varint()
-	r.NextCheck = timeOf(d.varint())
+	r.NextCheck = store.TimeOfMillis(d.varint())
 	r.NotFoundStreak = d.varint()
 	r.NotFoundAt = d.varint()
 	r.CheckToken = d.string()
-	r.CheckLeaseUntil = timeOf(d.varint())
+	r.CheckLeaseUntil = store.TimeOfMillis(d.varint())
 	if len(d.b) > 0 { // records made before match values lack them
 		r.Check.Match = store.DecodeCheckMatch(d.string())
 	}
@@ -270,9 +264,9 @@ func decodePut(d *reader) (*rec, error) {
 	r.Operation = d.string()
 	r.Fingerprint = d.string()
 	r.FingerprintRule = d.string()
-	r.StartedAt = timeOf(d.varint())
-	r.CompletedAt = timeOf(d.varint())
-	r.LeaseUntil = timeOf(d.varint())
+	r.StartedAt = store.TimeOfMillis(d.varint())
+	r.CompletedAt = store.TimeOfMillis(d.varint())
+	r.LeaseUntil = store.TimeOfMillis(d.varint())
 	r.Attempts = d.varint()
 	r.Executions = d.varint()
 	r.Status = int(d.varint())
@@ -291,7 +285,7 @@ func decodePut(d *reader) (*rec, error) {
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		r.Audit = append(r.Audit, store.AuditEntry{
-			At: timeOf(d.varint()), Actor: d.string(), Action: d.string(), Reason: d.string(),
+			At: store.TimeOfMillis(d.varint()), Actor: d.string(), Action: d.string(), Reason: d.string(),
 		})
 	}
 	decodeChecks(d, r)

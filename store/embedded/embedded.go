@@ -654,70 +654,31 @@ func (e *Engine) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	lease, hold := store.Millis(a.Lease), store.Millis(a.HoldTTL)
 	var res store.ClaimResult
 	out, m, err := e.updateSlot(ctx, "claim", req.ID, func(cur *rec, past tomb, now int64) mutation {
 		res = store.ClaimResult{Now: time.UnixMilli(now)}
-		switch {
-		case cur == nil:
+		var found *store.Tombstone
+		var twin *store.Twin
+		if cur == nil {
 			// The record key's read found the tombstone too, if any.
 			if a.Tombstones && past.until > now {
-				res.Tombstone = past.view(req.ID)
+				found = past.view(req.ID)
 			}
 			var err error
-			if res.Twin, err = e.twinOf(req.Twin, now); err != nil {
+			if twin, err = e.twinOf(req.Twin, now); err != nil {
 				return mutation{err: err}
 			}
-			if res.Twin != nil && res.Twin.ID == req.ID {
-				res.Twin = nil // a retry of the record itself
-			}
-			switch a.Fresh(res.Tombstone, res.Twin) {
-			case store.FreshReject:
-				return mutation{}
-			case store.FreshHold:
-				return mutation{dur: synced, next: &rec{Record: store.HeldSamePayload(req, time.UnixMilli(now)), ExpireAt: now + hold}}
-			}
-			res.Claimed = true
-			return mutation{dur: synced, undo: true, next: &rec{
-				Record:   store.NewRecord(req, time.UnixMilli(now), time.Duration(lease)*time.Millisecond),
-				ExpireAt: now + hold}}
-		case cur.State == store.StateInFlight && cur.Token == req.Token:
-			res.Claimed = true // a retried claim: already the caller's
-			return mutation{}
 		}
-		out := cur.Clone()
-		out.Attempts++
-		expired := cur.State == store.StateInFlight && msOf(cur.LeaseUntil) <= now
-		same := cur.Fingerprint == req.Fingerprint && cur.FingerprintRule == req.FingerprintRule
-		switch {
-		case expired && a.OnExpired != store.ExpiredRelease:
-			out.State, out.Reason, out.ExpireAt = store.StateUnknown, "lease_expired", now+hold
-			out.ScheduleFirstCheck(now)
-			return mutation{next: out, dur: synced}
-		case same && (expired || cur.State == store.StateReleased), store.Free(&cur.Record):
-			if expired { // an unknown outcome let go: it counts against the budget
-				out.NotDone++
-				out.Unknowns++
-				if req.MaxExecutions > 0 && out.NotDone >= req.MaxExecutions {
-					out.State, out.Reason, out.ExpireAt = store.StateUnknown, store.ReasonRetriesExhausted, now+hold
-					out.NextCheck = time.Time{}
-					return mutation{next: out, dur: synced}
-				}
-			}
-			out.ClearResult()
-			out.State, out.Token, out.Route = store.StateInFlight, req.Token, req.Route
-			out.StartedAt, out.LeaseUntil = time.UnixMilli(now), time.UnixMilli(now+lease)
-			out.Executions++
-			out.ExpireAt = now + hold
-			out.NewClaimChecks(store.KeptCheck(req.Check))
-			out.Request = store.KeptRequest(req.Request)
-			out.Call = req.Call
-			out.Fingerprint, out.FingerprintRule = req.Fingerprint, req.FingerprintRule
-			res.Claimed, res.TakeOver = true, true
-			return mutation{next: out, dur: synced, undo: true}
-		default:
-			return mutation{next: out, count: true} // only counted: no fsync to wait for
+		next, w := cur.Claim(now, req, a, found, twin, &res)
+		switch w {
+		case store.WriteClaimed:
+			return mutation{next: next, dur: synced, undo: true}
+		case store.WriteHeld:
+			return mutation{next: next, dur: synced}
+		case store.WriteCounted:
+			return mutation{next: next, count: true} // only counted: no fsync to wait for
 		}
+		return mutation{}
 	})
 	if err == nil {
 		err = m.err
@@ -754,7 +715,7 @@ func (e *Engine) Renew(ctx context.Context, id, token string, lease time.Duratio
 // Complete stores a result under its claim (see store.CompleteRequest),
 // also writing the record anew when it does not exist.
 func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
-	id, token := req.Claim.ID, req.Claim.Token
+	id := req.Claim.ID
 	result, ttl, err := store.CheckComplete(req)
 	if err != nil {
 		return false, err
@@ -765,34 +726,10 @@ func (e *Engine) Complete(ctx context.Context, req store.CompleteRequest) (bool,
 	// record a retry would execute again.
 	changed := false
 	_, _, err = e.update(ctx, "complete", id, func(cur *rec, now int64) mutation {
-		var r *rec
-		switch {
-		case cur == nil:
-			started := req.StartedAt
-			if started.IsZero() {
-				started = time.UnixMilli(now)
-			}
-			r = &rec{Record: store.Record{
-				ID:              id,
-				Route:           req.Claim.Route,
-				Operation:       req.Claim.Operation,
-				Fingerprint:     req.Claim.Fingerprint,
-				FingerprintRule: req.Claim.FingerprintRule,
-				Token:           token,
-				StartedAt:       time.UnixMilli(started.UnixMilli()),
-				Attempts:        1,
-				Executions:      1,
-			}}
-		case cur.Token != token:
-			return mutation{}
-		default:
-			r = cur.Clone()
+		r := cur.Complete(now, req, result, ttl)
+		if r == nil {
+			return mutation{} // the token was taken over
 		}
-		r.State, r.Reason = store.StateCompleted, ""
-		r.CompletedAt = time.UnixMilli(now)
-		r.SetResult(result)
-		r.Request = nil // a completed record keeps no request
-		r.ExpireAt = now + store.Millis(ttl)
 		changed = true
 		// The tombstone goes in the record's value, the twin entry in
 		// the completion's own batch: no write of their own.

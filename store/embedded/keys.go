@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/idemgate/idemgate/store"
 )
 
 // dbDir is the Pebble database's directory inside DIR.
@@ -33,6 +35,12 @@ const (
 func recordKey(id string) []byte { return append([]byte{kindRecord}, id...) }
 
 func attemptsKey(id string) []byte { return append([]byte{kindAttempts}, id...) }
+
+// stateIdx is st's position in store.IndexStates: the state byte of
+// its index key (and the order List walks the states in).
+func stateIdx(st store.State) int {
+	return slices.Index(store.IndexStates(), st)
+}
 
 func indexKey(state int, id string) []byte {
 	return append([]byte{kindIndex, byte(state)}, id...)

@@ -17,11 +17,6 @@ type listKey struct {
 	id    string
 }
 
-// stateIdx is st's position in store.IndexStates.
-func stateIdx(st store.State) int {
-	return slices.Index(store.IndexStates(), st)
-}
-
 // listMaxScan bounds the records one List call examines beyond Limit
 // (records skipped by the route filter): a page may then be short, with a
 // NextCursor to go on from, as on Redis.

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idemgate/idemgate/store"
 )
 
 // An earlier version kept the records in a journal of its own
@@ -201,7 +203,7 @@ func replayJournal(path string, recs map[string]*rec) (torn bool, why string) {
 				if payload[0] == opAttempt {
 					r.Attempts = v
 				} else {
-					r.LeaseUntil = timeOf(v)
+					r.LeaseUntil = store.TimeOfMillis(v)
 				}
 			}
 		default:

@@ -51,7 +51,7 @@ type tomb struct {
 // tombOf is the tombstone a completed record r leaves, outliving it by
 // ms.
 func tombOf(r *rec, ms int64) tomb {
-	return tomb{until: r.ExpireAt + ms, completedAt: msOf(r.CompletedAt), status: r.Status, reason: r.Reason}
+	return tomb{until: r.ExpireAt + ms, completedAt: store.MillisOf(r.CompletedAt), status: r.Status, reason: r.Reason}
 }
 
 // view is t for a caller, as the tombstone of record id.

@@ -23,6 +23,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,8 +113,8 @@ func Open(opts Options) (*Engine, error) {
 	if opts.Schema == "" {
 		opts.Schema = DefaultSchema
 	}
-	opts.OpTimeout = store.OrDefault(opts.OpTimeout, store.DefaultOpTimeout)
-	opts.SweepEvery = store.OrDefault(opts.SweepEvery, time.Minute)
+	opts.OpTimeout = cmp.Or(opts.OpTimeout, store.DefaultOpTimeout)
+	opts.SweepEvery = cmp.Or(opts.SweepEvery, time.Minute)
 	if opts.SweepBatch <= 0 {
 		opts.SweepBatch = 1000
 	}

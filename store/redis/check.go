@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -53,7 +54,7 @@ func (s *Store) EndCheck(ctx context.Context, o store.CheckOutcome) (*store.Reco
 	if err := o.Validate(); err != nil {
 		return nil, false, err
 	}
-	ttl := store.OrDefault(o.TTL, store.DefaultTTL)
+	ttl := cmp.Or(o.TTL, store.DefaultTTL)
 	entry := ""
 	if o.Operator != nil {
 		var err error

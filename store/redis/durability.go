@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,9 +55,9 @@ func (o Options) checkWait() error {
 		return errors.New("store: wait strict needs WaitReplicas above 0")
 	case o.WaitTimeout < 0:
 		return fmt.Errorf("store: negative wait timeout %v", o.WaitTimeout)
-	case o.WaitReplicas > 0 && store.OrDefault(o.WaitTimeout, DefaultWaitTimeout) >= store.OrDefault(o.OpTimeout, store.DefaultOpTimeout):
+	case o.WaitReplicas > 0 && cmp.Or(o.WaitTimeout, DefaultWaitTimeout) >= cmp.Or(o.OpTimeout, store.DefaultOpTimeout):
 		return fmt.Errorf("store: wait timeout %v must be shorter than the op timeout %v",
-			store.OrDefault(o.WaitTimeout, DefaultWaitTimeout), store.OrDefault(o.OpTimeout, store.DefaultOpTimeout))
+			cmp.Or(o.WaitTimeout, DefaultWaitTimeout), cmp.Or(o.OpTimeout, store.DefaultOpTimeout))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -69,7 +70,7 @@ func decodeAudit(s string) []store.AuditEntry {
 // returned as the script left it; with ErrConflict it is the current record
 // (unchanged, no audit entry).
 func (s *Store) OperatorRelease(ctx context.Context, id string, act store.Action, ttl time.Duration) (*store.Record, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
+	ttl = cmp.Or(ttl, store.DefaultTTL)
 	if ttl < 0 {
 		return nil, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}

@@ -35,6 +35,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -242,7 +243,7 @@ func Open(opts Options) (*Store, error) {
 	s.evict = guard
 	s.addrs = opts.Addrs
 	if opts.WaitReplicas > 0 {
-		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, store.OrDefault(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
+		s.wait, s.waitTimeout, s.onWaitShort = opts.WaitReplicas, cmp.Or(opts.WaitTimeout, DefaultWaitTimeout), opts.OnWaitShort
 		s.waitStrict = opts.WaitStrict
 	}
 	s.health.report = opts.OnAvailability
@@ -616,7 +617,7 @@ func noRoom(err error) error {
 // Renew extends a live claim's lease to now+lease (Redis clock). It returns
 // false when the record is no longer in flight with this token.
 func (s *Store) Renew(ctx context.Context, id, token string, lease time.Duration) (bool, error) {
-	lease = store.OrDefault(lease, store.DefaultLease)
+	lease = cmp.Or(lease, store.DefaultLease)
 	if lease < 0 {
 		return false, fmt.Errorf("%w: negative lease", store.ErrInvalidArgument)
 	}
@@ -627,7 +628,7 @@ func (s *Store) Renew(ctx context.Context, id, token string, lease time.Duration
 // now, key TTL = req.TTL, default 24h); see CompleteRequest for when it
 // succeeds, and for a record that is gone.
 func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, error) {
-	ttl := store.OrDefault(req.TTL, store.DefaultTTL)
+	ttl := cmp.Or(req.TTL, store.DefaultTTL)
 	if ttl < 0 {
 		return false, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
@@ -654,7 +655,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 	b := blob{
 		state: stCompleted, attempts: 1, executions: 1,
 		expires:   now.UnixMilli() + store.Millis(ttl),
-		startedAt: sa, leaseUntil: sa + store.Millis(store.OrDefault(c.Lease, store.DefaultLease)),
+		startedAt: sa, leaseUntil: sa + store.Millis(cmp.Or(c.Lease, store.DefaultLease)),
 		claim:  claim,
 		result: &result, body: res.Body,
 	}
@@ -665,7 +666,7 @@ func (s *Store) Complete(ctx context.Context, req store.CompleteRequest) (bool, 
 // Claim executes again. Attempts and executions are kept, result fields are
 // dropped, key TTL = ttl (default 24h). False when the token was taken over.
 func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
-	ttl = store.OrDefault(ttl, store.DefaultTTL)
+	ttl = cmp.Or(ttl, store.DefaultTTL)
 	if ttl < 0 {
 		return false, fmt.Errorf("%w: negative TTL", store.ErrInvalidArgument)
 	}
@@ -677,7 +678,7 @@ func (s *Store) Release(ctx context.Context, id, token string, ttl time.Duration
 // (default 720h). False when the token was taken over or the record is
 // already completed (a stored result is never demoted).
 func (s *Store) MarkUnknown(ctx context.Context, id, token, reason string, holdTTL time.Duration) (bool, error) {
-	holdTTL = store.OrDefault(holdTTL, store.DefaultHoldTTL)
+	holdTTL = cmp.Or(holdTTL, store.DefaultHoldTTL)
 	if holdTTL < 0 {
 		return false, fmt.Errorf("%w: negative hold TTL", store.ErrInvalidArgument)
 	}
