@@ -97,10 +97,12 @@ type routeRuntime struct {
 }
 
 // told is what decided needs for one outcome of one route, looked up
-// once: the route's requests counter for the outcome and the outcome's
-// name as a placeholder value (boxed once, not per request).
+// once: the route's requests counter for the outcome, and the route's
+// and the outcome's names as placeholder values (boxed once, not per
+// request).
 type told struct {
 	requests prometheus.Counter
+	route    any
 	outcome  any
 }
 
@@ -113,7 +115,7 @@ func (live *routeRuntime) tell(vec *prometheus.CounterVec, route, outcome string
 			return t
 		}
 	}
-	t := told{requests: vec.WithLabelValues(route, outcome), outcome: outcome}
+	t := told{requests: vec.WithLabelValues(route, outcome), route: route, outcome: outcome}
 	for {
 		old := live.told.Load()
 		next := make(map[string]told, 1)
@@ -324,7 +326,7 @@ func (h *Handler) decided(req *request, rt *route, op *guard.Operation, out *gua
 	t := h.runtime(rt).tell(h.gate.Metrics.Requests, rt.Name, out.Name)
 	t.requests.Inc()
 	if req.repl != nil {
-		req.repl.Set(placeholderRoute, rt.Name)
+		req.repl.Set(placeholderRoute, t.route)
 		req.repl.Set(placeholderRecordID, id)
 		req.repl.Set(placeholderOutcome, t.outcome)
 		req.repl.Set(placeholderReplayed, out.Name == guard.OutcomeReplayed)
