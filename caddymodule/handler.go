@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -90,6 +91,44 @@ type routeRuntime struct {
 	// the route's last guarded request saw it: where a re-drive goes
 	// when the config lookup does not find it.
 	chain atomic.Pointer[redrive.Chain]
+	// told is what decided tells of the route's outcomes, by outcome
+	// name, filled as outcomes first occur (see tell).
+	told atomic.Pointer[map[string]told]
+}
+
+// told is what decided needs for one outcome of one route, looked up
+// once: the route's requests counter for the outcome, and the route's
+// and the outcome's names as placeholder values (boxed once, not per
+// request).
+type told struct {
+	requests prometheus.Counter
+	route    any
+	outcome  any
+}
+
+// tell is the route's told for outcome, counted in vec under route: the
+// one kept, or looked up now and kept for the next request. A series is
+// still created on first use only, as WithLabelValues does.
+func (live *routeRuntime) tell(vec *prometheus.CounterVec, route, outcome string) told {
+	if m := live.told.Load(); m != nil {
+		if t, ok := (*m)[outcome]; ok {
+			return t
+		}
+	}
+	t := told{requests: vec.WithLabelValues(route, outcome), route: route, outcome: outcome}
+	for {
+		old := live.told.Load()
+		next := make(map[string]told, 1)
+		if old != nil {
+			for k, v := range *old {
+				next[k] = v
+			}
+		}
+		next[outcome] = t
+		if live.told.CompareAndSwap(old, &next) {
+			return t
+		}
+	}
 }
 
 // runtime is what h keeps at run time for its route rt.
@@ -284,11 +323,12 @@ func (h *Handler) decided(req *request, rt *route, op *guard.Operation, out *gua
 	if op != nil {
 		id = op.ID
 	}
-	h.gate.Metrics.Requests.WithLabelValues(rt.Name, out.Name).Inc()
+	t := h.runtime(rt).tell(h.gate.Metrics.Requests, rt.Name, out.Name)
+	t.requests.Inc()
 	if req.repl != nil {
-		req.repl.Set(placeholderRoute, rt.Name)
+		req.repl.Set(placeholderRoute, t.route)
 		req.repl.Set(placeholderRecordID, id)
-		req.repl.Set(placeholderOutcome, out.Name)
+		req.repl.Set(placeholderOutcome, t.outcome)
 		req.repl.Set(placeholderReplayed, out.Name == guard.OutcomeReplayed)
 	}
 	if req.span.IsRecording() {

@@ -45,9 +45,10 @@ type Capture struct {
 	size      int64
 	declared  int64 // the Content-Length announced; -1 when none
 	digest    hash.Hash
-	overflow  bool // body exceeded max: only status, headers and digest are kept
-	streaming bool // an event stream: never replayable
-	passing   bool // the status went to the client: the rest passes through as it comes
+	summed    [sha256.Size]byte // the digest's sum, kept here so summing allocates nothing
+	overflow  bool              // body exceeded max: only status, headers and digest are kept
+	streaming bool              // an event stream: never replayable
+	passing   bool              // the status went to the client: the rest passes through as it comes
 	clientErr error
 }
 
@@ -238,7 +239,7 @@ func (c *Capture) body() []byte {
 	return *c.buf
 }
 
-func (c *Capture) sum() []byte { return c.digest.Sum(nil) }
+func (c *Capture) sum() []byte { return c.digest.Sum(c.summed[:0]) }
 
 // short reports whether fewer bytes came than the Content-Length announced.
 func (c *Capture) short() bool { return c.declared >= 0 && c.size < c.declared }
@@ -370,12 +371,19 @@ func errorStatus(err error) int {
 	return http.StatusBadGateway
 }
 
+// hexDigest is sum in lowercase hex, as hex.EncodeToString writes it,
+// with the encoding on the stack: the string is the one allocation.
+func hexDigest(sum []byte) string {
+	var out [2 * sha256.Size]byte
+	return string(hex.AppendEncode(out[:0], sum))
+}
+
 // storedResult is what a completed call leaves for replays.
 func storedResult(rules Rules, cw *Capture, out Result) store.Result {
 	res := store.Result{
 		Status: out.Status,
 		Header: cw.header, // already storable (see capture.WriteHeader)
-		Digest: hex.EncodeToString(cw.sum()),
+		Digest: hexDigest(cw.sum()),
 	}
 	if cw.overflow || cw.streaming {
 		res.BodyOmitted = true
