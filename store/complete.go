@@ -8,8 +8,7 @@ import (
 
 // The completion: the upstream's result stored under its claim (see
 // CompleteRequest), with the tombstone and the twin entry it leaves.
-// CheckComplete checks the request and copies the result; Stored.Complete
-// is the whole rule for an engine that runs it in Go, from the record as
+// CheckComplete checks the request; Stored.Complete is the whole rule for an engine that runs it in Go, from the record as
 // the engine read it to the record it writes.
 
 // CompleteRequest stores the result of an upstream call under its claim.
@@ -44,12 +43,14 @@ type CompleteRequest struct {
 }
 
 // CheckComplete validates a Complete's arguments and returns the result
-// to store (KeptResult) and its TTL.
+// to store and its TTL. The result is the caller's, not copied: an
+// engine only encodes it into its write (the stored form, see
+// EncodeHeader) before its Complete returns, and keeps nothing of it.
 func CheckComplete(req CompleteRequest) (Result, time.Duration, error) {
 	if err := ValidateComplete(req); err != nil {
 		return Result{}, 0, err
 	}
-	return KeptResult(req.Result), cmp.Or(req.TTL, DefaultTTL), nil
+	return req.Result, cmp.Or(req.TTL, DefaultTTL), nil
 }
 
 // ValidateComplete validates a Complete's arguments as every engine
@@ -66,7 +67,8 @@ func ValidateComplete(req CompleteRequest) error {
 }
 
 // Complete is the record a completion of req's claim leaves at now (the
-// store's clock, ms): s completed with result (already KeptResult),
+// store's clock, ms): s completed with result (the caller's, as
+// CheckComplete returns it: the record is only encoded, never kept),
 // living ttl and keeping no request; when no record is left (s nil), one
 // written anew from the claim (see CompleteRequest); nil when the token
 // was taken over.
@@ -99,8 +101,8 @@ func (s *Stored) Complete(now int64, req CompleteRequest, result Result, ttl tim
 	return r
 }
 
-// completed makes s completed at now with res (already copied by
-// KeptResult), living until expireAt and keeping no request: a claim's
+// completed makes s completed at now with res (copied by KeptResult, or
+// a claim's completion's own, only encoded), living until expireAt and keeping no request: a claim's
 // completion, an operator's and a check's that found the operation
 // applied alike (each sets its own token and reason).
 func (s *Stored) completed(now int64, res Result, expireAt int64) {

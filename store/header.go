@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // The stored form of a result, the same on every engine: its header in
@@ -27,8 +28,17 @@ func KeptResult(res Result) Result {
 // containing ':', CR or LF) are skipped; CR and LF inside values become
 // spaces, as net/http does when it writes headers.
 func EncodeHeader(h http.Header) string {
+	b := AppendHeader(nil, h)
+	// b is written once and never again: the string takes it over, as
+	// strings.Builder does, with no copy.
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// AppendHeader appends EncodeHeader(h) to b, growing b at most once: an
+// engine encodes a header straight into its write buffer.
+func AppendHeader(b []byte, h http.Header) []byte {
 	if len(h) == 0 {
-		return ""
+		return b
 	}
 	names := make([]string, 0, len(h))
 	size := 0
@@ -42,20 +52,24 @@ func EncodeHeader(h http.Header) string {
 		}
 	}
 	slices.Sort(names)
-	var b strings.Builder
-	b.Grow(size)
+	b = slices.Grow(b, size)
 	for _, name := range names {
 		for _, v := range h[name] {
-			b.WriteString(name)
-			b.WriteString(": ")
+			b = append(b, name...)
+			b = append(b, ": "...)
+			start := len(b)
+			b = append(b, v...)
 			if strings.ContainsAny(v, "\r\n") {
-				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+				for i, c := range b[start:] {
+					if c == '\r' || c == '\n' {
+						b[start+i] = ' '
+					}
+				}
 			}
-			b.WriteString(v)
-			b.WriteString("\r\n")
+			b = append(b, "\r\n"...)
 		}
 	}
-	return b.String()
+	return b
 }
 
 // DecodeHeader is the inverse of EncodeHeader; nil for "". Names are kept exactly as

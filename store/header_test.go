@@ -39,6 +39,9 @@ func TestHeaderRoundTrip(t *testing.T) {
 			if wire != tc.wire {
 				t.Fatalf("EncodeHeader = %q, want %q", wire, tc.wire)
 			}
+			if got := string(AppendHeader([]byte("prefix"), tc.in)); got != "prefix"+tc.wire {
+				t.Fatalf("AppendHeader = %q, want %q", got, "prefix"+tc.wire)
+			}
 			want := tc.out
 			if want == nil && tc.wire != "" {
 				want = tc.in

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"net/http"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/store"
@@ -57,6 +59,16 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// appendHeader appends h in the stored form (store.EncodeHeader) as
+// appendString would, encoded straight into b: its length goes in
+// front once it is known.
+func appendHeader(b []byte, h http.Header) []byte {
+	start := len(b)
+	b = store.AppendHeader(b, h)
+	var n [binary.MaxVarintLen64]byte
+	return slices.Insert(b, start, n[:binary.PutUvarint(n[:], uint64(len(b)-start))]...)
+}
+
 func appendBytes(b []byte, s []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -87,7 +99,7 @@ func appendPut(b []byte, r *rec) []byte {
 	b = binary.AppendVarint(b, r.Attempts)
 	b = binary.AppendVarint(b, r.Executions)
 	b = binary.AppendVarint(b, int64(r.Status))
-	b = appendString(b, store.EncodeHeader(r.Header))
+	b = appendHeader(b, r.Header)
 	b = appendBytes(b, r.Body)
 	if r.BodyOmitted {
 		b = append(b, 1)

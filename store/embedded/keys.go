@@ -43,14 +43,20 @@ func stateIdx(st store.State) int {
 }
 
 func indexKey(state int, id string) []byte {
-	return append([]byte{kindIndex, byte(state)}, id...)
+	return appendIndexKey(make([]byte, 0, 2+len(id)), state, id)
 }
 
 func expiryKey(at int64, id string) []byte {
-	k := make([]byte, 9, 9+len(id))
-	k[0] = kindExpiry
-	binary.BigEndian.PutUint64(k[1:], uint64(max(at, 0)))
-	return append(k, id...)
+	return appendExpiryKey(make([]byte, 0, 9+len(id)), at, id)
+}
+
+// appendIndexKey and appendExpiryKey append indexKey and expiryKey to b.
+func appendIndexKey(b []byte, state int, id string) []byte {
+	return append(append(b, kindIndex, byte(state)), id...)
+}
+
+func appendExpiryKey(b []byte, at int64, id string) []byte {
+	return append(binary.BigEndian.AppendUint64(append(b, kindExpiry), uint64(max(at, 0))), id...)
 }
 
 // parseExpiryKey splits an expiry key.
@@ -210,17 +216,19 @@ func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
 // count key is there to delete (attempts). Keys and the value are encoded
 // into a reused buffer: the batch copies them.
 func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
-	if old != nil {
-		if err := unindex(b, old); err != nil {
-			return err
-		}
-	}
 	bp := scratch.Get().(*[]byte)
 	defer func() {
 		if cap(*bp) <= maxScratch {
 			scratch.Put(bp)
 		}
 	}()
+	if old != nil {
+		buf, err := unindexWith(b, old, (*bp)[:0])
+		*bp = buf
+		if err != nil {
+			return err
+		}
+	}
 	v := appendRecord((*bp)[:0], next, t)
 	n := len(v)
 	buf := append(append(v, kindRecord), next.ID...)
@@ -234,11 +242,11 @@ func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 			return err
 		}
 	}
-	buf = append(append(buf[:0], kindIndex, byte(stateIdx(next.State))), next.ID...)
+	buf = appendIndexKey(buf[:0], stateIdx(next.State), next.ID)
 	if err := b.Set(buf, nil, nil); err != nil {
 		return err
 	}
-	buf = append(binary.BigEndian.AppendUint64(append(buf[:0], kindExpiry), uint64(max(next.ExpireAt, 0))), next.ID...)
+	buf = appendExpiryKey(buf[:0], next.ExpireAt, next.ID)
 	return b.Set(buf, nil, nil)
 }
 
@@ -293,8 +301,17 @@ func deleteTomb(b *pebble.Batch, id string, t tomb) error {
 // record's state) and the sweep (it checks the record's expiry and deletes
 // the key) skip.
 func unindex(b *pebble.Batch, r *rec) error {
-	if err := b.SingleDelete(indexKey(stateIdx(r.State), r.ID), nil); err != nil {
-		return err
+	_, err := unindexWith(b, r, nil)
+	return err
+}
+
+// unindexWith is unindex with its keys encoded into buf (the batch copies
+// them); it returns buf as grown.
+func unindexWith(b *pebble.Batch, r *rec, buf []byte) ([]byte, error) {
+	buf = appendIndexKey(buf[:0], stateIdx(r.State), r.ID)
+	if err := b.SingleDelete(buf, nil); err != nil {
+		return buf, err
 	}
-	return b.SingleDelete(expiryKey(r.ExpireAt, r.ID), nil)
+	buf = appendExpiryKey(buf[:0], r.ExpireAt, r.ID)
+	return buf, b.SingleDelete(buf, nil)
 }
