@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"maps"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -118,11 +119,9 @@ func (live *routeRuntime) tell(vec *prometheus.CounterVec, route, outcome string
 	t := told{requests: vec.WithLabelValues(route, outcome), route: route, outcome: outcome}
 	for {
 		old := live.told.Load()
-		next := make(map[string]told, 1)
+		next := map[string]told{}
 		if old != nil {
-			for k, v := range *old {
-				next[k] = v
-			}
+			next = maps.Clone(*old)
 		}
 		next[outcome] = t
 		if live.told.CompareAndSwap(old, &next) {
