@@ -149,6 +149,7 @@ type Engine struct {
 	locks  recordLocks
 	hot    hotSlots    // records in flight this process claimed (hot.go)
 	recent *recentKeys // record keys written recently (recent.go)
+	known  knownKeys   // which record keys DIR may hold (known.go)
 	full   diskFull
 	gate   inlineGate // whether a write may be committed in its caller (inline.go)
 	wal    walSync    // which syncs of the log reach the disk
@@ -230,6 +231,7 @@ func Open(opts Options) (*Engine, error) {
 	e.hot.init(e.locks.seed)
 	e.recent = &recentKeys{}
 	e.recent.init(e.locks.seed)
+	e.known.init(e.locks.seed)
 	e.full.init(e)
 	if err := e.open(); err != nil {
 		_ = lock.unlock()
@@ -237,9 +239,10 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.recovered.Took = time.Since(began)
 	e.lookForRoom()
-	e.done.Add(2)
+	e.done.Add(3)
 	go e.sweepLoop()
 	go e.syncLoop()
+	go e.knownLoop()
 	return e, nil
 }
 
@@ -479,6 +482,9 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	e.recent.mark(id)
+	if s.rec == nil && s.tomb.until == 0 {
+		e.known.add(id) // the write creates the key
+	}
 	if err := e.commit(ctx, w, m.dur); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}

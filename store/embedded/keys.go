@@ -86,6 +86,7 @@ func (e *Engine) read(id string) (*rec, error) {
 
 // readSlot reads record id's key, and a record's attempt count key.
 //
+// A key the key filter knows DIR does not hold is not read (known.go).
 // A key this process wrote recently is read with Get, which the
 // memtable answers alone; any other key with prefix seeks of one
 // iterator that consults the bloom filters of every level: Pebble's Get
@@ -93,6 +94,9 @@ func (e *Engine) read(id string) (*rec, error) {
 // claim of a new key would read a data block of that level, from the
 // block cache or from the disk (recent.go).
 func (e *Engine) readSlot(id string) (slot, error) {
+	if !e.known.may(id) {
+		return slot{}, nil // a key DIR does not hold (known.go)
+	}
 	if e.recent.has(id) {
 		return e.getSlot(id)
 	}
