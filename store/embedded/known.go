@@ -29,10 +29,11 @@ import (
 // Until the first build ends every read is a "maybe".
 //
 // Deleted keys stay in the filter until the next rebuild (a "maybe" that
-// reads and finds nothing). Bounded: knownBitsPerKey bits per id the
-// filter is sized for (twice the ids it held at its build), at most
-// knownMaxBytes in all (16 MiB: 13 million ids at about 1% false
-// "maybe"s; beyond that the "maybe"s grow, the reads stay right).
+// reads and finds nothing), which comes once as many keys were created as
+// the last build found. Bounded: knownBitsPerKey bits (rounded up to a
+// power of two) for twice the ids the filter held when the build began,
+// at most knownMaxBytes in all (past about 3 million keys the "maybe"s
+// grow; the reads stay right).
 const (
 	knownBitsPerKey = 10
 	knownHashes     = 7
@@ -44,11 +45,11 @@ const (
 type keyFilter struct {
 	bits  []atomic.Uint64
 	mask  uint64       // bit count - 1 (a power of two)
-	keys  int64        // the ids it is sized for
+	keys  int64        // the ids it holds before it is built again
 	added atomic.Int64 // ids added (the scan's and the writes')
 }
 
-// newKeyFilter sizes a filter for keys ids.
+// newKeyFilter sizes a filter for keys ids (at most knownMaxBytes).
 func newKeyFilter(keys int64) *keyFilter {
 	keys = max(keys, knownMinKeys)
 	n := uint64(keys) * knownBitsPerKey
@@ -121,11 +122,12 @@ func (k *knownKeys) may(id string) bool {
 	return c == nil || c.has(maphash.String(k.seed, id))
 }
 
-// full reports whether the filter holds more ids than it was sized for
-// (false before the first build: that one is under way).
+// full reports whether the filter holds more ids than it should before
+// it is built again (false before the first build: that one is under
+// way).
 func (k *knownKeys) full() bool {
 	c := k.cur.Load()
-	return c != nil && c.added.Load() > c.keys && c.keys*knownBitsPerKey < knownMaxBytes*8
+	return c != nil && c.added.Load() > c.keys
 }
 
 // errBuildStopped: the engine is closing, or a record stayed locked.
@@ -170,11 +172,10 @@ func (e *Engine) buildKnown() error {
 	if err != nil {
 		return e.readErr(err)
 	}
-	if next.added.Load() > next.keys {
-		// More ids than it was sized for: the next check builds again,
-		// larger. It is right all the same.
-		next.keys = min(next.added.Load(), knownMaxBytes*8/knownBitsPerKey)
-	}
+	// Built again once as many keys were created as the scan found (the
+	// deleted ones are forgotten then): sized for twice the keys it
+	// found, it is never fuller than that meanwhile.
+	next.keys = max(2*int64(n), knownMinKeys)
 	k.cur.Store(next)
 	k.builds.Add(1)
 	return nil

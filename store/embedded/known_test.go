@@ -234,3 +234,26 @@ func TestKnownBuildWaitsForWritesUnderWay(t *testing.T) {
 		t.Fatal("the rebuilt filter says DIR does not hold a key written during the build")
 	}
 }
+
+// The filter asks to be built again once as many keys were created as its
+// build found (at least knownMinKeys), not before.
+func TestKnownKeysFull(t *testing.T) {
+	var k knownKeys
+	k.init(maphash.MakeSeed())
+	if k.full() {
+		t.Fatal("full before the first build")
+	}
+	f := newKeyFilter(0)
+	f.keys = knownMinKeys
+	k.cur.Store(f)
+	for i := range knownMinKeys {
+		k.add(fmt.Sprintf("k%d", i))
+	}
+	if k.full() {
+		t.Fatalf("full at %d keys", knownMinKeys)
+	}
+	k.add("one more")
+	if !k.full() {
+		t.Fatalf("not full at %d keys", knownMinKeys+1)
+	}
+}
