@@ -11,7 +11,9 @@
 // (checksummed), DIR/LOCK the owner's lock. A record is one key
 // (r/<id>, with its tombstone); the state indexes (i/<state>/<id>) make
 // listing a range scan and the ordered expiry keys (x/<expiry>/<id>)
-// make expiry one.
+// make expiry one, but a completed record has no state index key (List
+// walks the record keys) and a record in flight no expiry key (the sweep
+// walks its state index): an execute writes one of each (keys.go).
 //
 // Durable: a change whose loss could execute an operation again or undo
 // a decision (a claim that lets a request through, a release, a hold, an
@@ -284,6 +286,9 @@ func (e *Engine) open() error {
 		return fail(err)
 	}
 	e.recovered.Imported = n
+	if err := e.dropCompletedIndex(); err != nil {
+		return fail(err)
+	}
 	if err := e.openSecret(); err != nil {
 		return fail(err)
 	}
