@@ -11,7 +11,9 @@
 // (checksummed), DIR/LOCK the owner's lock. A record is one key
 // (r/<id>, with its tombstone); the state indexes (i/<state>/<id>) make
 // listing a range scan and the ordered expiry keys (x/<expiry>/<id>)
-// make expiry one.
+// make expiry one, but a completed record has no state index key (List
+// walks the record keys) and a record in flight no expiry key (the sweep
+// walks its state index): an execute writes one of each (keys.go).
 //
 // Durable: a change whose loss could execute an operation again or undo
 // a decision (a claim that lets a request through, a release, a hold, an
@@ -149,6 +151,7 @@ type Engine struct {
 	locks  recordLocks
 	hot    hotSlots    // records in flight this process claimed (hot.go)
 	recent *recentKeys // record keys written recently (recent.go)
+	known  knownKeys   // which record keys DIR may hold (known.go)
 	full   diskFull
 	gate   inlineGate // whether a write may be committed in its caller (inline.go)
 	wal    walSync    // which syncs of the log reach the disk
@@ -230,6 +233,7 @@ func Open(opts Options) (*Engine, error) {
 	e.hot.init(e.locks.seed)
 	e.recent = &recentKeys{}
 	e.recent.init(e.locks.seed)
+	e.known.init(e.locks.seed)
 	e.full.init(e)
 	if err := e.open(); err != nil {
 		_ = lock.unlock()
@@ -237,9 +241,10 @@ func Open(opts Options) (*Engine, error) {
 	}
 	e.recovered.Took = time.Since(began)
 	e.lookForRoom()
-	e.done.Add(2)
+	e.done.Add(3)
 	go e.sweepLoop()
 	go e.syncLoop()
+	go e.knownLoop()
 	return e, nil
 }
 
@@ -281,6 +286,9 @@ func (e *Engine) open() error {
 		return fail(err)
 	}
 	e.recovered.Imported = n
+	if err := e.dropCompletedIndex(); err != nil {
+		return fail(err)
+	}
 	if err := e.openSecret(); err != nil {
 		return fail(err)
 	}
@@ -479,6 +487,9 @@ func (e *Engine) updateSlot(ctx context.Context, op, id string, f func(cur *rec,
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}
 	e.recent.mark(id)
+	if s.rec == nil && s.tomb.until == 0 {
+		e.known.add(id) // the write creates the key
+	}
 	if err := e.commit(ctx, w, m.dur); err != nil {
 		return nil, mutation{}, fmt.Errorf("store: %s %s: %w", op, id, err)
 	}

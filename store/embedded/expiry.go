@@ -84,32 +84,67 @@ func (e *Engine) sweep() (int, error) {
 		return 0, e.readErr(err)
 	}
 	for _, d := range dues {
-		expire := e.expire
-		if !store.ValidID(d.id) {
-			expire = e.expireRetained // a twin entry's
+		var err error
+		if store.ValidID(d.id) {
+			err = e.expire(d.id, d.at, true, now)
+		} else {
+			err = e.expireRetained(d.id, d.at, now) // a twin entry's
 		}
-		if err := expire(d.id, d.at, now); err != nil {
+		if err != nil {
 			return len(dues), err
 		}
 	}
-	return len(dues), nil
+	return len(dues), e.sweepInFlight(now)
+}
+
+// sweepInFlight deletes up to sweepBatch expired records in flight, which
+// have no expiry key (see expiring): a walk of their state index, which
+// holds the records in flight now and those a crash or a lost completion
+// left (few, whatever DIR holds).
+func (e *Engine) sweepInFlight(now int64) error {
+	from := indexKey(stateIdx(store.StateInFlight), "")
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: []byte{from[0], from[1] + 1}})
+	if err != nil {
+		return e.readErr(err)
+	}
+	var ids []string
+	for it.First(); it.Valid() && len(ids) < sweepBatch; it.Next() {
+		ids = append(ids, string(it.Key()[2:]))
+	}
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return e.readErr(err)
+	}
+	for _, id := range ids {
+		if err := e.expire(id, 0, false, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // expire deletes record id when it expired by now, or turns it into the
 // tombstone it leaves when that lives on (see retention.go), or deletes
-// the tombstone alone when it expired; and deletes its expiry key at.
-func (e *Engine) expire(id string, at, now int64) error {
+// the tombstone alone when it expired; and deletes the expiry key at that
+// led the sweep to it (keyed; else its state index key did).
+func (e *Engine) expire(id string, at int64, keyed bool, now int64) error {
 	unlock, err := e.locks.lock(context.Background(), id, e.opts.OpTimeout)
 	if err != nil {
 		return nil // busy: the next sweep
 	}
 	defer unlock()
-	defer e.hot.drop(id) // whatever this writes, the key is read again
-	s, err := e.readSlot(id)
+	s, err := e.slotOf(id)
 	if err != nil {
 		return err
 	}
 	r, t := s.rec, s.tomb
+	if !keyed && (r == nil || r.ExpireAt > now) {
+		return nil // in flight, and kept in memory for its completion
+	}
+	defer e.hot.drop(id) // whatever this writes, the key is read again
 	b := e.db.NewBatch()
 	defer b.Close()
 	expires := t.until // the key's expiry key: the record's, or the tombstone's alone
@@ -128,8 +163,10 @@ func (e *Engine) expire(id string, at, now int64) error {
 	case t.until != 0 && t.until <= now:
 		err = deleteTomb(b, id, t)
 	}
-	if err == nil && expires != at {
-		err = b.Delete(expiryKey(at, id), nil) // left behind: should not happen
+	if err == nil && keyed && (expires != at || r != nil && !expiring(r.State)) {
+		// Left behind: by a version that gave records in flight an
+		// expiry key, or by a write that should not have.
+		err = b.Delete(expiryKey(at, id), nil)
 	}
 	if err == nil && !b.Empty() {
 		err = b.Commit(pebble.NoSync)

@@ -19,8 +19,8 @@ const dbDir = "db"
 // Key layout. Every key starts with one byte naming its kind:
 //
 //	r<id>                      the record and the tombstone it carries, or its tombstone alone once it expired (codec.go, retention.go)
-//	i<state><id>               state index: state is the state's position in store.IndexStates, as a byte
-//	x<expiry: 8 bytes BE ms><id> expiry index, soonest first (of a record, or of a tombstone alone)
+//	i<state><id>               state index: state is the state's position in store.IndexStates, as a byte (not of a completed record: see indexed)
+//	x<expiry: 8 bytes BE ms><id> expiry index, soonest first (of a record not in flight, or of a tombstone alone: see expiring)
 //	a<id>                      a replay's attempt count (varint), newer than the record's
 //	m<name>                    the engine's own facts (the clean marker)
 //	w<digest>                  a twin entry (retention.go)
@@ -86,6 +86,7 @@ func (e *Engine) read(id string) (*rec, error) {
 
 // readSlot reads record id's key, and a record's attempt count key.
 //
+// A key the key filter knows DIR does not hold is not read (known.go).
 // A key this process wrote recently is read with Get, which the
 // memtable answers alone; any other key with prefix seeks of one
 // iterator that consults the bloom filters of every level: Pebble's Get
@@ -93,6 +94,9 @@ func (e *Engine) read(id string) (*rec, error) {
 // claim of a new key would read a data block of that level, from the
 // block cache or from the disk (recent.go).
 func (e *Engine) readSlot(id string) (slot, error) {
+	if !e.known.may(id) {
+		return slot{}, nil // a key DIR does not hold (known.go)
+	}
 	if e.recent.has(id) {
 		return e.getSlot(id)
 	}
@@ -214,7 +218,8 @@ func putRecord(b *pebble.Batch, old, next *rec, t tomb) error {
 
 // writeRecord is putRecord for a caller that knows whether an attempt
 // count key is there to delete (attempts). Keys and the value are encoded
-// into a reused buffer: the batch copies them.
+// into a reused buffer: the batch copies them. An index key old and next
+// share stays as it is.
 func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 	bp := scratch.Get().(*[]byte)
 	defer func() {
@@ -223,7 +228,7 @@ func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 		}
 	}()
 	if old != nil {
-		buf, err := unindexWith(b, old, (*bp)[:0])
+		buf, err := unindexWith(b, old, next, (*bp)[:0])
 		*bp = buf
 		if err != nil {
 			return err
@@ -242,12 +247,39 @@ func writeRecord(b *pebble.Batch, old, next *rec, t tomb, attempts bool) error {
 			return err
 		}
 	}
-	buf = appendIndexKey(buf[:0], stateIdx(next.State), next.ID)
-	if err := b.Set(buf, nil, nil); err != nil {
-		return err
+	if indexed(next.State) && !sameIndex(old, next) {
+		buf = appendIndexKey(buf[:0], stateIdx(next.State), next.ID)
+		if err := b.Set(buf, nil, nil); err != nil {
+			return err
+		}
 	}
-	buf = appendExpiryKey(buf[:0], next.ExpireAt, next.ID)
-	return b.Set(buf, nil, nil)
+	if expiring(next.State) && !sameExpiry(old, next) {
+		buf = appendExpiryKey(buf[:0], next.ExpireAt, next.ID)
+		return b.Set(buf, nil, nil)
+	}
+	return nil
+}
+
+// indexed reports whether a record in state st has a state index key:
+// every state but completed, the state nearly every record is in, which
+// a listing walks through the record keys instead (list.go).
+func indexed(st store.State) bool { return st != store.StateCompleted }
+
+// expiring reports whether a record in state st has an expiry key: every
+// state but in flight, whose records the sweep finds through their state
+// index (expiry.go). So an execute writes two index keys, the claim's
+// state index key and the result's expiry key, where a key of each for
+// both states would be four, and two single deletes more.
+func expiring(st store.State) bool { return st != store.StateInFlight }
+
+// sameIndex reports whether old (nil: none) has next's state index key.
+func sameIndex(old, next *rec) bool {
+	return old != nil && old.State == next.State && indexed(old.State)
+}
+
+// sameExpiry reports whether old (nil: none) has next's expiry key.
+func sameExpiry(old, next *rec) bool {
+	return old != nil && old.ExpireAt == next.ExpireAt && expiring(old.State) && expiring(next.State)
 }
 
 // scratch holds buffers that a record's keys and value are encoded into
@@ -292,26 +324,32 @@ func deleteTomb(b *pebble.Batch, id string, t tomb) error {
 	return b.Delete(recordKey(id), nil)
 }
 
-// unindex deletes r's state index and expiry keys. Each is set once and
-// deleted once (a change of state or expiry deletes the old key and sets
-// the new one), so a single delete does: when it meets its set in a flush
-// or compaction both vanish, and the keys of a record that was in flight
-// for a moment never leave the memtable. Were one ever set twice, the
-// older set would come back as a stale key, which List (it checks the
-// record's state) and the sweep (it checks the record's expiry and deletes
-// the key) skip.
+// unindex deletes r's state index and expiry keys (those its state has).
+// Each is set once and deleted once (a change of state or expiry deletes
+// the old key and sets the new one), so a single delete does: when it
+// meets its set in a flush or compaction both vanish, and the key of a
+// record that was in flight for a moment never leaves the memtable. Were
+// one ever set twice, the older set would come back as a stale key, which
+// List (it checks the record's state) and the sweep (it checks the
+// record's expiry and deletes the key) skip.
 func unindex(b *pebble.Batch, r *rec) error {
-	_, err := unindexWith(b, r, nil)
+	_, err := unindexWith(b, r, nil, nil)
 	return err
 }
 
-// unindexWith is unindex with its keys encoded into buf (the batch copies
-// them); it returns buf as grown.
-func unindexWith(b *pebble.Batch, r *rec, buf []byte) ([]byte, error) {
-	buf = appendIndexKey(buf[:0], stateIdx(r.State), r.ID)
-	if err := b.SingleDelete(buf, nil); err != nil {
-		return buf, err
+// unindexWith is unindex for a record being replaced by next (nil: none):
+// a key next keeps is not deleted. Its keys are encoded into buf (the
+// batch copies them); it returns buf as grown.
+func unindexWith(b *pebble.Batch, r, next *rec, buf []byte) ([]byte, error) {
+	if indexed(r.State) && (next == nil || !sameIndex(r, next)) {
+		buf = appendIndexKey(buf[:0], stateIdx(r.State), r.ID)
+		if err := b.SingleDelete(buf, nil); err != nil {
+			return buf, err
+		}
 	}
-	buf = appendExpiryKey(buf[:0], r.ExpireAt, r.ID)
-	return buf, b.SingleDelete(buf, nil)
+	if expiring(r.State) && (next == nil || !sameExpiry(r, next)) {
+		buf = appendExpiryKey(buf[:0], r.ExpireAt, r.ID)
+		return buf, b.SingleDelete(buf, nil)
+	}
+	return buf, nil
 }

@@ -3,19 +3,11 @@ package embedded
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idemgate/idemgate/store"
 )
-
-// listKey orders the state index: by state (store.IndexStates order),
-// then by record id.
-type listKey struct {
-	state int
-	id    string
-}
 
 // listMaxScan bounds the records one List call examines beyond Limit
 // (records skipped by the route filter): a page may then be short, with a
@@ -31,67 +23,117 @@ const cursorVersion = "l1"
 // Following NextCursor until it is "" visits every record that exists
 // throughout the walk exactly once, as long as records do not change
 // state meanwhile. Records carry no Token, Header or Body.
+//
+// A state is walked through its state index; completed records, which
+// have none (see indexed), through the record keys, which are in the same
+// order.
 func (e *Engine) List(ctx context.Context, f store.ListFilter) (store.ListPage, error) {
 	states, limit, err := store.CheckList(f)
 	if err != nil {
 		return store.ListPage{}, err
 	}
-	start := listKey{state: stateIdx(states[0])}
+	first, from := 0, ""
 	if f.Cursor != "" {
-		i, id, err := store.DecodeCursor(f.Cursor, cursorVersion, states)
-		if err != nil {
+		if first, from, err = store.DecodeCursor(f.Cursor, cursorVersion, states); err != nil {
 			return store.ListPage{}, err
 		}
-		start = listKey{state: stateIdx(states[i]), id: id}
 	}
-	allowed := func(k listKey) bool {
-		return slices.ContainsFunc(states, func(s store.State) bool { return stateIdx(s) == k.state })
-	}
-
 	if err := e.enter(); err != nil {
 		return store.ListPage{}, err
 	}
 	defer e.leave()
-	it, err := e.db.NewIter(&pebble.IterOptions{
-		LowerBound: indexKey(start.state, start.id),
-		UpperBound: []byte{kindIndex + 1},
-	})
+	l := lister{e: e, route: f.Route, limit: limit, now: e.now(), page: store.ListPage{Records: []*store.Record{}}}
+	for i := first; i < len(states) && l.page.NextCursor == ""; i++ {
+		if i > first {
+			from = ""
+		}
+		if err := l.walk(states[i], from); err != nil {
+			return store.ListPage{}, err
+		}
+	}
+	return l.page, nil
+}
+
+// lister is one List call under way.
+type lister struct {
+	e     *Engine
+	route string
+	limit int
+	now   int64
+	page  store.ListPage
+	// scanned counts the records of the listed states looked at; passed
+	// the record keys of other states the walk of completed records went
+	// by.
+	scanned, passed int
+}
+
+// walk lists the records in state st from record id from on, until the
+// page is full.
+func (l *lister) walk(st store.State, from string) error {
+	lower, upper := recordKey(from), []byte{kindRecord + 1}
+	if indexed(st) {
+		lower, upper = indexKey(stateIdx(st), from), indexKey(stateIdx(st)+1, "")
+	}
+	it, err := l.e.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return store.ListPage{}, e.readErr(err)
+		return l.e.readErr(err)
 	}
 	defer it.Close()
-	now := e.now()
-	page := store.ListPage{Records: []*store.Record{}}
-	scanned := 0
-	for it.First(); it.Valid(); it.Next() {
-		key := it.Key()
-		k := listKey{state: int(key[1]), id: string(key[2:])}
-		if !allowed(k) {
-			continue
+	for it.First(); it.Valid() && l.page.NextCursor == ""; it.Next() {
+		id := string(it.Key()[len(lower)-len(from):])
+		if !indexed(st) {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return l.e.readErr(err)
+			}
+			ok, err := l.holds(v, st)
+			switch {
+			case err != nil:
+				return fmt.Errorf("store: list: embedded store %s: record %s does not decode: %w", l.e.dir, id, err)
+			case ok:
+			case l.passed+1 >= listMaxScan:
+				l.page.NextCursor = store.EncodeCursor(cursorVersion, st, id)
+				continue
+			default:
+				l.passed++
+				continue
+			}
 		}
-		r, err := e.read(k.id)
+		r, err := l.e.read(id)
 		if err != nil {
-			return store.ListPage{}, fmt.Errorf("store: list: %w", err)
+			return fmt.Errorf("store: list: %w", err)
 		}
-		if r == nil || r.ExpireAt <= now || stateIdx(r.State) != k.state {
+		if r == nil || r.ExpireAt <= l.now || r.State != st {
 			continue // expired, not yet swept; or changed meanwhile
 		}
-		if len(page.Records) == limit || scanned >= limit+listMaxScan {
-			if f.Route == "" || r.Route == f.Route || scanned >= limit+listMaxScan {
-				page.NextCursor = store.EncodeCursor(cursorVersion, store.IndexStates()[k.state], k.id)
-				break
-			}
-			scanned++
-			continue
-		}
-		scanned++
-		if f.Route != "" && r.Route != f.Route {
-			continue
-		}
-		page.Records = append(page.Records, r.Listed())
+		l.visit(st, id, r)
 	}
 	if err := it.Error(); err != nil {
-		return store.ListPage{}, e.readErr(err)
+		return l.e.readErr(err)
 	}
-	return page, nil
+	return nil
+}
+
+// holds reports whether a record key's value v is a live record in state
+// st.
+func (l *lister) holds(v []byte, st store.State) (bool, error) {
+	r, _, err := decodeValue(v)
+	return err == nil && r != nil && r.State == st && r.ExpireAt > l.now, err
+}
+
+// visit adds r to the page, or ends the page with a cursor at r.
+func (l *lister) visit(st store.State, id string, r *rec) {
+	if len(l.page.Records) == l.limit || l.scanned >= l.limit+listMaxScan {
+		if l.route == "" || r.Route == l.route || l.scanned >= l.limit+listMaxScan {
+			l.page.NextCursor = store.EncodeCursor(cursorVersion, st, id)
+			return
+		}
+		l.scanned++
+		return
+	}
+	l.scanned++
+	if l.route != "" && r.Route != l.route {
+		return
+	}
+	l.page.Records = append(l.page.Records, r.Listed())
 }

@@ -224,3 +224,26 @@ func validFrameIn(b []byte) bool {
 	}
 	return false
 }
+
+// dropCompletedIndex deletes the state index keys of completed records
+// that an earlier version wrote (completed records have none now: see
+// indexed), once, with one range deletion.
+func (e *Engine) dropCompletedIndex() error {
+	from, to := indexKey(stateIdx(store.StateCompleted), ""), indexKey(stateIdx(store.StateCompleted)+1, "")
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
+	if err != nil {
+		return e.readErr(err)
+	}
+	found := it.First()
+	err = it.Error()
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return e.readErr(err)
+	case !found:
+		return nil
+	}
+	return e.writeErr(e.db.DeleteRange(from, to, pebble.Sync))
+}
