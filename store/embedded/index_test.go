@@ -109,24 +109,19 @@ func TestListCompletedPastOtherStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	waitKnown(t, e)
 	now := e.now()
 	b := e.db.NewBatch()
-	// Written here as a write of the engine would: the key filter hears
-	// of each key first.
 	const others = listMaxScan + 50
 	for i := range others {
 		r := &rec{Record: store.Record{ID: fmt.Sprintf("a%031d", i), State: store.StateInFlight}, ExpireAt: now + 3_600_000}
-		e.known.add(r.ID)
-		if err := putRecord(b, nil, r, tomb{}); err != nil {
+		if err := loadRecord(e, b, r, tomb{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var want []string
 	for i := range 3 {
 		r := &rec{Record: store.Record{ID: fmt.Sprintf("b%031d", i), State: store.StateCompleted}, ExpireAt: now + 3_600_000}
-		e.known.add(r.ID)
-		if err := putRecord(b, nil, r, tomb{}); err != nil {
+		if err := loadRecord(e, b, r, tomb{}); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, r.ID)
@@ -134,6 +129,7 @@ func TestListCompletedPastOtherStates(t *testing.T) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
+	loaded(t, e)
 	first, err := e.List(ctx, store.ListFilter{State: store.StateCompleted, Limit: 10})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,7 +90,8 @@ func (f *keyFilter) has(h uint64) bool {
 
 // knownKeys is the filter in use and, during a rebuild, the next one.
 type knownKeys struct {
-	seed maphash.Seed
+	seed     maphash.Seed
+	building sync.Mutex // one build at a time: each installs its own next
 	cur  atomic.Pointer[keyFilter] // nil until the first build ends
 	next atomic.Pointer[keyFilter] // the filter being built, if any
 	// builds counts the builds that ended (tests wait for the first).
@@ -137,6 +139,8 @@ var errBuildStopped = errors.New("the key filter's build was stopped")
 // knownKeys), and puts it in place; on failure the filter in use stays.
 func (e *Engine) buildKnown() error {
 	k := &e.known
+	k.building.Lock()
+	defer k.building.Unlock()
 	size := int64(0)
 	if c := k.cur.Load(); c != nil {
 		size = 2 * c.added.Load()
