@@ -91,9 +91,9 @@ func (f *keyFilter) has(h uint64) bool {
 // knownKeys is the filter in use and, during a rebuild, the next one.
 type knownKeys struct {
 	seed     maphash.Seed
-	building sync.Mutex // one build at a time: each installs its own next
-	cur  atomic.Pointer[keyFilter] // nil until the first build ends
-	next atomic.Pointer[keyFilter] // the filter being built, if any
+	building sync.Mutex                // one build at a time: each installs its own next
+	cur      atomic.Pointer[keyFilter] // nil until the first build ends
+	next     atomic.Pointer[keyFilter] // the filter being built, if any
 	// builds counts the builds that ended (tests wait for the first).
 	builds atomic.Int64
 }
