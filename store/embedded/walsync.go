@@ -60,6 +60,10 @@ type walSync struct {
 	durable atomic.Int64 // commits under way that must be on disk when they return
 	applied atomic.Int64 // completions under way
 
+	// Counts, for tests and benchmarks: durable writes begun, and
+	// fdatasyncs of a log file.
+	durables, fsyncs atomic.Int64
+
 	mu    sync.Mutex
 	cond  *sync.Cond            // on mu: a sync ended
 	files map[*walFile]struct{} // the open log files
@@ -84,6 +88,7 @@ func (w *walSync) begin(durable bool) func(error) error {
 		}
 	}
 	w.durable.Add(1)
+	w.durables.Add(1)
 	return func(err error) error {
 		if err == nil {
 			err = w.waitDurable()
@@ -256,6 +261,7 @@ func (f *walFile) syncTo(off int64) error {
 		f.syncing = true
 		upTo := f.written.Load() // everything written before the fdatasync starts
 		f.w.mu.Unlock()
+		f.w.fsyncs.Add(1)
 		err := f.File.SyncData()
 		f.w.mu.Lock()
 		f.syncing = false
