@@ -1,6 +1,7 @@
 package embedded_test
 
 import (
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -13,7 +14,8 @@ import (
 
 // The benchmarks run on a real file system with real fsyncs (b.TempDir).
 // "parallel" runs 64 goroutines (the load benchmark's connection count),
-// where group commit shares one fsync among the claims that wait for it.
+// where group commit shares one fsync among the claims that wait for it;
+// "parallel-N" runs N (with GOMAXPROCS dividing N).
 
 func benchEngine(b *testing.B) *embedded.Engine {
 	e, err := embedded.Open(embedded.Options{Dir: b.TempDir()})
@@ -48,6 +50,19 @@ func cpuPerOp(b *testing.B) {
 	})
 }
 
+// fsyncsPerWrite reports the fdatasyncs of the log per durable write
+// (a claim is one) as fsyncs/write: how many writes group commit shares
+// one fsync among.
+func fsyncsPerWrite(b *testing.B, e *embedded.Engine) {
+	d0, f0 := embedded.WALSyncs(e)
+	b.Cleanup(func() {
+		d, f := embedded.WALSyncs(e)
+		if d > d0 {
+			b.ReportMetric(float64(f-f0)/float64(d-d0), "fsyncs/write")
+		}
+	})
+}
+
 func benchBody() string {
 	b := make([]byte, 500)
 	for i := range b {
@@ -75,21 +90,76 @@ func BenchmarkClaimComplete(b *testing.B) {
 		e := benchEngine(b)
 		b.ReportAllocs()
 		cpuPerOp(b)
+		fsyncsPerWrite(b, e)
 		for b.Loop() {
 			claimComplete(b, e, res)
 		}
 	})
-	b.Run("parallel", func(b *testing.B) {
-		e := benchEngine(b)
-		b.ReportAllocs()
-		cpuPerOp(b)
-		b.SetParallelism(32)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				claimComplete(b, e, res)
-			}
+	for _, g := range []int{2, 8, 64} {
+		name := "parallel"
+		if g != 64 {
+			name += "-" + strconv.Itoa(g)
+		}
+		b.Run(name, func(b *testing.B) {
+			e := benchEngine(b)
+			b.ReportAllocs()
+			cpuPerOp(b)
+			fsyncsPerWrite(b, e)
+			b.SetParallelism(max(1, g/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					claimComplete(b, e, res)
+				}
+			})
 		})
-	})
+	}
+}
+
+// burnSink keeps burn's loop from being optimised away.
+var burnSink atomic.Uint64
+
+// burn spends about n µs of CPU (on an idle core): what the gateway does
+// around the store's calls (HTTP, the proxied request).
+func burn(n int) {
+	x := uint64(n)
+	for range n * 400 {
+		x = x*6364136223846793005 + 1442695040888963407
+		x ^= x >> 29
+	}
+	burnSink.Add(x & 1)
+}
+
+// BenchmarkGatewayLoad is the execute path as the gateway runs it on a
+// machine whose CPUs the requests fill: 64 goroutines, each spending
+// CPU before its claim (the request) and between the claim and the
+// completion (the proxied call). Durable writes then reach the log one
+// by one, not in bursts, and how many one fsync covers depends on how
+// long a sync waits for them. cpu-ns/op includes the burn.
+func BenchmarkGatewayLoad(b *testing.B) {
+	res := result(benchBody())
+	for _, g := range []int{2, 64} {
+		b.Run("conns-"+strconv.Itoa(g), func(b *testing.B) {
+			e := benchEngine(b)
+			b.ReportAllocs()
+			cpuPerOp(b)
+			fsyncsPerWrite(b, e)
+			b.SetParallelism(max(1, g/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					burn(60)
+					id := strconv.FormatInt(benchSeq.Add(1), 16)
+					req := claimReq(id, "tok")
+					if r, err := e.Claim(ctx, req); err != nil || !r.Claimed {
+						b.Fatal(r, err)
+					}
+					burn(60)
+					if ok, err := e.Complete(ctx, store.CompleteRequest{Claim: req, Result: res, TTL: time.Hour}); err != nil || !ok {
+						b.Fatal(ok, err)
+					}
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkReplay is the replay path: the claim of a completed key,

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,18 @@ const DefaultSyncInterval = 100 * time.Millisecond
 //     (group commit). Pebble's log writer is one goroutine that writes
 //     and then syncs; left to it, every write queued behind an fsync (a
 //     completion too) would wait for that fsync to end;
+//   - the waiter that is to run the fdatasync first yields its
+//     processor once (runtime.Gosched, in syncTo), and the durable
+//     writes that come meanwhile share that fdatasync. When requests
+//     fill the CPUs, the goroutines ready to run go first: the log
+//     writer with entries in its buffer, durable writers Pebble has
+//     just woken, requests about to commit a claim; their entries land
+//     and the one fdatasync covers them (the gateway at 64 connections
+//     ran 0.06-0.08 fsyncs per claim instead of 0.11-0.28). When the
+//     CPUs are not busy nothing else is ready and the yield returns at
+//     once: a lone write pays nothing. Nothing but the scheduler's own
+//     queue delays the waiter's return, and the yield changes only
+//     when the fdatasync starts, never what it must cover;
 //   - while only completions are under way (walSync.applied), the sync
 //     stops at the file: Pebble wrote the entry before calling it. The
 //     next durable write's fdatasync covers it (the log is sequential),
@@ -60,9 +73,16 @@ type walSync struct {
 	durable atomic.Int64 // commits under way that must be on disk when they return
 	applied atomic.Int64 // completions under way
 
+	// Counts, for tests and benchmarks: durable writes begun, and
+	// fdatasyncs of a log file.
+	durables, fsyncs atomic.Int64
+
 	mu    sync.Mutex
-	cond  *sync.Cond            // on mu: a sync ended
+	cond  *sync.Cond            // on mu: a sync ended, or a yield before one
 	files map[*walFile]struct{} // the open log files
+	// yielding is set, on mu, while the waiter that is to run a durable
+	// write's fdatasync yields before it (syncTo).
+	yielding bool
 }
 
 // init readies w (once, before the database opens).
@@ -84,6 +104,7 @@ func (w *walSync) begin(durable bool) func(error) error {
 		}
 	}
 	w.durable.Add(1)
+	w.durables.Add(1)
 	return func(err error) error {
 		if err == nil {
 			err = w.waitDurable()
@@ -130,7 +151,7 @@ func (w *walSync) waitDurable() error {
 		}
 	}
 	for _, t := range ts {
-		if err := t.f.syncTo(t.off); err != nil {
+		if err := t.f.syncTo(t.off, true); err != nil {
 			return err
 		}
 	}
@@ -234,30 +255,52 @@ func (f *walFile) SyncData() error {
 func (f *walFile) syncNow() error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
-	return f.syncTo(f.written.Load())
+	return f.syncTo(f.written.Load(), false)
 }
 
 // syncTo returns once an fdatasync covered the file's first off bytes (or
 // Close did): it runs one when none is running, else waits for the one
-// running and then runs one if that did not cover off. A failed sync
-// fails every durable write waiting for the file from then on: nothing
-// is forwarded on a log that cannot be synced. Called with w.mu held.
-func (f *walFile) syncTo(off int64) error {
+// running and then runs one if that did not cover off. For a durable
+// write (durable), the waiter that is to run one yields its processor
+// once first, and the durable writes that come meanwhile wait for its
+// fdatasync (see walSync); a sync that is not a durable write's (Close,
+// the background sync, Pebble's own) neither yields nor waits for a
+// yield. A failed sync fails every durable write waiting for the file
+// from then on: nothing is forwarded on a log that cannot be synced.
+// Called with w.mu held.
+func (f *walFile) syncTo(off int64, durable bool) error {
+	w := f.w
+	yielded := false // this call yielded, with w.yielding set, and runs the sync
 	for {
 		switch {
 		case f.err != nil:
-			return f.err
+			return w.endYield(yielded, f.err)
 		case f.closed || f.synced >= off:
-			return nil
-		case f.syncing:
-			f.w.cond.Wait()
+			// Another sync covered off meanwhile (Close's, the
+			// background sync's).
+			return w.endYield(yielded, nil)
+		case f.syncing, durable && w.yielding && !yielded:
+			w.cond.Wait()
 			continue
+		case durable && !yielded:
+			yielded = true
+			w.yielding = true
+			w.mu.Unlock()
+			runtime.Gosched()
+			w.mu.Lock()
+			continue
+		}
+		if yielded {
+			// The writes that waited for the yield wait for this sync:
+			// it covers them (they were written before it starts).
+			w.yielding, yielded = false, false
 		}
 		f.syncing = true
 		upTo := f.written.Load() // everything written before the fdatasync starts
-		f.w.mu.Unlock()
+		w.mu.Unlock()
+		w.fsyncs.Add(1)
 		err := f.File.SyncData()
-		f.w.mu.Lock()
+		w.mu.Lock()
 		f.syncing = false
 		if err != nil {
 			f.err = err
@@ -269,11 +312,22 @@ func (f *walFile) syncTo(off int64) error {
 	}
 }
 
+// endYield ends a yield that led to no sync (another one covered the
+// write meanwhile, or failed): the writes that waited for it look again.
+// It returns err. Called with w.mu held.
+func (w *walSync) endYield(yielded bool, err error) error {
+	if yielded {
+		w.yielding = false
+		w.cond.Broadcast()
+	}
+	return err
+}
+
 // Close syncs what is not synced yet and closes the file.
 func (f *walFile) Close() error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
-	err := f.syncTo(f.written.Load())
+	err := f.syncTo(f.written.Load(), false)
 	f.syncing = true // no sync starts on a closed file
 	f.w.mu.Unlock()
 	if cerr := f.File.Close(); err == nil {
