@@ -29,6 +29,12 @@ import (
 // committed; then scans the record keys into it and puts it in place.
 // Until the first build ends every read is a "maybe".
 //
+// A build reads every record key once, through the block cache, whose
+// churn raised the gateway's RSS by about 10 MiB in the 200 000-key probe
+// when the filter was built again at 65 536 and 131 072 keys: it starts
+// sized for a million keys (2 MiB), so a store under a million keys is
+// scanned only at Open.
+//
 // Deleted keys stay in the filter until the next rebuild (a "maybe" that
 // reads and finds nothing), which comes once as many keys were created as
 // the last build found. Bounded: knownBitsPerKey bits (rounded up to a
@@ -38,7 +44,7 @@ import (
 const (
 	knownBitsPerKey = 10
 	knownHashes     = 7
-	knownMinKeys    = 1 << 16
+	knownMinKeys    = 1 << 20
 	knownMaxBytes   = 16 << 20
 )
 
