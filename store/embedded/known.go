@@ -56,9 +56,10 @@ type keyFilter struct {
 	added atomic.Int64 // ids added (the scan's and the writes')
 }
 
-// newKeyFilter sizes a filter for keys ids (at most knownMaxBytes).
+// newKeyFilter sizes a filter for keys ids (at most knownMaxBytes; a
+// build asks for at least knownMinKeys).
 func newKeyFilter(keys int64) *keyFilter {
-	keys = max(keys, knownMinKeys)
+	keys = max(keys, 64)
 	n := uint64(keys) * knownBitsPerKey
 	n = 1 << bits.Len64(n-1) // a power of two, at least n
 	n = min(n, knownMaxBytes*8)
@@ -151,7 +152,7 @@ func (e *Engine) buildKnown() error {
 	if c := k.cur.Load(); c != nil {
 		size = 2 * c.added.Load()
 	}
-	next := newKeyFilter(size)
+	next := newKeyFilter(max(size, knownMinKeys))
 	k.next.Store(next)
 	defer k.next.CompareAndSwap(next, nil)
 	// Every write whose add missed next has taken its record's lock

@@ -49,8 +49,8 @@ func TestKeyFilter(t *testing.T) {
 		adds     int
 		maxFalse float64 // of ids never added, the share taken for known
 	}{
-		{"within its size", knownMinKeys, knownMinKeys, 0.02},
-		{"four times its size", knownMinKeys, 4 * knownMinKeys, 1},
+		{"within its size", 1 << 16, 1 << 16, 0.02},
+		{"four times its size", 1 << 16, 4 << 16, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newKeyFilter(tc.size)
@@ -237,26 +237,27 @@ func TestKnownBuildWaitsForWritesUnderWay(t *testing.T) {
 	}
 }
 
-// The filter asks to be built again once as many keys were created as its
-// build found (at least knownMinKeys), not before.
+// The filter asks to be built again once it holds more ids than its
+// build set (twice what it found, at least knownMinKeys), not before.
 func TestKnownKeysFull(t *testing.T) {
 	var k knownKeys
 	k.init(maphash.MakeSeed())
 	if k.full() {
 		t.Fatal("full before the first build")
 	}
-	f := newKeyFilter(0)
-	f.keys = knownMinKeys
+	const keys = 1000
+	f := newKeyFilter(keys)
+	f.keys = keys
 	k.cur.Store(f)
-	for i := range knownMinKeys {
+	for i := range keys {
 		k.add(fmt.Sprintf("k%d", i))
 	}
 	if k.full() {
-		t.Fatalf("full at %d keys", knownMinKeys)
+		t.Fatalf("full at %d keys", keys)
 	}
 	k.add("one more")
 	if !k.full() {
-		t.Fatalf("not full at %d keys", knownMinKeys+1)
+		t.Fatalf("not full at %d keys", keys+1)
 	}
 }
 
