@@ -156,20 +156,30 @@ func (e *Engine) getSlot(id string) (slot, error) {
 	case r == nil:
 		return slot{tomb: t}, nil
 	}
-	a, c, err := e.db.Get(attemptsKey(id))
+	counted, err := e.getAttempts(r)
+	if err != nil {
+		return slot{}, err
+	}
+	return slot{rec: r, tomb: t, attempts: counted}, nil
+}
+
+// getAttempts reads record r's attempt count key with Get into r, and
+// reports whether there is one.
+func (e *Engine) getAttempts(r *rec) (bool, error) {
+	a, c, err := e.db.Get(attemptsKey(r.ID))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		return slot{rec: r, tomb: t}, nil
+		return false, nil
 	case err != nil:
-		return slot{}, e.readErr(err)
+		return false, e.readErr(err)
 	}
 	n, k := binary.Varint(a)
 	_ = c.Close()
 	if k <= 0 {
-		return slot{}, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, id)
+		return false, fmt.Errorf("embedded store %s: the attempt count of %s does not decode", e.dir, r.ID)
 	}
 	r.Attempts = n
-	return slot{rec: r, tomb: t, attempts: true}, nil
+	return true, nil
 }
 
 // seekKey reads key's value with it (valid until its next move); ok is

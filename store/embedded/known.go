@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"context"
 	"errors"
 	"hash/maphash"
 	"math/bits"
@@ -211,15 +210,6 @@ func (e *Engine) knownLoop() {
 // each takes and gives back every stripe's lock in turn, waiting at most
 // timeout for each, and fails when one stays taken or stop is closed.
 func (l *recordLocks) each(stop <-chan struct{}, timeout time.Duration) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	var t *time.Timer
 	for _, ch := range l.stripes {
 		select {
@@ -239,7 +229,7 @@ func (l *recordLocks) each(stop <-chan struct{}, timeout time.Duration) error {
 			<-ch
 		case <-t.C:
 			return errBuildStopped
-		case <-ctx.Done():
+		case <-stop:
 			return errBuildStopped
 		}
 	}

@@ -81,32 +81,18 @@ func (l *lister) walk(st store.State, from string) error {
 	defer it.Close()
 	for it.First(); it.Valid() && l.page.NextCursor == ""; it.Next() {
 		id := string(it.Key()[len(lower)-len(from):])
-		if !indexed(st) {
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return l.e.readErr(err)
-			}
-			ok, err := l.holds(v, st)
-			switch {
-			case err != nil:
-				return fmt.Errorf("store: list: embedded store %s: record %s does not decode: %w", l.e.dir, id, err)
-			case ok:
-			case l.passed+1 >= listMaxScan:
+		r, err := l.record(it, st, id)
+		switch {
+		case err != nil:
+			return err
+		case r != nil:
+			l.visit(st, id, r)
+		case !indexed(st):
+			// A record key of another state (or expired): bounded.
+			if l.passed++; l.passed >= listMaxScan {
 				l.page.NextCursor = store.EncodeCursor(cursorVersion, st, id)
-				continue
-			default:
-				l.passed++
-				continue
 			}
 		}
-		r, err := l.e.read(id)
-		if err != nil {
-			return fmt.Errorf("store: list: %w", err)
-		}
-		if r == nil || r.ExpireAt <= l.now || r.State != st {
-			continue // expired, not yet swept; or changed meanwhile
-		}
-		l.visit(st, id, r)
 	}
 	if err := it.Error(); err != nil {
 		return l.e.readErr(err)
@@ -114,11 +100,35 @@ func (l *lister) walk(st store.State, from string) error {
 	return nil
 }
 
-// holds reports whether a record key's value v is a live record in state
-// st.
-func (l *lister) holds(v []byte, st store.State) (bool, error) {
-	r, _, err := decodeValue(v)
-	return err == nil && r != nil && r.State == st && r.ExpireAt > l.now, err
+// record is the live record in state st that the walk is at, or nil (an
+// index key left by a record that expired, not yet swept, or changed
+// meanwhile; a record key of another state). A state index key is
+// followed to its record; a record key's value is the record, read once.
+func (l *lister) record(it *pebble.Iterator, st store.State, id string) (*rec, error) {
+	var r *rec
+	if indexed(st) {
+		var err error
+		if r, err = l.e.read(id); err != nil {
+			return nil, fmt.Errorf("store: list: %w", err)
+		}
+	} else {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, l.e.readErr(err)
+		}
+		if r, _, err = decodeValue(v); err != nil {
+			return nil, fmt.Errorf("store: list: embedded store %s: record %s does not decode: %w", l.e.dir, id, err)
+		}
+	}
+	if r == nil || r.ExpireAt <= l.now || r.State != st {
+		return nil, nil
+	}
+	if !indexed(st) {
+		if _, err := l.e.getAttempts(r); err != nil {
+			return nil, fmt.Errorf("store: list: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // visit adds r to the page, or ends the page with a cursor at r.

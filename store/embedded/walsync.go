@@ -76,8 +76,8 @@ type walSync struct {
 	durable atomic.Int64 // commits under way that must be on disk when they return
 	applied atomic.Int64 // completions under way
 
-	// Counts, for tests and benchmarks: durable writes begun, and
-	// fdatasyncs of a log file.
+	// Counts: durable writes begun (syncTo tells from it whether they
+	// come together), and fdatasyncs of a log file (tests, benchmarks).
 	durables, fsyncs atomic.Int64
 
 	mu    sync.Mutex
